@@ -1,0 +1,249 @@
+// cclx C++ API.
+//
+// A Comm is a group of `size()` ranks bound to one device kind: CPU (host shared-memory transport,
+// every rank on one host) or CUDA (NCCL underneath, direct-access kernels and FP8 collectives on
+// top for ranks that share a host). Every rank of a Comm must call the same collectives in the
+// same order with matching count / dtype / op / root (CCLX_CHECK_MODE=1 verifies this at run time).
+//
+// Ordering contract:
+//  * CPU comms: a collective runs on the calling thread and has finished when the call returns;
+//    the returned Work is already complete. One thread per Comm at a time.
+//  * CUDA comms: with opts.async == false the collective is enqueued on opts.stream (the caller's
+//    stream) and the call returns once it is enqueued; buffers may be reused by work later on that
+//    stream. With opts.async == true it runs on the comm's internal stream after the work already on
+//    opts.stream; Work::wait(stream) makes `stream` wait for it, Work::waitBlocking() blocks the host.
+//    Buffers must stay alive and untouched until the Work completes.
+//
+// Errors are reported by throwing cclx::Error, whose code() is a cclxResult_t. Invalid arguments are
+// detected before anything is enqueued or written.
+#pragma once
+
+#include <cclx/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cclx {
+
+enum class DataType : int {
+  f32 = cclxFloat32,
+  f64 = cclxFloat64,
+  f16 = cclxFloat16,
+  bf16 = cclxBfloat16,
+  i8 = cclxInt8,
+  u8 = cclxUint8,
+  i32 = cclxInt32,
+  i64 = cclxInt64,
+  u32 = cclxUint32,
+  u64 = cclxUint64,
+  fp8_e4m3 = cclxFloat8e4m3,
+  fp8_e5m2 = cclxFloat8e5m2,
+};
+
+/// Bytes per element of `t`.
+size_t dtypeSize(DataType t);
+/// Short name ("f32", "bf16", ...) and its inverse (throws Error on an unknown name).
+const char* dtypeName(DataType t);
+DataType dtypeFromName(const std::string& name);
+
+enum class RedOpKind : int {
+  SUM = cclxSum,
+  PRODUCT = cclxProd,
+  MIN = cclxMin,
+  MAX = cclxMax,
+  AVG = cclxAvg,
+  BAND = cclxBand,
+  BOR = cclxBor,
+  BXOR = cclxBxor,
+  PREMUL_SUM = cclxPremulSum,
+};
+
+/// A reduction operator. PREMUL_SUM carries the factor every input is multiplied by.
+struct ReduceOp {
+  RedOpKind kind = RedOpKind::SUM;
+  double factor = 1.0;
+  constexpr ReduceOp() = default;
+  constexpr ReduceOp(RedOpKind k) : kind(k) {}  // NOLINT: implicit on purpose
+  static constexpr ReduceOp premulSum(double f) {
+    ReduceOp o(RedOpKind::PREMUL_SUM);
+    o.factor = f;
+    return o;
+  }
+};
+const char* opName(RedOpKind op);
+RedOpKind opFromName(const std::string& name);
+/// True when `op` is defined for `t` (bitwise ops: integers only; no reductions on FP8 types).
+bool opSupported(RedOpKind op, DataType t);
+
+/// Every failure surfaces as an Error carrying a cclxResult_t code and a message that says what
+/// went wrong and, for timeouts, which ranks never arrived.
+class Error : public std::runtime_error {
+ public:
+  Error(cclxResult_t code, const std::string& msg) : std::runtime_error(msg), code_(code) {}
+  cclxResult_t code() const { return code_; }
+
+ private:
+  cclxResult_t code_;
+};
+
+struct DeviceSpec {
+  enum Type { CPU = 0, CUDA = 1 };
+  Type type = CPU;
+  int index = -1;  // CUDA: device ordinal; -1 = LOCAL_RANK % device count
+  static DeviceSpec cpu() { return {CPU, -1}; }
+  static DeviceSpec cuda(int i = -1) { return {CUDA, i}; }
+};
+
+/// Communicator options (torchcomms' new_comm keywords).
+struct Options {
+  /// Collective and rendezvous timeout. A rank that never arrives produces cclxTimeout.
+  std::chrono::milliseconds timeout{600000};
+  /// Human-readable name; also namespaces the keys this comm puts in the store.
+  std::string name = "default";
+  /// Backend: "cclx" (direct-access / FP8 algorithms, NCCL underneath) or "nccl" (plain NCCL).
+  std::string backend = "cclx";
+  /// Free-form hints. Known keys: "algo" = auto|flat|tree|nccl, "low_precision" = fp8|off.
+  std::map<std::string, std::string> hints;
+};
+
+/// Per-call options.
+struct CollOptions {
+  bool async = false;
+  void* stream = nullptr;  // cudaStream_t for CUDA comms (nullptr = legacy default stream)
+  std::chrono::milliseconds timeout{0};  // 0 = the comm's timeout
+  std::map<std::string, std::string> hints;  // overrides the comm's hints for this call
+};
+
+/// A key-value store used for rendezvous. Thread-safe. Keys are strings, values byte strings.
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  /// Blocks until `key` exists (or the timeout expires: cclxTimeout), then returns its value.
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  /// Atomically adds `delta` to the integer stored at `key` (0 if absent); returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  /// Blocks until every key exists (cclxTimeout otherwise; the message lists the missing keys).
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  virtual bool check(const std::string& key) = 0;
+  virtual void erase(const std::string& key) = 0;
+};
+
+/// TCP store: rank 0 (isServer) listens on host:port (port 0 = pick one; see port()); clients
+/// connect with retries until `timeout`. Every connection presents `jobId`; the server refuses a
+/// client whose job id differs (the client gets cclxRemoteError).
+class TcpStore : public Store {
+ public:
+  static std::shared_ptr<TcpStore> create(const std::string& host, int port, bool isServer,
+                                          const std::string& jobId,
+                                          std::chrono::milliseconds timeout);
+  virtual int port() const = 0;
+};
+
+/// Store view that prefixes every key (used to give each comm its own namespace).
+std::shared_ptr<Store> prefixStore(std::shared_ptr<Store> base, const std::string& prefix);
+
+/// Handle on a collective in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Non-blocking poll. Throws Error if the operation failed or timed out.
+  virtual bool isCompleted() = 0;
+  /// CUDA: makes `stream` wait for the operation (no host block). CPU: same as waitBlocking().
+  virtual void wait(void* stream = nullptr) = 0;
+  /// Blocks the host until completion. Throws cclxTimeout after `timeout` (0 = comm timeout).
+  virtual void waitBlocking(std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) = 0;
+};
+
+class Backend;
+struct CommState;
+
+class Comm : public std::enable_shared_from_this<Comm> {
+ public:
+  /// Rendezvous from the environment (TORCHCOMM_RANK/SIZE, else RANK/WORLD_SIZE, MASTER_ADDR,
+  /// MASTER_PORT, LOCAL_RANK / LOCAL_WORLD_SIZE). Collective over all ranks.
+  static std::shared_ptr<Comm> fromEnv(DeviceSpec device, const Options& opts = {});
+  /// Rendezvous through a caller-provided store. Collective over all ranks.
+  static std::shared_ptr<Comm> create(DeviceSpec device, const Options& opts,
+                                      std::shared_ptr<Store> store, int rank, int size);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const;
+  int size() const;
+  int localRank() const;
+  int localSize() const;
+  const std::string& name() const;
+  const std::string& backendName() const;
+  DeviceSpec device() const;
+  const Options& options() const;
+
+  // Buffers are device pointers for CUDA comms, host pointers for CPU comms. `count` is in
+  // elements. send == recv means in place. Results are identical on every rank.
+
+  /// recv[i] = op over ranks of send[i].
+  std::shared_ptr<Work> allReduce(const void* send, void* recv, size_t count, DataType dtype,
+                                  ReduceOp op, const CollOptions& o = {});
+  /// Like allReduce, but only `root` receives (recv may be null elsewhere).
+  std::shared_ptr<Work> reduce(const void* send, void* recv, size_t count, DataType dtype,
+                               ReduceOp op, int root, const CollOptions& o = {});
+  /// recv = root's send on every rank.
+  std::shared_ptr<Work> broadcast(const void* send, void* recv, size_t count, DataType dtype,
+                                  int root, const CollOptions& o = {});
+  /// recv[r*count .. (r+1)*count) = rank r's send (count elements each).
+  std::shared_ptr<Work> allGather(const void* send, void* recv, size_t count, DataType dtype,
+                                  const CollOptions& o = {});
+  /// recvs[r] (size() buffers of count elements) = rank r's send.
+  std::shared_ptr<Work> allGatherList(const void* send, const std::vector<void*>& recvs,
+                                      size_t count, DataType dtype, const CollOptions& o = {});
+  /// recv (count elements) = op over ranks of send[rank*count .. (rank+1)*count).
+  std::shared_ptr<Work> reduceScatter(const void* send, void* recv, size_t count, DataType dtype,
+                                      ReduceOp op, const CollOptions& o = {});
+  /// recv = op over ranks of sends[rank] (size() buffers of count elements).
+  std::shared_ptr<Work> reduceScatterList(const std::vector<const void*>& sends, void* recv,
+                                          size_t count, DataType dtype, ReduceOp op,
+                                          const CollOptions& o = {});
+  /// Block r of send (count elements) goes to rank r, landing at block `rank` of its recv.
+  std::shared_ptr<Work> allToAll(const void* send, void* recv, size_t count, DataType dtype,
+                                 const CollOptions& o = {});
+  /// Split sizes in elements, packed contiguously (torch's all_to_all_single with splits).
+  std::shared_ptr<Work> allToAllV(const void* send, const std::vector<size_t>& sendCounts,
+                                  void* recv, const std::vector<size_t>& recvCounts,
+                                  DataType dtype, const CollOptions& o = {});
+  std::shared_ptr<Work> send(const void* buf, size_t count, DataType dtype, int peer,
+                             const CollOptions& o = {});
+  std::shared_ptr<Work> recv(void* buf, size_t count, DataType dtype, int peer,
+                             const CollOptions& o = {});
+  std::shared_ptr<Work> barrier(const CollOptions& o = {});
+
+  /// Collective over all ranks of this comm: those listed in `ranks` get a new comm (ranks
+  /// renumbered in list order); the others get nullptr.
+  std::shared_ptr<Comm> split(const std::vector<int>& ranks, const std::string& name);
+  /// Orderly shutdown after outstanding work completes. Later calls raise cclxInvalidUsage.
+  void finalize();
+  /// Abandons outstanding work; peers waiting on this rank will time out. Later calls raise.
+  void abort();
+  /// First asynchronous error seen (cclxSuccess if none, cclxInProgress if work is running).
+  cclxResult_t asyncError();
+
+  /// Which algorithm the dispatcher would pick for an allreduce of these arguments
+  /// ("flat", "tree", "fp8", "nccl", "shm-flat", ...). For tools and tests.
+  std::string selectAllReduceAlgo(size_t count, DataType dtype, ReduceOp op,
+                                  const CollOptions& o = {});
+
+  // Internal.
+  explicit Comm(std::unique_ptr<CommState> st);
+  CommState& state() { return *st_; }
+
+ private:
+  std::unique_ptr<CommState> st_;
+};
+
+}  // namespace cclx

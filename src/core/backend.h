@@ -1,0 +1,93 @@
+// The internal contract between Comm (validation, check mode, dispatch) and the backends
+// (host shared memory, CUDA/NCCL). A backend receives arguments that Comm already validated.
+#pragma once
+
+#include <cclx/cclx.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace cclx {
+
+enum class CollType : int {
+  AllReduce,
+  Reduce,
+  Broadcast,
+  AllGather,      // recv = concat of sends (recvList non-empty: list variant)
+  ReduceScatter,  // sendList non-empty: list variant
+  AllToAll,
+  AllToAllV,
+  Send,
+  Recv,
+  Barrier,
+};
+const char* collName(CollType t);
+
+struct CollArgs {
+  CollType type = CollType::Barrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // elements: per rank for AllGather/ReduceScatter/AllToAll; total otherwise
+  DataType dtype = DataType::f32;
+  ReduceOp op{};
+  int root = -1;  // Reduce/Broadcast root; Send/Recv peer
+  std::vector<void*> recvList;        // AllGather list variant (size() entries)
+  std::vector<const void*> sendList;  // ReduceScatter list variant (size() entries)
+  std::vector<size_t> sendCounts;     // AllToAllV, elements per destination
+  std::vector<size_t> recvCounts;     // AllToAllV, elements per source
+  CollOptions opts;                   // async, stream, timeout (resolved: never 0), hints
+  size_t bytes() const { return count * dtypeSize(dtype); }
+  bool inPlace() const { return send == recv; }
+};
+
+/// What rendezvous established; handed to a backend at construction.
+struct BootstrapInfo {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;            // index of this rank among the ranks on its host
+  int localSize = 1;
+  std::vector<int> localRanks;  // global ranks on this host, ascending
+  std::vector<int> hostOf;      // hostOf[r] = host index of rank r (0 = rank 0's host)
+  int numHosts = 1;
+  std::shared_ptr<Store> store; // already prefixed with this comm's namespace
+  std::string jobId;            // unique per comm instance (shm names, etc.)
+  Options opts;
+  Config cfg;
+  DeviceSpec device;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  /// Runs or enqueues one collective; returns its Work.
+  virtual std::shared_ptr<Work> run(const CollArgs& args) = 0;
+  /// Name of the algorithm run() would use for an AllReduce with these args.
+  virtual std::string selectAllReduce(const CollArgs& args) = 0;
+  virtual void finalize() = 0;
+  virtual void abort() = 0;
+  virtual cclxResult_t asyncError() { return cclxSuccess; }
+};
+
+/// A Work that is already complete (host collectives finish before returning).
+std::shared_ptr<Work> completedWork();
+
+std::unique_ptr<Backend> makeHostBackend(const BootstrapInfo& info);
+/// Returns nullptr-free backend or throws cclxUnsupported when built without CUDA / no GPU.
+std::unique_ptr<Backend> makeCudaBackend(const BootstrapInfo& info);
+
+struct CommState {
+  BootstrapInfo info;
+  std::unique_ptr<Backend> backend;
+  std::shared_ptr<Store> rootStore;  // un-prefixed store (for split)
+  uint64_t checkSeq = 0;             // check-mode sequence number
+  int splitSeq = 0;
+  bool finalized = false;
+  bool aborted = false;
+};
+
+}  // namespace cclx

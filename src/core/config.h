@@ -1,0 +1,53 @@
+// All CCLX_* settings, read from the environment in exactly one place (config.cc).
+// README.md documents each variable; keep the two in step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace cclx {
+
+enum class LogLevel : int { NONE = 0, WARN = 1, INFO = 2, TRACE = 3 };
+
+struct Config {
+  // Logging.
+  LogLevel logLevel = LogLevel::NONE;  // CCLX_DEBUG=WARN|INFO|TRACE
+  std::string logFile;                 // CCLX_DEBUG_FILE (default stderr; %h host, %p pid)
+
+  // Correctness aids.
+  bool checkMode = false;  // CCLX_CHECK_MODE=1: verify count/dtype/op/root match across ranks
+  int64_t timeoutMs = -1;  // CCLX_TIMEOUT_MS: overrides Options::timeout when >= 0
+
+  // Host shared-memory transport.
+  size_t shmFlatMaxBytes = 64 << 10;   // CCLX_SHM_FLAT_MAX_BYTES: flat below, tree above
+  size_t shmChunkBytes = 4 << 20;      // CCLX_SHM_CHUNK_BYTES: staging slot per rank per phase
+  int spinIterations = 2000;           // CCLX_SPIN_ITERATIONS: busy polls before yielding
+
+  // GPU: NCCL and the direct-access (DDA) allreduce.
+  std::string ncclPath;                 // CCLX_NCCL_PATH: libnccl.so to dlopen first
+  std::string allreduceAlgo = "auto";   // CCLX_ALLREDUCE_ALGO=auto|flat|tree|nccl
+  bool ddaEnable = true;                // CCLX_DDA_ENABLE=0 disables DDA entirely
+  size_t ddaFlatMaxBytes = 0;           // CCLX_DDA_FLAT_MAX_BYTES (0 = tuned table)
+  size_t ddaTreeMaxBytes = 0;           // CCLX_DDA_TREE_MAX_BYTES (0 = tuned table)
+  size_t ddaStagingBytes = 64ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
+  int ddaMaxBlocks = 0;                 // CCLX_DDA_MAX_BLOCKS (0 = tuned)
+
+  // Low-precision (FP8) collectives.
+  bool lpAllReduce = false;      // CCLX_LOW_PRECISION_ENABLE / _ALLREDUCE
+  bool lpAllGather = false;      // CCLX_LOW_PRECISION_ENABLE / _ALLGATHER
+  bool lpReduceScatter = false;  // CCLX_LOW_PRECISION_ENABLE / _REDUCESCATTER
+  bool lpAllToAll = false;       // CCLX_LOW_PRECISION_ENABLE / _ALLTOALL
+  size_t lpMinBytes = 16ull << 20;  // CCLX_LOW_PRECISION_MIN_BYTES
+  int fp8BlockSize = 128;           // CCLX_FP8_BLOCK_SIZE (32..256, power of two)
+
+  /// Reads the environment. Throws cclx::Error(cclxInvalidArgument) on a malformed value.
+  static Config fromEnv();
+};
+
+/// The process-wide configuration, read on first use.
+const Config& config();
+/// Re-reads the environment (tests that change CCLX_* variables call this).
+void reloadConfig();
+
+}  // namespace cclx
