@@ -19,6 +19,9 @@ struct Config {
   bool checkMode = false;  // CCLX_CHECK_MODE=1: verify count/dtype/op/root match across ranks
   int64_t timeoutMs = -1;  // CCLX_TIMEOUT_MS: overrides Options::timeout when >= 0
 
+  // Rendezvous.
+  std::string jobId;  // CCLX_JOB_ID (else TORCHELASTIC_RUN_ID, else "cclx"): store handshake id
+
   // Host shared-memory transport.
   size_t shmFlatMaxBytes = 64 << 10;   // CCLX_SHM_FLAT_MAX_BYTES: flat below, tree above
   size_t shmChunkBytes = 4 << 20;      // CCLX_SHM_CHUNK_BYTES: staging slot per rank per phase

@@ -1,0 +1,151 @@
+/*
+ * cclx C API, in NCCL's shape, over the C++ API (cclx.hpp).
+ *
+ * Every function returns a cclxResult_t; cclxSuccess (0) means it worked, anything else carries a
+ * message that cclxGetLastError() returns on the same thread. No C++ exception crosses this
+ * boundary. A failed call writes nothing to its output arguments or buffers.
+ *
+ * Ordering contract (same as the C++ API):
+ *  - Every rank of a communicator calls the same collectives in the same order with matching
+ *    count / datatype / op / root. Set CCLX_CHECK_MODE=1 to have this verified at run time.
+ *  - CPU communicators (device -1): buffers are host memory, `stream` is ignored and must be
+ *    NULL or anything; the call returns when the collective has finished on this rank.
+ *  - CUDA communicators: buffers are device memory; the collective is enqueued on `stream`
+ *    (a cudaStream_t; NULL = the legacy default stream) and the call returns once enqueued.
+ *  - A communicator is used by one thread at a time.
+ *
+ * Typical use:
+ *   cclxUniqueId id;                      // rank 0: cclxGetUniqueId(&id), then ship the bytes
+ *   cclxComm_t comm;
+ *   cclxCommInitRank(&comm, nranks, id, rank, -1);
+ *   cclxAllReduce(sbuf, rbuf, n, cclxFloat32, cclxSum, comm, NULL);
+ *   cclxCommFinalize(comm);
+ *   cclxCommDestroy(comm);
+ */
+#ifndef CCLX_CCLX_H_
+#define CCLX_CCLX_H_
+
+#include <cclx/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque communicator handle. */
+typedef struct cclxComm* cclxComm_t;
+
+#define CCLX_UNIQUE_ID_BYTES 128
+/* Rendezvous token: where rank 0's store listens and which job it belongs to. Plain bytes,
+ * safe to copy between processes (MPI_Bcast, a file, a socket). */
+typedef struct {
+  char internal[CCLX_UNIQUE_ID_BYTES];
+} cclxUniqueId;
+
+/* Communicator settings. Initialize with CCLX_CONFIG_INITIALIZER, then set what you need. */
+typedef struct {
+  size_t size;        /* sizeof(cclxConfig_t); set by the initializer */
+  int64_t timeout_ms; /* collective and rendezvous timeout; 0 = default (600000). CCLX_TIMEOUT_MS
+                         overrides it. */
+  const char* name;   /* communicator name (NULL = "default"); namespaces its store keys */
+  const char* backend;/* "cclx" (default, NULL) or "nccl" (plain NCCL; CUDA communicators only) */
+} cclxConfig_t;
+#define CCLX_CONFIG_INITIALIZER {sizeof(cclxConfig_t), 0, NULL, NULL}
+
+/* Library version as CCLX_VERSION_CODE (major*10000 + minor*100 + patch). */
+cclxResult_t cclxGetVersion(int* version);
+
+/* Static, human-readable name of a result code ("cclxTimeout: ..."). Never NULL. */
+const char* cclxGetErrorString(cclxResult_t result);
+
+/* Message of the last failed call on this thread (comm may be NULL). Empty when none failed.
+ * The pointer stays valid until the next cclx call on this thread. */
+const char* cclxGetLastError(cclxComm_t comm);
+
+/* Creates a rendezvous token on the calling process (normally rank 0): starts a TCP store in
+ * this process, listening on an OS-chosen port, that serves until the process exits.
+ * Errors: cclxInvalidArgument (id NULL), cclxSystemError (no socket). */
+cclxResult_t cclxGetUniqueId(cclxUniqueId* id);
+
+/* Collective over all `nranks` ranks: creates this rank's communicator. `device` is a CUDA
+ * device ordinal, or -1 for a CPU communicator (host shared memory; all ranks on one host).
+ * Blocks until every rank arrived or the timeout expired.
+ * Errors: cclxInvalidArgument (NULL pointer, rank outside [0, nranks), malformed id),
+ *         cclxTimeout (ranks missing; the message names them), cclxRemoteError (the id's store
+ *         belongs to another job), cclxUnsupported (CUDA device in a build without CUDA). */
+cclxResult_t cclxCommInitRank(cclxComm_t* comm, int nranks, cclxUniqueId id, int rank, int device);
+
+/* Same as cclxCommInitRank, with settings. config may be NULL (defaults). */
+cclxResult_t cclxCommInitRankConfig(cclxComm_t* comm, int nranks, cclxUniqueId id, int rank,
+                                    int device, const cclxConfig_t* config);
+
+/* Collective: rendezvous from the environment (TORCHCOMM_RANK/TORCHCOMM_SIZE or RANK/WORLD_SIZE,
+ * MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500); rank 0 serves the store).
+ * device: CUDA ordinal, -1 = CPU. config may be NULL.
+ * Errors: cclxInvalidArgument (variables missing or malformed), as cclxCommInitRank otherwise. */
+cclxResult_t cclxCommInitFromEnv(cclxComm_t* comm, int device, const cclxConfig_t* config);
+
+/* Orderly shutdown once outstanding work has completed; later collectives fail with
+ * cclxInvalidUsage. The handle must still be released with cclxCommDestroy. */
+cclxResult_t cclxCommFinalize(cclxComm_t comm);
+/* Releases the handle and its resources. comm must not be used afterwards. NULL is a no-op. */
+cclxResult_t cclxCommDestroy(cclxComm_t comm);
+/* Abandons outstanding work (peers waiting on this rank will time out) and releases the handle. */
+cclxResult_t cclxCommAbort(cclxComm_t comm);
+/* First asynchronous error (cclxSuccess if none, cclxInProgress while work runs, cclxAborted). */
+cclxResult_t cclxCommGetAsyncError(cclxComm_t comm, cclxResult_t* asyncError);
+
+cclxResult_t cclxCommCount(const cclxComm_t comm, int* count);
+cclxResult_t cclxCommUserRank(const cclxComm_t comm, int* rank);
+/* CUDA device ordinal of the communicator, -1 for a CPU communicator. */
+cclxResult_t cclxCommCuDevice(const cclxComm_t comm, int* device);
+
+/* Creates a reduction operator that multiplies every input by `factor` before summing
+ * (PREMUL_SUM). The returned op id (>= cclxNumOps) is valid on `comm` only, until destroyed.
+ * Errors: cclxInvalidArgument (NULL op, factor not finite). */
+cclxResult_t cclxRedOpCreatePreMulSum(cclxRedOp_t* op, double factor, cclxComm_t comm);
+cclxResult_t cclxRedOpDestroy(cclxRedOp_t op, cclxComm_t comm);
+
+/* Collectives. `count` is in elements. sendbuff == recvbuff means in place. All ranks receive
+ * identical results. Errors common to all: cclxInvalidArgument (NULL buffer with count > 0,
+ * datatype/op combination unsupported (bitwise ops on floats, any reduction on FP8), root or
+ * peer out of range, unknown op id), cclxInvalidUsage (after finalize/abort, check-mode
+ * mismatch), cclxTimeout (a rank did not arrive; the message names it). */
+
+/* recvbuff[i] = op over ranks of sendbuff[i]. */
+cclxResult_t cclxAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           cclxDataType_t datatype, cclxRedOp_t op, cclxComm_t comm, void* stream);
+/* Like cclxAllReduce; only `root` receives (recvbuff may be NULL elsewhere). */
+cclxResult_t cclxReduce(const void* sendbuff, void* recvbuff, size_t count, cclxDataType_t datatype,
+                        cclxRedOp_t op, int root, cclxComm_t comm, void* stream);
+/* recvbuff = root's sendbuff on every rank (sendbuff is read on root only). */
+cclxResult_t cclxBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           cclxDataType_t datatype, int root, cclxComm_t comm, void* stream);
+/* recvbuff[r*sendcount ...] = rank r's sendbuff (recvbuff holds nranks*sendcount elements). */
+cclxResult_t cclxAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           cclxDataType_t datatype, cclxComm_t comm, void* stream);
+/* recvbuff (recvcount elements) = op over ranks of their sendbuff block number `rank`
+ * (sendbuff holds nranks*recvcount elements). */
+cclxResult_t cclxReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               cclxDataType_t datatype, cclxRedOp_t op, cclxComm_t comm,
+                               void* stream);
+/* Block r (count elements) of sendbuff goes to rank r, landing in block `rank` of its recvbuff. */
+cclxResult_t cclxAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          cclxDataType_t datatype, cclxComm_t comm, void* stream);
+/* Variable all-to-all: sendcounts[r] / recvcounts[r] (nranks entries each) elements, blocks
+ * packed contiguously in rank order. Rank i's sendcounts[j] must equal rank j's recvcounts[i]. */
+cclxResult_t cclxAllToAllV(const void* sendbuff, const size_t* sendcounts, void* recvbuff,
+                           const size_t* recvcounts, cclxDataType_t datatype, cclxComm_t comm,
+                           void* stream);
+/* Point to point: `peer` must call the matching cclxRecv / cclxSend with the same count. */
+cclxResult_t cclxSend(const void* sendbuff, size_t count, cclxDataType_t datatype, int peer,
+                      cclxComm_t comm, void* stream);
+cclxResult_t cclxRecv(void* recvbuff, size_t count, cclxDataType_t datatype, int peer,
+                      cclxComm_t comm, void* stream);
+/* Returns once every rank has entered the barrier (CUDA: ordered on stream). */
+cclxResult_t cclxBarrier(cclxComm_t comm, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CCLX_CCLX_H_ */

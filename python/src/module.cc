@@ -1,0 +1,29 @@
+// cclx._C: nanobind bindings of the cclx C++ API. The Python package (python/cclx) builds the
+// torchcomms-style API on top of these.
+#include "bindings.h"
+
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#ifndef CCLX_GIT_COMMIT
+#define CCLX_GIT_COMMIT "unknown"
+#endif
+
+NB_MODULE(_C, m) {
+  using namespace cclx::py;
+  m.doc() = "Low-level bindings of the cclx C++ API (use the cclx package instead).";
+  nb::set_leak_warnings(false);
+  m.attr("__version__") = std::to_string(CCLX_MAJOR) + "." + std::to_string(CCLX_MINOR) + "." +
+                          std::to_string(CCLX_PATCH);
+  m.attr("__commit__") = CCLX_GIT_COMMIT;
+#ifdef CCLX_HAVE_CUDA
+  m.attr("has_cuda") = true;
+#else
+  m.attr("has_cuda") = false;
+#endif
+  bindErrors(m);
+  bindTypes(m);
+  bindStore(m);
+  bindComm(m);
+}

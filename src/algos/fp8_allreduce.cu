@@ -1,0 +1,179 @@
+// FP8 allreduce on peer memory: one kernel, push model (every NVLink transfer is a remote write).
+//
+// The message is cut into tiles of `tileBlocks` codec blocks; CTA c handles tiles c, c + grid,
+// ... and pairs only with CTA c of the other ranks. Each tile's blocks are split into N shards
+// (fp8::shardBlocks); rank q owns shard q. Per tile, with epoch e:
+//   A: quantize the whole tile; write shard q's codes+metas into rank q's A-inbox [source=me];
+//      signal flag[0] = e to every rank; wait flag[0] >= e from every rank.
+//   B: reduce the own shard from the local A-inbox (ranks 0..N-1 in order, float, AVG divides),
+//      requantize, write into every rank's G-inbox [source=me]; signal/wait flag[1] = e.
+//   C: dequantize every shard from the local G-inbox into the output.
+// Reuse of the (single-buffered) inboxes within a call: rank W writes q's A-inbox for tile i+1
+// only after its phase C of tile i, which waited for q's flag[1] of tile i, published after q's
+// last read of its A-inbox (phase B of tile i). W writes q's G-inbox for tile i+1 only after
+// waiting for q's flag[0] of tile i+1, published after q's phase C of tile i. Across calls (of
+// any FP8 collective) beginCall() waits for the peers' "done" flag of the previous call.
+// Flags are written with st.release.sys after __syncthreads() and read with ld.acquire.sys
+// followed by __syncthreads() (dda_sync.cuh). CTAs never wait on other CTAs of the same GPU;
+// the grid is at most 64 CTAs of 512 threads (one per SM), so all CTAs are co-resident.
+#include <cuda_runtime.h>
+
+#include "algos/fp8_algos.h"
+#include "algos/fp8_device.cuh"
+#include "core/error.h"
+
+namespace cclx {
+namespace fp8dev {
+namespace {
+
+template <class T, int B>
+__global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
+  constexpr int G = B / kEPT, GPC = kThreads / G;
+  const int lane = threadIdx.x % G, grp = threadIdx.x / G, N = p.size, cta = blockIdx.x;
+  const uint64_t e0 = p.counters[cta];
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  const size_t cap = (p.tileBlocks + N - 1) / N, S = fp8::packedBytes(cap, B);
+  const size_t mo = fp8::metaOffset(cap, B);
+  const T* send = reinterpret_cast<const T*>(p.send);
+  T* recv = reinterpret_cast<T*>(p.recv);
+  if (!beginCall(p, e0, deadline)) return;
+  uint64_t it = 0;
+  for (size_t tile = cta; tile < p.nTiles; tile += gridDim.x, ++it) {
+    const uint64_t epoch = e0 + 1 + it;
+    const size_t tb0 = tile * p.tileBlocks;
+    const size_t nb = p.tileBlocks < p.nbAll - tb0 ? p.tileBlocks : p.nbAll - tb0;
+    // A: quantize, push shard q to rank q.
+    for (int q = 0; q < N; ++q) {
+      size_t sb0, sb1;
+      fp8::shardBlocks(nb, N, q, sb0, sb1);
+      char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + size_t(p.rank) * S;
+      for (size_t u0 = 0; u0 < sb1 - sb0; u0 += GPC) {
+        const size_t u = u0 + grp;
+        const bool act = u < sb1 - sb0;
+        size_t i0 = 0;
+        int n = act ? laneCount(p.count, tb0 + sb0 + u, B, lane, i0) : 0;
+        float v[kEPT];
+        load16(send, i0, n, v);
+        uint16_t meta;
+        uint4 c = quantize16(v, G, meta);
+        if (act) {
+          *reinterpret_cast<uint4*>(dst + u * B + lane * kEPT) = c;
+          if (lane == 0) *reinterpret_cast<uint16_t*>(dst + mo + 2 * u) = meta;
+        }
+      }
+    }
+    signalAll(p, 0, epoch);
+    if (!waitAll(p, 0, epoch, deadline)) return;
+    // B: reduce the own shard, requantize, push to every rank.
+    {
+      size_t sb0, sb1;
+      fp8::shardBlocks(nb, N, p.rank, sb0, sb1);
+      const char* in = p.staging[p.rank] + size_t(cta) * p.ctaBytes;
+      for (size_t u0 = 0; u0 < sb1 - sb0; u0 += GPC) {
+        const size_t u = u0 + grp;
+        const bool act = u < sb1 - sb0;
+        float acc[kEPT];
+#pragma unroll
+        for (int j = 0; j < kEPT; ++j) acc[j] = 0.f;
+        if (act) {
+          for (int s = 0; s < N; ++s) {
+            const char* src = in + size_t(s) * S;
+            uint4 c = *reinterpret_cast<const uint4*>(src + u * B + lane * kEPT);
+            uint16_t meta = *reinterpret_cast<const uint16_t*>(src + mo + 2 * u);
+            float v[kEPT];
+            dequantize16(c, meta, v);
+#pragma unroll
+            for (int j = 0; j < kEPT; ++j) acc[j] = s == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
+          }
+          if (p.avg) {
+#pragma unroll
+            for (int j = 0; j < kEPT; ++j) acc[j] = __fdiv_rn(acc[j], float(N));
+          }
+        }
+        uint16_t meta;
+        uint4 c = quantize16(acc, G, meta);
+        if (act) {
+          for (int q = 0; q < N; ++q) {
+            char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + size_t(N + p.rank) * S;
+            *reinterpret_cast<uint4*>(dst + u * B + lane * kEPT) = c;
+            if (lane == 0) *reinterpret_cast<uint16_t*>(dst + mo + 2 * u) = meta;
+          }
+        }
+      }
+    }
+    signalAll(p, 1, epoch);
+    if (!waitAll(p, 1, epoch, deadline)) return;
+    // C: dequantize every shard into the output.
+    for (int q = 0; q < N; ++q) {
+      size_t sb0, sb1;
+      fp8::shardBlocks(nb, N, q, sb0, sb1);
+      const char* src = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N + q) * S;
+      for (size_t u = grp; u < sb1 - sb0; u += GPC) {  // no shuffles: per-group loop is fine
+        size_t i0;
+        int n = laneCount(p.count, tb0 + sb0 + u, B, lane, i0);
+        if (n == 0) continue;
+        uint4 c = *reinterpret_cast<const uint4*>(src + u * B + lane * kEPT);
+        uint16_t meta = *reinterpret_cast<const uint16_t*>(src + mo + 2 * u);
+        float v[kEPT];
+        dequantize16(c, meta, v);
+        store16(recv, i0, n, v);
+      }
+    }
+  }
+  endCall(p, e0 + it);
+}
+
+/// Staging one CTA needs for a tile of tb blocks: A-inbox and G-inbox, one shard per source.
+struct AllReduceNeed {
+  int n;
+  size_t operator()(size_t tb, size_t B) const {
+    return 2 * size_t(n) * fp8::packedBytes((tb + n - 1) / n, B);
+  }
+};
+
+template <class T>
+void launchT(const Params& p, int B, cudaStream_t st) {
+  dim3 grid(gridFor(p)), block(kThreads);
+  switch (B) {
+    case 32: allReduceKernel<T, 32><<<grid, block, 0, st>>>(p); break;
+    case 64: allReduceKernel<T, 64><<<grid, block, 0, st>>>(p); break;
+    case 128: allReduceKernel<T, 128><<<grid, block, 0, st>>>(p); break;
+    default: allReduceKernel<T, 256><<<grid, block, 0, st>>>(p); break;
+  }
+}
+
+class Fp8AllReduce : public DeviceAlgo {
+ public:
+  const char* name() const override { return "fp8"; }
+  bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
+    if (a.type != CollType::AllReduce) return false;
+    if (a.dtype != DataType::f32 && a.dtype != DataType::bf16 && a.dtype != DataType::f16)
+      return false;
+    if (a.op.kind != RedOpKind::SUM && a.op.kind != RedOpKind::AVG) return false;
+    Params p;
+    return makeParams(a, ctx, AllReduceNeed{ctx.size}, p);
+  }
+  void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    Params p;
+    CCLX_REQUIRE(makeParams(a, ctx, AllReduceNeed{ctx.size}, p), cclxInternalError,
+                 "fp8 allreduce launched without usable peer memory");
+    if (p.nTiles == 0) return;
+    auto st = static_cast<cudaStream_t>(stream);
+    int B = ctx.cfg.fp8BlockSize;
+    switch (a.dtype) {
+      case DataType::f32: launchT<float>(p, B, st); break;
+      case DataType::bf16: launchT<bf16_t>(p, B, st); break;
+      default: launchT<f16_t>(p, B, st); break;
+    }
+    cudaError_t e = cudaGetLastError();
+    CCLX_REQUIRE(e == cudaSuccess, cclxCudaError, "fp8 allreduce launch failed: %s",
+                 cudaGetErrorString(e));
+  }
+};
+
+}  // namespace
+}  // namespace fp8dev
+
+std::unique_ptr<DeviceAlgo> makeFp8AllReduce() { return std::make_unique<fp8dev::Fp8AllReduce>(); }
+
+}  // namespace cclx

@@ -1,0 +1,181 @@
+// FP8 e4m3 codec with one power-of-two scale per block of B values, shared by host and device.
+//
+// Element format: OCP e4m3 "fn" (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; largest
+// finite 448, smallest subnormal 2^-9, no Inf, NaN = S.1111.111). Conversion is round to nearest
+// even with saturation to +-448 (never produces NaN from a finite value).
+//
+// Block scale ("meta", 16 bits): bits 0..7 hold E, the block's scale is 2^k with k = E - 127,
+// k in [-127, 127]; bit 8 is the INF flag. A value x is stored as e4m3(x * 2^-k) and read back as
+// e4m3value * 2^k. k is chosen from the largest finite magnitude m = 1.f * 2^e of the block:
+// k = e - 8 if 1.f <= 1.75, else e - 7, so the largest value lands in (224, 448] and never
+// saturates. Multiplying by a power of two is exact (unless the product is below 2^-126, where
+// it rounds identically on every IEEE machine), so the host and the device produce the same bits
+// with plain round-to-nearest float multiplies (no FMA contraction: the device uses __fmul_rn).
+// Blocks whose largest magnitude is below 2^-119 use k = -127 (values below ~2^-136 become 0).
+//
+// Specials: NaN is encoded as 0x7F. A block that contains +-Inf gets the INF flag; in such a
+// block code 0x7F means +Inf, 0xFF means -Inf and 0x80 means NaN (and -0 is stored as +0).
+// All-zero blocks get k = 0. NaN and Inf do not take part in the scale.
+//
+// Packed layout of a run of nb blocks in staging memory: nb * B code bytes (block i at i * B,
+// element j of the block at i * B + j; tail elements of a partial last block are 0), then, at
+// offset align16(nb * B), nb 16-bit metas; total packedBytes(nb, B). Blocks are always aligned
+// to multiples of B of the element index in the caller's buffer (per rank segment for
+// all-gather / reduce-scatter / all-to-all), so results do not depend on chunking or sharding.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype_math.h"
+
+namespace cclx {
+namespace fp8 {
+
+constexpr uint16_t kMetaInf = 0x100;
+constexpr int kMinBlock = 32;
+constexpr int kMaxBlock = 256;
+
+CCLX_HD size_t align16(size_t x) { return (x + 15) & ~size_t(15); }
+/// Bytes of a packed run of nb blocks of B values.
+CCLX_HD size_t packedBytes(size_t nb, size_t B) { return align16(nb * B) + align16(nb * 2); }
+/// Offset of the metas in a packed run of nb blocks.
+CCLX_HD size_t metaOffset(size_t nb, size_t B) { return align16(nb * B); }
+
+CCLX_HD float mulRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+CCLX_HD float addRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+CCLX_HD float divRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+/// 2^n as a float, n in [-127, 127] (2^-127 is the subnormal 0x00400000).
+CCLX_HD float pow2f(int n) {
+  return math::bitsF32(n >= -126 ? uint32_t(n + 127) << 23 : 0x00400000u);
+}
+
+/// Folds |x| into a running maximum of finite magnitudes (as bits: positive floats order like
+/// their bit patterns) and notes Inf.
+CCLX_HD void amaxUpdate(float x, uint32_t& amaxBits, bool& hasInf) {
+  uint32_t a = math::f32Bits(x) & 0x7fffffffu;
+  if (a < 0x7f800000u) amaxBits = a > amaxBits ? a : amaxBits;
+  hasInf = hasInf || a == 0x7f800000u;
+}
+
+/// The block meta for largest finite magnitude bits `amaxBits`.
+CCLX_HD uint16_t makeMeta(uint32_t amaxBits, bool hasInf) {
+  int k;
+  if (amaxBits == 0) {
+    k = 0;
+  } else if ((amaxBits >> 23) == 0) {
+    k = -127;  // subnormal maximum
+  } else {
+    int e = int(amaxBits >> 23) - 127;
+    k = (amaxBits & 0x7fffffu) > 0x600000u ? e - 7 : e - 8;
+    k = k < -127 ? -127 : k;  // k <= 120 always
+  }
+  return uint16_t(k + 127) | (hasInf ? kMetaInf : uint16_t(0));
+}
+CCLX_HD int metaExp(uint16_t meta) { return int(meta & 0xffu) - 127; }
+/// Multiplier applied before encoding (2^-k) and after decoding (2^k).
+CCLX_HD float metaQuantMul(uint16_t meta) { return pow2f(-metaExp(meta)); }
+CCLX_HD float metaDequantMul(uint16_t meta) { return pow2f(metaExp(meta)); }
+
+/// |v| (bits a, finite, non-negative) to e4m3 magnitude code, RNE, saturating at 448 (0x7E).
+CCLX_HD uint32_t satE4m3Mag(uint32_t a) {
+  if (a >= 0x43e00000u) return 0x7eu;  // >= 448
+  if (a < 0x3c800000u) {               // below 2^-6: e4m3 subnormal
+    if (a <= 0x3a800000u) return 0;    // <= 2^-10 (the tie at 2^-10 goes to even 0)
+    uint32_t shift = 14u - (int(a >> 23) - 127);  // 21..24
+    uint32_t M = (a & 0x7fffffu) | 0x800000u;
+    uint32_t r = M >> shift, rem = M & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return r;  // 0..8 (8 = 2^-6, the smallest normal)
+  }
+  uint32_t r = a >> 20, rem = a & 0xfffffu;
+  if (rem > 0x80000u || (rem == 0x80000u && (r & 1u))) r++;
+  return r - 960u;  // rebias exponent 127 -> 7
+}
+
+/// Software float -> e4m3 (RNE, satfinite; NaN -> 0x7F). Same bits as cvt.rn.satfinite.
+CCLX_HD uint8_t f32ToE4m3(float v) {
+  uint32_t b = math::f32Bits(v), a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7f;
+  return uint8_t(((b >> 24) & 0x80u) | satE4m3Mag(a));  // Inf saturates
+}
+
+/// e4m3 code -> float (exact). NaN codes give a quiet NaN.
+CCLX_HD float e4m3ToF32(uint8_t c) {
+  uint32_t e = (c >> 3) & 0xfu, m = c & 7u;
+  uint32_t sign = uint32_t(c & 0x80u) << 24;
+  if ((c & 0x7fu) == 0x7fu) return math::bitsF32(0x7fc00000u);
+  if (e == 0) {
+    float v = float(m) * 0.001953125f;  // m * 2^-9, exact
+    return sign ? -v : v;
+  }
+  return math::bitsF32(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+/// Encodes x with the block's multiplier qmul = metaQuantMul(meta) and INF flag.
+CCLX_HD uint8_t encode(float x, float qmul, bool infBlock) {
+  uint32_t b = math::f32Bits(x), a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return infBlock ? 0x80 : 0x7f;                // NaN
+  if (a == 0x7f800000u) return uint8_t(((b >> 24) & 0x80u) | 0x7fu);  // Inf (INF block)
+  uint8_t c = f32ToE4m3(mulRn(x, qmul));
+  return (infBlock && c == 0x80) ? uint8_t(0) : c;
+}
+
+/// Decodes code c of a block with dmul = metaDequantMul(meta) and INF flag.
+CCLX_HD float decode(uint8_t c, float dmul, bool infBlock) {
+  if (infBlock) {
+    if (c == 0x7f) return math::bitsF32(0x7f800000u);
+    if (c == 0xff) return math::bitsF32(0xff800000u);
+    if (c == 0x80) return math::bitsF32(0x7fc00000u);
+  }
+  return mulRn(e4m3ToF32(c), dmul);  // NaN codes stay NaN
+}
+
+/// Quantizes n <= B floats into B codes (tail zero-filled); returns the block meta.
+CCLX_HD uint16_t quantizeBlock(const float* x, int n, int B, uint8_t* codes) {
+  uint32_t amax = 0;
+  bool inf = false;
+  for (int i = 0; i < n; ++i) amaxUpdate(x[i], amax, inf);
+  uint16_t meta = makeMeta(amax, inf);
+  float q = metaQuantMul(meta);
+  for (int i = 0; i < n; ++i) codes[i] = encode(x[i], q, inf);
+  for (int i = n; i < B; ++i) codes[i] = 0;
+  return meta;
+}
+
+/// Decodes n values of one block.
+CCLX_HD void dequantizeBlock(const uint8_t* codes, uint16_t meta, int n, float* out) {
+  float d = metaDequantMul(meta);
+  bool inf = (meta & kMetaInf) != 0;
+  for (int i = 0; i < n; ++i) out[i] = decode(codes[i], d, inf);
+}
+
+/// Block range [b0, b1) of shard i when nb blocks are split over n shards (first nb % n shards
+/// get one more block). Identical on host and device.
+CCLX_HD void shardBlocks(size_t nb, int n, int i, size_t& b0, size_t& b1) {
+  size_t q = nb / size_t(n), r = nb % size_t(n), ii = size_t(i);
+  b0 = ii * q + (ii < r ? ii : r);
+  b1 = b0 + q + (ii < r ? 1 : 0);
+}
+
+}  // namespace fp8
+}  // namespace cclx

@@ -1,0 +1,270 @@
+// Device building blocks of the FP8 collectives (fp8_allreduce.cu, fp8_exchange.cu): 16-element
+// loads/stores of the user's dtype, group-wise block quantization, flags.
+//
+// Work unit: one thread handles 16 consecutive elements of one codec block; a block of B values
+// is handled by a group of B/16 adjacent lanes (2..16, inside one warp). A group reduces the
+// block's largest magnitude with warp shuffles, so every lane of a warp must reach the shuffles:
+// loops run a CTA-uniform number of rounds and idle groups take part with zeros.
+//
+// Bitwise agreement with the host codec (fp8_codec.h): the scale comes from the same makeMeta();
+// x * 2^-k uses __fmul_rn; the float -> e4m3 step uses cvt.rn.satfinite.e4m3x2.f32, which rounds
+// to nearest even and saturates exactly like fp8::f32ToE4m3 (tests/cpp/test_gpu_fp8.cc checks
+// every float in [-448, 448] on the device); NaN/Inf are handled in software as on the host.
+// Decoding is exact (e4m3 -> f16 in hardware, f16 -> f32), then __fmul_rn by 2^k.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "algos/dda_sync.cuh"
+#include "algos/fp8_codec.h"
+
+namespace cclx {
+namespace fp8dev {
+
+constexpr int kThreads = 512;    // threads per CTA
+constexpr int kEPT = 16;         // elements per thread per unit
+constexpr int kMaxCtas = 64;     // CTAs per collective call (each pairs with the same index on peers)
+// Flags in the FP8 signal region: uint64 [phase][cta][source]; phase 0/1 = data phases of a
+// tile, phase 2 = "done": the CTA finished every read of the call (value = its last epoch).
+constexpr int kPhaseDone = 2;
+constexpr int kPhases = 3;
+
+/// Everything a kernel needs. All FP8 collectives share the staging region, the flags and the
+/// per-CTA epoch counters: CTA c of every call owns bytes [c * ctaBytes, (c + 1) * ctaBytes) of
+/// each rank's FP8 staging region, and tile i of a call uses epoch counter[c] + 1 + i.
+struct Params {
+  const char* send;
+  char* recv;
+  size_t count;           // elements (per rank segment for AG/RS/A2A)
+  int rank, size, avg;
+  size_t tileBlocks;      // codec blocks per tile
+  size_t nbAll;           // codec blocks in total (per segment)
+  size_t nTiles;
+  size_t ctaBytes;        // staging bytes per CTA
+  char* staging[kMaxRanks];    // FP8 staging region of each rank
+  uint64_t* flags[kMaxRanks];  // FP8 flag area of each rank
+  uint64_t* counters;          // kMaxCtas epoch counters (device-local)
+  uint32_t* err;
+  uint64_t timeoutNs;
+};
+
+template <class T> struct Vec;
+template <> struct Vec<float> { static constexpr int kLoads = 4; };
+template <> struct Vec<bf16_t> { static constexpr int kLoads = 2; };
+template <> struct Vec<f16_t> { static constexpr int kLoads = 2; };
+
+/// Loads elements [i0, i0 + n) (n <= 16) of p as floats; missing ones are 0.
+template <class T>
+__device__ __forceinline__ void load16(const T* p, size_t i0, int n, float v[kEPT]) {
+  const T* q = p + i0;
+  if (n == kEPT && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
+    const uint4* q4 = reinterpret_cast<const uint4*>(q);
+#pragma unroll
+    for (int l = 0; l < Vec<T>::kLoads; ++l) {
+      uint4 w = q4[l];
+      uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (sizeof(T) == 4) {
+          v[l * 4 + k] = __uint_as_float(u[k]);
+        } else {
+          v[l * 8 + 2 * k] = math::load(T{uint16_t(u[k] & 0xffffu)});
+          v[l * 8 + 2 * k + 1] = math::load(T{uint16_t(u[k] >> 16)});
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kEPT; ++j) v[j] = j < n ? math::load(q[j]) : 0.f;
+  }
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t bits16(float x) {
+  if constexpr (sizeof(T) == 4) return __float_as_uint(x);
+  else return math::store<T>(x).bits;
+}
+
+/// Stores n <= 16 floats to elements [i0, i0 + n) of p.
+template <class T>
+__device__ __forceinline__ void store16(T* p, size_t i0, int n, const float v[kEPT]) {
+  T* q = p + i0;
+  if (n == kEPT && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
+    uint4* q4 = reinterpret_cast<uint4*>(q);
+#pragma unroll
+    for (int l = 0; l < Vec<T>::kLoads; ++l) {
+      uint32_t u[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (sizeof(T) == 4) u[k] = __float_as_uint(v[l * 4 + k]);
+        else u[k] = bits16<T>(v[l * 8 + 2 * k]) | (bits16<T>(v[l * 8 + 2 * k + 1]) << 16);
+      }
+      q4[l] = make_uint4(u[0], u[1], u[2], u[3]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kEPT; ++j)
+      if (j < n) q[j] = math::store<T>(v[j]);
+  }
+}
+
+/// Hardware float pair -> e4m3 pair (RNE, satfinite); lo lands in the low byte.
+__device__ __forceinline__ uint32_t cvtPair(float lo, float hi) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/// Device twin of fp8::encode for one value given its hardware code.
+__device__ __forceinline__ uint32_t fixSpecial(float x, uint32_t hw, bool inf) {
+  uint32_t b = __float_as_uint(x), a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return inf ? 0x80u : 0x7fu;
+  if (a == 0x7f800000u) return ((b >> 24) & 0x80u) | 0x7fu;
+  return (inf && hw == 0x80u) ? 0u : hw;
+}
+
+/// Quantizes this lane's 16 values of a block handled by `group` lanes (group = B/16); returns
+/// the 16 codes and the block meta (identical in all lanes of the group).
+__device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, uint16_t& metaOut) {
+  uint32_t amax = 0;
+  bool inf = false;
+#pragma unroll
+  for (int j = 0; j < kEPT; ++j) fp8::amaxUpdate(v[j], amax, inf);
+  int infI = inf ? 1 : 0;
+  for (int off = group >> 1; off > 0; off >>= 1) {
+    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    infI |= __shfl_xor_sync(0xffffffffu, infI, off);
+  }
+  uint16_t meta = fp8::makeMeta(amax, infI != 0);
+  float q = fp8::metaQuantMul(meta);
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float x0 = v[4 * k + 2 * h], x1 = v[4 * k + 2 * h + 1];
+      uint32_t pr = cvtPair(__fmul_rn(x0, q), __fmul_rn(x1, q));
+      uint32_t c0 = fixSpecial(x0, pr & 0xffu, infI != 0), c1 = fixSpecial(x1, pr >> 8, infI != 0);
+      word |= (c0 | (c1 << 8)) << (16 * h);
+    }
+    w[k] = word;
+  }
+  metaOut = meta;
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/// Decodes 16 codes of a block with `meta` into v (exact e4m3 value times 2^k).
+__device__ __forceinline__ void dequantize16(uint4 c, uint16_t meta, float v[kEPT]) {
+  float d = fp8::metaDequantMul(meta);
+  bool inf = (meta & fp8::kMetaInf) != 0;
+  uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      unsigned short pair = (w[k] >> (16 * h)) & 0xffffu;
+      uint32_t hh;
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hh) : "h"(pair));
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        uint8_t code = uint8_t(pair >> (8 * e));
+        float x = __half2float(__ushort_as_half(uint16_t(hh >> (16 * e))));
+        float r = __fmul_rn(x, d);
+        if (inf) r = fp8::decode(code, d, true);
+        v[4 * k + 2 * h + e] = r;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ uint64_t* flagAt(uint64_t* base, int phase, int cta, int src) {
+  return base + (size_t(phase) * kMaxCtas + cta) * kMaxRanks + src;
+}
+
+/// After all threads wrote their data for peers: thread t < size publishes `value` in rank t's
+/// flag [phase][cta][rank]. Release at system scope after __syncthreads() makes every thread's
+/// earlier stores (local and remote) visible before the flag.
+__device__ __forceinline__ void signalAll(const Params& p, int phase, uint64_t value) {
+  __syncthreads();
+  int t = threadIdx.x;
+  if (t < p.size) dev::stReleaseSys(flagAt(p.flags[t], phase, blockIdx.x, p.rank), value);
+}
+
+/// Thread t < size waits (acquire, system scope) until rank t published `value` in the local flag
+/// [phase][cta][t]; then __syncthreads() so every thread may read what the peers wrote. Returns
+/// false in every thread on timeout (the missing ranks are recorded in the error words).
+__device__ __forceinline__ bool waitAll(const Params& p, int phase, uint64_t value,
+                                        uint64_t deadline) {
+  __shared__ int s_fail;
+  if (threadIdx.x == 0) s_fail = 0;
+  __syncthreads();
+  int t = threadIdx.x;
+  if (t < p.size &&
+      !dev::waitFlagGE(flagAt(p.flags[p.rank], phase, blockIdx.x, t), value, deadline, p.err, t))
+    s_fail = 1;
+  __syncthreads();
+  return s_fail == 0;
+}
+
+/// Valid elements of lane `lane` (of its group) in codec block `gb` of a segment of n elements.
+__device__ __forceinline__ int laneCount(size_t n, size_t gb, int B, int lane, size_t& i0) {
+  i0 = gb * size_t(B) + size_t(lane) * kEPT;
+  return i0 >= n ? 0 : (n - i0 >= size_t(kEPT) ? kEPT : int(n - i0));
+}
+
+
+/// Start of a call: before writing into any peer's staging, wait until every peer's same CTA has
+/// finished reading everything of its previous call (phase "done" reached epoch e0).
+__device__ __forceinline__ bool beginCall(const Params& p, uint64_t e0, uint64_t deadline) {
+  return e0 == 0 || waitAll(p, kPhaseDone, e0, deadline);
+}
+
+/// End of a call: publish "done" (after this CTA's last reads) and advance the epoch counter.
+__device__ __forceinline__ void endCall(const Params& p, uint64_t lastEpoch) {
+  signalAll(p, kPhaseDone, lastEpoch);  // includes the __syncthreads() after the last reads
+  if (threadIdx.x == 0) p.counters[blockIdx.x] = lastEpoch;
+}
+
+/// Host side: fills the shared fields of Params. `slotsPerTile(tb)` is the staging bytes one CTA
+/// needs for a tile of tb codec blocks; the largest tb that fits ctaBytes is taken. Returns false
+/// when peer memory is not usable or not even one block fits.
+template <class NeedFn>
+inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Params& p) {
+  if (!ctx.peerUsable() || ctx.size < 2 || ctx.size > kMaxRanks) return false;
+  const PeerMem& pm = *ctx.peer;
+  const size_t B = size_t(ctx.cfg.fp8BlockSize);
+  if (B < size_t(fp8::kMinBlock) || B > size_t(fp8::kMaxBlock) || (B & (B - 1)) != 0) return false;
+  p = Params{};
+  p.send = static_cast<const char*>(a.send);
+  p.recv = static_cast<char*>(a.recv);
+  p.count = a.count;
+  p.rank = ctx.rank;
+  p.size = ctx.size;
+  p.avg = a.op.kind == RedOpKind::AVG ? 1 : 0;
+  p.ctaBytes = (pm.regionBytes(StagingRegion::kFp8) / kMaxCtas) & ~size_t(255);
+  size_t tb = p.ctaBytes / (B + 2);
+  while (tb > 0 && need(tb, B) > p.ctaBytes) tb = tb > 64 ? tb - tb / 64 : tb - 1;
+  if (tb == 0) return false;
+  p.tileBlocks = tb;
+  p.nbAll = (a.count + B - 1) / B;
+  p.nTiles = (p.nbAll + tb - 1) / tb;
+  for (int r = 0; r < ctx.size; ++r) {
+    p.staging[r] = pm.region(r, StagingRegion::kFp8);
+    p.flags[r] = reinterpret_cast<uint64_t*>(pm.signalRegion(r, SignalRegion::kFp8));
+  }
+  p.counters = ctx.counters + kCounterFp8;
+  p.err = ctx.errorFlagDev;
+  p.timeoutNs = timeoutNs(a);
+  return true;
+}
+
+inline int gridFor(const Params& p) {
+  return int(p.nTiles < size_t(kMaxCtas) ? p.nTiles : size_t(kMaxCtas));
+}
+
+}  // namespace fp8dev
+}  // namespace cclx

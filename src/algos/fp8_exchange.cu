@@ -1,0 +1,165 @@
+// FP8 all-gather, reduce-scatter and all-to-all on peer memory: one kernel each (one template),
+// push model. Count is per rank segment; codec blocks are aligned to each segment's start.
+//
+// CTA c handles tiles c, c + grid, ... (tileBlocks codec blocks of the segment) and pairs only with
+// CTA c of the other ranks. Per tile with epoch e, buffer b = e % 2:
+//   A: AllGather: quantize the own tile once and write it into every rank's inbox [b][source=me];
+//      ReduceScatter / AllToAll: quantize segment q's tile and write it into rank q's inbox
+//      [b][source=me]. Then signal flag[0] = e to every rank and wait flag[0] >= e from all.
+//   B: AllGather / AllToAll: dequantize inbox [b][s] into output segment s, for every s.
+//      ReduceScatter: reduce inbox [b][0..N-1] in rank order (float, AVG divides) into the output.
+// Reuse: rank W writes q's inbox buffer b at epoch e after waiting for q's flag[0] of epoch e-1,
+// which q published after its phase B of epoch e-2 (the last reader of buffer b). Across calls
+// beginCall() waits for the peers' "done" flag of their previous call. Flags: st.release.sys after
+// __syncthreads(), ld.acquire.sys then __syncthreads() (dda_sync.cuh). CTAs never wait on CTAs of
+// the same GPU; at most 64 CTAs of 512 threads, one per SM, all co-resident.
+#include <cuda_runtime.h>
+
+#include "algos/fp8_algos.h"
+#include "algos/fp8_device.cuh"
+#include "core/error.h"
+
+namespace cclx {
+namespace fp8dev {
+namespace {
+
+enum Mode : int { kAllGather = 0, kReduceScatter = 1, kAllToAll = 2 };
+
+template <class T, int B, int M>
+__global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
+  constexpr int G = B / kEPT, GPC = kThreads / G;
+  const int lane = threadIdx.x % G, grp = threadIdx.x / G, N = p.size, cta = blockIdx.x;
+  const uint64_t e0 = p.counters[cta];
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  const size_t S = fp8::packedBytes(p.tileBlocks, B), mo = fp8::metaOffset(p.tileBlocks, B);
+  const T* send = reinterpret_cast<const T*>(p.send);
+  T* recv = reinterpret_cast<T*>(p.recv);
+  if (!beginCall(p, e0, deadline)) return;
+  uint64_t it = 0;
+  for (size_t tile = cta; tile < p.nTiles; tile += gridDim.x, ++it) {
+    const uint64_t epoch = e0 + 1 + it;
+    const size_t buf = size_t(epoch & 1u);
+    const size_t tb0 = tile * p.tileBlocks;
+    const size_t nb = p.tileBlocks < p.nbAll - tb0 ? p.tileBlocks : p.nbAll - tb0;
+    const size_t slotOff = size_t(cta) * p.ctaBytes + buf * size_t(N) * S;
+    // A: quantize and push.
+    const int nSrcSeg = M == kAllGather ? 1 : N;
+    for (int q = 0; q < nSrcSeg; ++q) {
+      const T* seg = send + (M == kAllGather ? 0 : size_t(q) * p.count);
+      for (size_t u0 = 0; u0 < nb; u0 += GPC) {
+        const size_t u = u0 + grp;
+        const bool act = u < nb;
+        size_t i0 = 0;
+        int n = act ? laneCount(p.count, tb0 + u, B, lane, i0) : 0;
+        float v[kEPT];
+        load16(seg, i0, n, v);
+        uint16_t meta;
+        uint4 c = quantize16(v, G, meta);
+        if (!act) continue;
+        const int d0 = M == kAllGather ? 0 : q, d1 = M == kAllGather ? N : q + 1;
+        for (int d = d0; d < d1; ++d) {
+          char* dst = p.staging[d] + slotOff + size_t(p.rank) * S;
+          *reinterpret_cast<uint4*>(dst + u * B + lane * kEPT) = c;
+          if (lane == 0) *reinterpret_cast<uint16_t*>(dst + mo + 2 * u) = meta;
+        }
+      }
+    }
+    signalAll(p, 0, epoch);
+    if (!waitAll(p, 0, epoch, deadline)) return;
+    // B: unpack (and reduce) from the local inbox.
+    const char* in = p.staging[p.rank] + slotOff;
+    for (size_t u = grp; u < nb; u += GPC) {  // no shuffles below: per-group loop
+      size_t i0;
+      int n = laneCount(p.count, tb0 + u, B, lane, i0);
+      if (n == 0) continue;
+      float acc[kEPT];
+      for (int s = 0; s < N; ++s) {
+        const char* src = in + size_t(s) * S;
+        uint4 c = *reinterpret_cast<const uint4*>(src + u * B + lane * kEPT);
+        uint16_t meta = *reinterpret_cast<const uint16_t*>(src + mo + 2 * u);
+        float v[kEPT];
+        dequantize16(c, meta, v);
+        if constexpr (M == kReduceScatter) {
+#pragma unroll
+          for (int j = 0; j < kEPT; ++j) acc[j] = s == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
+        } else {
+          store16(recv + size_t(s) * p.count, i0, n, v);
+        }
+      }
+      if constexpr (M == kReduceScatter) {
+        if (p.avg) {
+#pragma unroll
+          for (int j = 0; j < kEPT; ++j) acc[j] = __fdiv_rn(acc[j], float(N));
+        }
+        store16(recv, i0, n, acc);
+      }
+    }
+  }
+  endCall(p, e0 + it);
+}
+
+/// Staging one CTA needs for a tile of tb blocks: two buffers of one packed run per source.
+struct ExchangeNeed {
+  int n;
+  size_t operator()(size_t tb, size_t B) const { return 2 * size_t(n) * fp8::packedBytes(tb, B); }
+};
+
+template <class T, int M>
+void launchT(const Params& p, int B, cudaStream_t st) {
+  dim3 grid(gridFor(p)), block(kThreads);
+  switch (B) {
+    case 32: exchangeKernel<T, 32, M><<<grid, block, 0, st>>>(p); break;
+    case 64: exchangeKernel<T, 64, M><<<grid, block, 0, st>>>(p); break;
+    case 128: exchangeKernel<T, 128, M><<<grid, block, 0, st>>>(p); break;
+    default: exchangeKernel<T, 256, M><<<grid, block, 0, st>>>(p); break;
+  }
+}
+
+template <int M>
+class Fp8Exchange : public DeviceAlgo {
+ public:
+  const char* name() const override { return "fp8"; }
+  bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
+    const CollType want = M == kAllGather       ? CollType::AllGather
+                          : M == kReduceScatter ? CollType::ReduceScatter
+                                                : CollType::AllToAll;
+    if (a.type != want || !a.recvList.empty() || !a.sendList.empty()) return false;
+    if (a.dtype != DataType::f32 && a.dtype != DataType::bf16 && a.dtype != DataType::f16)
+      return false;
+    if (M == kReduceScatter && a.op.kind != RedOpKind::SUM && a.op.kind != RedOpKind::AVG)
+      return false;
+    Params p;
+    return makeParams(a, ctx, ExchangeNeed{ctx.size}, p);
+  }
+  void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    Params p;
+    CCLX_REQUIRE(makeParams(a, ctx, ExchangeNeed{ctx.size}, p), cclxInternalError,
+                 "fp8 %s launched without usable peer memory", collName(a.type));
+    if (p.nTiles == 0) return;
+    auto st = static_cast<cudaStream_t>(stream);
+    int B = ctx.cfg.fp8BlockSize;
+    switch (a.dtype) {
+      case DataType::f32: launchT<float, M>(p, B, st); break;
+      case DataType::bf16: launchT<bf16_t, M>(p, B, st); break;
+      default: launchT<f16_t, M>(p, B, st); break;
+    }
+    cudaError_t e = cudaGetLastError();
+    CCLX_REQUIRE(e == cudaSuccess, cclxCudaError, "fp8 %s launch failed: %s", collName(a.type),
+                 cudaGetErrorString(e));
+  }
+};
+
+}  // namespace
+}  // namespace fp8dev
+
+std::unique_ptr<DeviceAlgo> makeFp8AllGather() {
+  return std::make_unique<fp8dev::Fp8Exchange<fp8dev::kAllGather>>();
+}
+std::unique_ptr<DeviceAlgo> makeFp8ReduceScatter() {
+  return std::make_unique<fp8dev::Fp8Exchange<fp8dev::kReduceScatter>>();
+}
+std::unique_ptr<DeviceAlgo> makeFp8AllToAll() {
+  return std::make_unique<fp8dev::Fp8Exchange<fp8dev::kAllToAll>>();
+}
+
+}  // namespace cclx

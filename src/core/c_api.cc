@@ -1,0 +1,389 @@
+// C API (include/cclx/cclx.h) over the C++ API. No exception crosses this boundary.
+#include <cclx/cclx.h>
+#include <cclx/cclx.hpp>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "core/backend.h"
+#include "core/bootstrap.h"
+#include "core/comm_internal.h"
+#include "core/error.h"
+
+struct cclxComm {
+  std::shared_ptr<cclx::Comm> comm;
+  std::mutex opsMu;
+  std::map<int, double> premulOps;  // dynamic op id -> factor
+  int nextOp = cclxNumOps;
+};
+
+namespace {
+
+using namespace cclx;
+
+thread_local std::string tLastError;
+
+constexpr const char* kUidMagic = "cclx-uid1";
+
+template <typename F>
+cclxResult_t guard(F&& f) {
+  try {
+    tLastError.clear();
+    f();
+    return cclxSuccess;
+  } catch (const Error& e) {
+    tLastError = e.what();
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    tLastError = "out of memory";
+    return cclxSystemError;
+  } catch (const std::exception& e) {
+    tLastError = std::string("internal error: ") + e.what();
+    return cclxInternalError;
+  } catch (...) {
+    tLastError = "internal error: unknown exception";
+    return cclxInternalError;
+  }
+}
+
+// Stores started by cclxGetUniqueId, alive until the process exits, by job id.
+std::mutex gServersMu;
+// The pid guards against a forked child using its parent's copy (whose server thread is gone).
+struct OwnedServer {
+  pid_t pid;
+  std::shared_ptr<TcpStore> store;
+};
+std::map<std::string, OwnedServer>& servers() {
+  static auto* m = new std::map<std::string, OwnedServer>();
+  return *m;
+}
+
+std::string localAddress() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host, nullptr, &hints, &res) != 0 || !res) return "127.0.0.1";
+  char buf[INET_ADDRSTRLEN] = {0};
+  auto* sa = reinterpret_cast<sockaddr_in*>(res->ai_addr);
+  const char* s = ::inet_ntop(AF_INET, &sa->sin_addr, buf, sizeof(buf));
+  ::freeaddrinfo(res);
+  return s ? std::string(s) : std::string("127.0.0.1");
+}
+
+struct Uid {
+  std::string host;
+  int port = 0;
+  std::string job;
+};
+
+Uid decodeUid(const cclxUniqueId& id) {
+  std::string s(id.internal, strnlen(id.internal, CCLX_UNIQUE_ID_BYTES));
+  Uid u;
+  char magic[16] = {0}, host[64] = {0}, job[64] = {0};
+  if (std::sscanf(s.c_str(), "%15[^|]|%63[^|]|%d|%63s", magic, host, &u.port, job) != 4 ||
+      std::strcmp(magic, kUidMagic) != 0 || u.port <= 0 || u.port > 65535)
+    CCLX_THROW(cclxInvalidArgument, "malformed cclxUniqueId (not made by cclxGetUniqueId?)");
+  u.host = host;
+  u.job = job;
+  return u;
+}
+
+Options optionsFrom(const cclxConfig_t* c) {
+  Options o;
+  if (!c) return o;
+  CCLX_ARG_CHECK(c->size == sizeof(cclxConfig_t),
+                 "cclxConfig_t.size is %zu, expected %zu (use CCLX_CONFIG_INITIALIZER)", c->size,
+                 sizeof(cclxConfig_t));
+  CCLX_ARG_CHECK(c->timeout_ms >= 0, "timeout_ms must not be negative (got %lld)",
+                 (long long)c->timeout_ms);
+  if (c->timeout_ms > 0) o.timeout = std::chrono::milliseconds(c->timeout_ms);
+  if (c->name) o.name = c->name;
+  if (c->backend) o.backend = c->backend;
+  return o;
+}
+
+DeviceSpec deviceFrom(int device) {
+  CCLX_ARG_CHECK(device >= -1, "device %d is invalid (use -1 for CPU or a CUDA ordinal)", device);
+  return device < 0 ? DeviceSpec::cpu() : DeviceSpec::cuda(device);
+}
+
+cclxComm& handle(cclxComm_t c) {
+  CCLX_ARG_CHECK(c != nullptr && c->comm != nullptr, "communicator is NULL");
+  return *c;
+}
+
+DataType dtypeOf(cclxDataType_t t) {
+  CCLX_ARG_CHECK(int(t) >= 0 && int(t) < cclxNumTypes, "unknown datatype %d", int(t));
+  return DataType(int(t));
+}
+
+ReduceOp opOf(cclxComm& c, cclxRedOp_t op) {
+  int v = int(op);
+  if (v >= 0 && v < cclxNumOps) {
+    CCLX_ARG_CHECK(op != cclxPremulSum,
+                   "cclxPremulSum needs a factor: create the op with cclxRedOpCreatePreMulSum");
+    return ReduceOp(RedOpKind(v));
+  }
+  std::lock_guard<std::mutex> lk(c.opsMu);
+  auto it = c.premulOps.find(v);
+  CCLX_ARG_CHECK(it != c.premulOps.end(), "unknown reduction op %d on this communicator", v);
+  return ReduceOp::premulSum(it->second);
+}
+
+CollOptions streamOpts(void* stream) {
+  CollOptions o;
+  o.stream = stream;
+  return o;
+}
+
+void setOut(cclxComm_t* out, std::shared_ptr<Comm> comm) {
+  auto* h = new cclxComm;
+  h->comm = std::move(comm);
+  *out = h;
+}
+
+}  // namespace
+
+extern "C" {
+
+cclxResult_t cclxGetVersion(int* version) {
+  return guard([&] {
+    CCLX_ARG_CHECK(version != nullptr, "version is NULL");
+    *version = CCLX_VERSION_CODE;
+  });
+}
+
+const char* cclxGetErrorString(cclxResult_t r) {
+  switch (r) {
+    case cclxSuccess: return "cclxSuccess: no error";
+    case cclxInvalidArgument: return "cclxInvalidArgument: invalid argument";
+    case cclxInvalidUsage: return "cclxInvalidUsage: invalid usage";
+    case cclxTimeout: return "cclxTimeout: a peer did not arrive within the timeout";
+    case cclxSystemError: return "cclxSystemError: system call failed";
+    case cclxCudaError: return "cclxCudaError: CUDA call failed";
+    case cclxNcclError: return "cclxNcclError: NCCL call failed";
+    case cclxRemoteError: return "cclxRemoteError: remote process error";
+    case cclxInternalError: return "cclxInternalError: internal error";
+    case cclxAborted: return "cclxAborted: communicator aborted";
+    case cclxInProgress: return "cclxInProgress: operation in progress";
+    case cclxUnsupported: return "cclxUnsupported: not supported by this build or device";
+    default: return "unknown cclx result code";
+  }
+}
+
+const char* cclxGetLastError(cclxComm_t) { return tLastError.c_str(); }
+
+cclxResult_t cclxGetUniqueId(cclxUniqueId* id) {
+  return guard([&] {
+    CCLX_ARG_CHECK(id != nullptr, "id is NULL");
+    std::string host = localAddress();
+    std::string job = "uid-" + strFormat("%d-", int(::getpid()));
+    {
+      // A fresh random token keeps concurrent jobs on one host apart.
+      static std::mutex mu;
+      static uint64_t n = 0;
+      std::lock_guard<std::mutex> lk(mu);
+      job += strFormat("%llx-%llu", (unsigned long long)std::chrono::steady_clock::now()
+                                        .time_since_epoch().count(), (unsigned long long)n++);
+    }
+    auto server = TcpStore::create(host, 0, true, job, std::chrono::milliseconds(600000));
+    std::string enc = strFormat("%s|%s|%d|%s", kUidMagic, host.c_str(), server->port(), job.c_str());
+    CCLX_REQUIRE(enc.size() < CCLX_UNIQUE_ID_BYTES, cclxInternalError, "unique id too long");
+    {
+      std::lock_guard<std::mutex> lk(gServersMu);
+      servers()[job] = OwnedServer{::getpid(), server};
+    }
+    std::memset(id->internal, 0, CCLX_UNIQUE_ID_BYTES);
+    std::memcpy(id->internal, enc.data(), enc.size());
+  });
+}
+
+cclxResult_t cclxCommInitRankConfig(cclxComm_t* comm, int nranks, cclxUniqueId id, int rank,
+                                    int device, const cclxConfig_t* config) {
+  return guard([&] {
+    CCLX_ARG_CHECK(comm != nullptr, "comm is NULL");
+    CCLX_ARG_CHECK(nranks >= 1, "nranks must be at least 1 (got %d)", nranks);
+    CCLX_ARG_CHECK(rank >= 0 && rank < nranks, "rank %d is outside [0, %d)", rank, nranks);
+    Options o = optionsFrom(config);
+    DeviceSpec dev = deviceFrom(device);
+    Uid u = decodeUid(id);
+    std::shared_ptr<Store> store;
+    {
+      std::lock_guard<std::mutex> lk(gServersMu);
+      auto it = servers().find(u.job);
+      if (it != servers().end() && it->second.pid == ::getpid()) store = it->second.store;
+    }
+    if (!store) store = TcpStore::create(u.host, u.port, false, u.job, resolveCommTimeout(o));
+    setOut(comm, Comm::create(dev, o, store, rank, nranks));
+  });
+}
+
+cclxResult_t cclxCommInitRank(cclxComm_t* comm, int nranks, cclxUniqueId id, int rank, int device) {
+  return cclxCommInitRankConfig(comm, nranks, id, rank, device, nullptr);
+}
+
+cclxResult_t cclxCommInitFromEnv(cclxComm_t* comm, int device, const cclxConfig_t* config) {
+  return guard([&] {
+    CCLX_ARG_CHECK(comm != nullptr, "comm is NULL");
+    setOut(comm, Comm::fromEnv(deviceFrom(device), optionsFrom(config)));
+  });
+}
+
+cclxResult_t cclxCommFinalize(cclxComm_t comm) {
+  return guard([&] { handle(comm).comm->finalize(); });
+}
+
+cclxResult_t cclxCommDestroy(cclxComm_t comm) {
+  return guard([&] { delete comm; });
+}
+
+cclxResult_t cclxCommAbort(cclxComm_t comm) {
+  return guard([&] {
+    if (!comm) return;
+    std::unique_ptr<cclxComm> owned(comm);
+    if (owned->comm) owned->comm->abort();
+  });
+}
+
+cclxResult_t cclxCommGetAsyncError(cclxComm_t comm, cclxResult_t* asyncError) {
+  return guard([&] {
+    CCLX_ARG_CHECK(asyncError != nullptr, "asyncError is NULL");
+    *asyncError = handle(comm).comm->asyncError();
+  });
+}
+
+cclxResult_t cclxCommCount(const cclxComm_t comm, int* count) {
+  return guard([&] {
+    CCLX_ARG_CHECK(count != nullptr, "count is NULL");
+    *count = handle(comm).comm->size();
+  });
+}
+
+cclxResult_t cclxCommUserRank(const cclxComm_t comm, int* rank) {
+  return guard([&] {
+    CCLX_ARG_CHECK(rank != nullptr, "rank is NULL");
+    *rank = handle(comm).comm->rank();
+  });
+}
+
+cclxResult_t cclxCommCuDevice(const cclxComm_t comm, int* device) {
+  return guard([&] {
+    CCLX_ARG_CHECK(device != nullptr, "device is NULL");
+    DeviceSpec d = handle(comm).comm->device();
+    *device = d.type == DeviceSpec::CPU ? -1 : d.index;
+  });
+}
+
+cclxResult_t cclxRedOpCreatePreMulSum(cclxRedOp_t* op, double factor, cclxComm_t comm) {
+  return guard([&] {
+    CCLX_ARG_CHECK(op != nullptr, "op is NULL");
+    CCLX_ARG_CHECK(std::isfinite(factor), "PREMUL_SUM factor %g is not finite", factor);
+    cclxComm& c = handle(comm);
+    std::lock_guard<std::mutex> lk(c.opsMu);
+    CCLX_REQUIRE(c.nextOp < (1 << 30), cclxInternalError, "too many reduction ops created");
+    int id = c.nextOp++;
+    c.premulOps[id] = factor;
+    *op = cclxRedOp_t(id);
+  });
+}
+
+cclxResult_t cclxRedOpDestroy(cclxRedOp_t op, cclxComm_t comm) {
+  return guard([&] {
+    cclxComm& c = handle(comm);
+    std::lock_guard<std::mutex> lk(c.opsMu);
+    CCLX_ARG_CHECK(c.premulOps.erase(int(op)) == 1,
+                   "reduction op %d was not created on this communicator", int(op));
+  });
+}
+
+cclxResult_t cclxAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           cclxDataType_t datatype, cclxRedOp_t op, cclxComm_t comm, void* stream) {
+  return guard([&] {
+    cclxComm& c = handle(comm);
+    c.comm->allReduce(sendbuff, recvbuff, count, dtypeOf(datatype), opOf(c, op), streamOpts(stream));
+  });
+}
+
+cclxResult_t cclxReduce(const void* sendbuff, void* recvbuff, size_t count, cclxDataType_t datatype,
+                        cclxRedOp_t op, int root, cclxComm_t comm, void* stream) {
+  return guard([&] {
+    cclxComm& c = handle(comm);
+    c.comm->reduce(sendbuff, recvbuff, count, dtypeOf(datatype), opOf(c, op), root,
+                   streamOpts(stream));
+  });
+}
+
+cclxResult_t cclxBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           cclxDataType_t datatype, int root, cclxComm_t comm, void* stream) {
+  return guard([&] {
+    handle(comm).comm->broadcast(sendbuff, recvbuff, count, dtypeOf(datatype), root,
+                                 streamOpts(stream));
+  });
+}
+
+cclxResult_t cclxAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           cclxDataType_t datatype, cclxComm_t comm, void* stream) {
+  return guard([&] {
+    handle(comm).comm->allGather(sendbuff, recvbuff, sendcount, dtypeOf(datatype),
+                                 streamOpts(stream));
+  });
+}
+
+cclxResult_t cclxReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               cclxDataType_t datatype, cclxRedOp_t op, cclxComm_t comm,
+                               void* stream) {
+  return guard([&] {
+    cclxComm& c = handle(comm);
+    c.comm->reduceScatter(sendbuff, recvbuff, recvcount, dtypeOf(datatype), opOf(c, op),
+                          streamOpts(stream));
+  });
+}
+
+cclxResult_t cclxAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          cclxDataType_t datatype, cclxComm_t comm, void* stream) {
+  return guard([&] {
+    handle(comm).comm->allToAll(sendbuff, recvbuff, count, dtypeOf(datatype), streamOpts(stream));
+  });
+}
+
+cclxResult_t cclxAllToAllV(const void* sendbuff, const size_t* sendcounts, void* recvbuff,
+                           const size_t* recvcounts, cclxDataType_t datatype, cclxComm_t comm,
+                           void* stream) {
+  return guard([&] {
+    cclxComm& c = handle(comm);
+    CCLX_ARG_CHECK(sendcounts && recvcounts, "sendcounts and recvcounts must not be NULL");
+    size_t n = size_t(c.comm->size());
+    std::vector<size_t> sc(sendcounts, sendcounts + n), rc(recvcounts, recvcounts + n);
+    c.comm->allToAllV(sendbuff, sc, recvbuff, rc, dtypeOf(datatype), streamOpts(stream));
+  });
+}
+
+cclxResult_t cclxSend(const void* sendbuff, size_t count, cclxDataType_t datatype, int peer,
+                      cclxComm_t comm, void* stream) {
+  return guard([&] {
+    handle(comm).comm->send(sendbuff, count, dtypeOf(datatype), peer, streamOpts(stream));
+  });
+}
+
+cclxResult_t cclxRecv(void* recvbuff, size_t count, cclxDataType_t datatype, int peer,
+                      cclxComm_t comm, void* stream) {
+  return guard([&] {
+    handle(comm).comm->recv(recvbuff, count, dtypeOf(datatype), peer, streamOpts(stream));
+  });
+}
+
+cclxResult_t cclxBarrier(cclxComm_t comm, void* stream) {
+  return guard([&] { handle(comm).comm->barrier(streamOpts(stream)); });
+}
+
+}  // extern "C"

@@ -1,0 +1,195 @@
+// Comm life cycle: creation (from a store or the environment), split, finalize, abort.
+#include <cerrno>
+#include <cstdlib>
+#include <set>
+
+#include "core/bootstrap.h"
+#include "core/comm_internal.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace cclx {
+
+namespace {
+
+const char* envOrNull(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+int envInt(const char* name, const char* v, int lo, int hi) {
+  errno = 0;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || errno == ERANGE || n < lo || n > hi)
+    CCLX_THROW(cclxInvalidArgument, "%s='%s' is not an integer in [%d, %d]", name, v, lo, hi);
+  return int(n);
+}
+
+void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size) {
+  CCLX_ARG_CHECK(size >= 1, "comm size must be at least 1 (got %d)", size);
+  CCLX_ARG_CHECK(rank >= 0 && rank < size, "rank %d is outside [0, %d)", rank, size);
+  CCLX_ARG_CHECK(!opts.name.empty(), "comm name must not be empty");
+  CCLX_ARG_CHECK(opts.timeout.count() > 0, "comm timeout must be positive (got %lld ms)",
+                 (long long)opts.timeout.count());
+  CCLX_ARG_CHECK(device.type == DeviceSpec::CPU || device.type == DeviceSpec::CUDA,
+                 "unknown device type %d", int(device.type));
+  if (device.type == DeviceSpec::CPU) {
+    CCLX_ARG_CHECK(opts.backend != "nccl", "the nccl backend needs a CUDA device");
+    CCLX_ARG_CHECK(opts.backend == "cclx", "unknown backend '%s' for a CPU comm (use \"cclx\")",
+                   opts.backend.c_str());
+  } else {
+    CCLX_ARG_CHECK(opts.backend == "cclx" || opts.backend == "nccl",
+                   "unknown backend '%s' (use \"cclx\" or \"nccl\")", opts.backend.c_str());
+    CCLX_ARG_CHECK(device.index >= -1, "CUDA device index %d is invalid", device.index);
+  }
+}
+
+}  // namespace
+
+std::chrono::milliseconds resolveCommTimeout(const Options& opts) {
+  const Config& cfg = config();
+  if (cfg.timeoutMs >= 0) return std::chrono::milliseconds(cfg.timeoutMs);
+  return opts.timeout;
+}
+
+void requireUsable(const CommState& st, const char* what) {
+  if (st.aborted)
+    CCLX_THROW(cclxInvalidUsage, "%s on comm '%s' after abort()", what, st.info.opts.name.c_str());
+  if (st.finalized)
+    CCLX_THROW(cclxInvalidUsage, "%s on comm '%s' after finalize()", what,
+               st.info.opts.name.c_str());
+}
+
+std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& optsIn,
+                                 std::shared_ptr<Store> rootStore, const std::string& prefix,
+                                 int rank, int size) {
+  Options opts = optsIn;
+  opts.timeout = resolveCommTimeout(optsIn);
+  checkCreateArgs(device, opts, rank, size);
+  CCLX_ARG_CHECK(rootStore != nullptr, "store is null");
+  logSetRank(rank);
+  auto st = std::make_unique<CommState>();
+  st->rootStore = rootStore;
+  st->info = bootstrap(device, opts, rootStore, prefix, rank, size);
+  st->backend = device.type == DeviceSpec::CPU ? makeHostBackend(st->info)
+                                               : makeCudaBackend(st->info);
+  CCLX_ARG_CHECK(st->backend != nullptr, "no backend for comm '%s'", opts.name.c_str());
+  const BootstrapInfo& i = st->info;
+  CCLX_INFO("comm '%s' rank %d/%d local %d/%d hosts %d device %s%s backend %s (%s) timeout %lld ms",
+            opts.name.c_str(), rank, size, i.localRank, i.localSize, i.numHosts,
+            device.type == DeviceSpec::CPU ? "cpu" : "cuda:",
+            device.type == DeviceSpec::CPU ? "" : std::to_string(device.index).c_str(),
+            opts.backend.c_str(), st->backend->name(), (long long)opts.timeout.count());
+  return std::make_shared<Comm>(std::move(st));
+}
+
+std::shared_ptr<Comm> Comm::create(DeviceSpec device, const Options& opts,
+                                   std::shared_ptr<Store> store, int rank, int size) {
+  CCLX_ARG_CHECK(store != nullptr, "Comm::create: store is null");
+  Options o = opts;
+  o.timeout = resolveCommTimeout(opts);
+  checkCreateArgs(device, o, rank, size);
+  return createComm(device, opts, std::move(store), nextCommPrefix(opts.name), rank, size);
+}
+
+std::shared_ptr<Comm> Comm::fromEnv(DeviceSpec device, const Options& opts) {
+  const char* r = envOrNull("TORCHCOMM_RANK");
+  const char* s = envOrNull("TORCHCOMM_SIZE");
+  const char* rn = "TORCHCOMM_RANK";
+  const char* sn = "TORCHCOMM_SIZE";
+  if (!r || !s) {
+    r = envOrNull("RANK");
+    s = envOrNull("WORLD_SIZE");
+    rn = "RANK";
+    sn = "WORLD_SIZE";
+  }
+  CCLX_ARG_CHECK(r && s, "set TORCHCOMM_RANK and TORCHCOMM_SIZE (or RANK and WORLD_SIZE)");
+  int size = envInt(sn, s, 1, 1 << 20);
+  int rank = envInt(rn, r, 0, size - 1);
+  const char* addr = envOrNull("MASTER_ADDR");
+  std::string host = addr ? addr : "127.0.0.1";
+  const char* p = envOrNull("MASTER_PORT");
+  int port = p ? envInt("MASTER_PORT", p, 1, 65535) : 29500;
+  Options o = opts;
+  o.timeout = resolveCommTimeout(opts);
+  checkCreateArgs(device, o, rank, size);
+  auto store = TcpStore::create(host, port, rank == 0, config().jobId, o.timeout);
+  auto comm = Comm::create(device, o, store, rank, size);
+  if (const char* lr = envOrNull("LOCAL_RANK")) {
+    int want = envInt("LOCAL_RANK", lr, 0, 1 << 20);
+    if (want != comm->localRank())
+      CCLX_WARN("LOCAL_RANK=%d but rendezvous found local rank %d; using %d", want,
+                comm->localRank(), comm->localRank());
+  }
+  if (const char* ls = envOrNull("LOCAL_WORLD_SIZE")) {
+    int want = envInt("LOCAL_WORLD_SIZE", ls, 1, 1 << 20);
+    if (want != comm->localSize())
+      CCLX_WARN("LOCAL_WORLD_SIZE=%d but rendezvous found %d ranks on this host", want,
+                comm->localSize());
+  }
+  return comm;
+}
+
+Comm::Comm(std::unique_ptr<CommState> st) : st_(std::move(st)) {}
+
+Comm::~Comm() = default;
+
+int Comm::rank() const { return st_->info.rank; }
+int Comm::size() const { return st_->info.size; }
+int Comm::localRank() const { return st_->info.localRank; }
+int Comm::localSize() const { return st_->info.localSize; }
+const std::string& Comm::name() const { return st_->info.opts.name; }
+const std::string& Comm::backendName() const { return st_->info.opts.backend; }
+DeviceSpec Comm::device() const { return st_->info.device; }
+const Options& Comm::options() const { return st_->info.opts; }
+
+std::shared_ptr<Comm> Comm::split(const std::vector<int>& ranks, const std::string& name) {
+  requireUsable(*st_, "split");
+  CCLX_ARG_CHECK(!name.empty(), "split: name must not be empty");
+  CCLX_ARG_CHECK(!ranks.empty(), "split: the rank list is empty");
+  std::set<int> seen;
+  for (int r : ranks) {
+    CCLX_ARG_CHECK(r >= 0 && r < size(), "split: rank %d is outside [0, %d)", r, size());
+    CCLX_ARG_CHECK(seen.insert(r).second, "split: rank %d is listed twice", r);
+  }
+  int seq = st_->splitSeq++;
+  std::string list;
+  for (int r : ranks) list += std::to_string(r) + ",";
+  std::string key = strFormat("split/%d", seq);
+  auto all = storeAllGather(*st_->info.store, key, name + "|" + list, rank(), size(),
+                            st_->info.opts.timeout, strFormat("split of comm '%s'", this->name().c_str()));
+  for (int r = 0; r < size(); ++r)
+    if (all[size_t(r)] != all[size_t(rank())])
+      CCLX_THROW(cclxInvalidUsage, "split: rank %d passed (%s), rank %d passed (%s)", r,
+                 all[size_t(r)].c_str(), rank(), all[size_t(rank())].c_str());
+  int newRank = -1;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == rank()) newRank = int(i);
+  if (newRank < 0) return nullptr;
+  Options o = st_->info.opts;
+  o.name = name;
+  std::string prefix = strFormat("split/%s/%d/%s/", st_->info.jobId.c_str(), seq, name.c_str());
+  return createComm(device(), o, st_->rootStore, prefix, newRank, int(ranks.size()));
+}
+
+void Comm::finalize() {
+  if (st_->finalized || st_->aborted) return;
+  st_->finalized = true;
+  st_->backend->finalize();
+  CCLX_INFO("comm '%s' finalized", name().c_str());
+}
+
+void Comm::abort() {
+  if (st_->aborted) return;
+  st_->aborted = true;
+  st_->backend->abort();
+  CCLX_WARN("comm '%s' aborted", name().c_str());
+}
+
+cclxResult_t Comm::asyncError() {
+  if (st_->aborted) return cclxAborted;
+  return st_->backend->asyncError();
+}
+
+}  // namespace cclx

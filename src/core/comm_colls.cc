@@ -1,0 +1,302 @@
+// Comm collectives: argument validation, check mode, dispatch to the backend.
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+
+#include "core/bootstrap.h"
+#include "core/comm_internal.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace cclx {
+
+namespace {
+
+bool isReduction(CollType t) {
+  return t == CollType::AllReduce || t == CollType::Reduce || t == CollType::ReduceScatter;
+}
+
+// Elements each rank contributes or receives, times the world size, must fit in size_t bytes.
+void checkCount(size_t count, DataType dtype, int size) {
+  size_t es = dtypeSize(dtype);
+  CCLX_ARG_CHECK(count <= SIZE_MAX / es / size_t(size), "count %zu is too large", count);
+}
+
+void checkDtype(DataType dtype) {
+  CCLX_ARG_CHECK(int(dtype) >= 0 && int(dtype) < cclxNumTypes, "unknown data type %d", int(dtype));
+}
+
+void checkOp(const ReduceOp& op, DataType dtype) {
+  CCLX_ARG_CHECK(int(op.kind) >= 0 && int(op.kind) < cclxNumOps, "unknown reduction op %d",
+                 int(op.kind));
+  CCLX_ARG_CHECK(opSupported(op.kind, dtype), "reduction op %s is not supported for %s",
+                 opName(op.kind), dtypeName(dtype));
+  if (op.kind == RedOpKind::PREMUL_SUM)
+    CCLX_ARG_CHECK(std::isfinite(op.factor), "PREMUL_SUM factor %g is not finite", op.factor);
+}
+
+void checkBuf(const void* p, size_t count, const char* what) {
+  CCLX_ARG_CHECK(p != nullptr || count == 0, "%s buffer is null with count %zu", what, count);
+}
+
+void validate(const CollArgs& a, int rank, int size) {
+  checkDtype(a.dtype);
+  checkCount(a.count, a.dtype, size);
+  if (isReduction(a.type)) checkOp(a.op, a.dtype);
+  const char* name = collName(a.type);
+  switch (a.type) {
+    case CollType::AllReduce:
+    case CollType::AllToAll:
+      checkBuf(a.send, a.count, "send");
+      checkBuf(a.recv, a.count, "recv");
+      break;
+    case CollType::Reduce:
+    case CollType::Broadcast:
+      CCLX_ARG_CHECK(a.root >= 0 && a.root < size, "%s: root %d is outside [0, %d)", name, a.root,
+                     size);
+      if (a.type == CollType::Reduce) {
+        checkBuf(a.send, a.count, "send");
+        if (rank == a.root) checkBuf(a.recv, a.count, "recv");
+      } else {
+        if (rank == a.root) checkBuf(a.send, a.count, "send");
+        checkBuf(a.recv, a.count, "recv");
+      }
+      break;
+    case CollType::AllGather:
+      checkBuf(a.send, a.count, "send");
+      if (a.recvList.empty()) {
+        checkBuf(a.recv, a.count, "recv");
+      } else {
+        CCLX_ARG_CHECK(a.recvList.size() == size_t(size), "%s: %zu receive buffers for %d ranks",
+                       name, a.recvList.size(), size);
+        for (void* p : a.recvList) checkBuf(p, a.count, "recv list");
+      }
+      break;
+    case CollType::ReduceScatter:
+      checkBuf(a.recv, a.count, "recv");
+      if (a.sendList.empty()) {
+        checkBuf(a.send, a.count, "send");
+      } else {
+        CCLX_ARG_CHECK(a.sendList.size() == size_t(size), "%s: %zu send buffers for %d ranks",
+                       name, a.sendList.size(), size);
+        for (const void* p : a.sendList) checkBuf(p, a.count, "send list");
+      }
+      break;
+    case CollType::AllToAllV: {
+      CCLX_ARG_CHECK(a.sendCounts.size() == size_t(size) && a.recvCounts.size() == size_t(size),
+                     "%s: count vectors have %zu and %zu entries, need %d", name,
+                     a.sendCounts.size(), a.recvCounts.size(), size);
+      size_t s = 0, r = 0;
+      for (int i = 0; i < size; ++i) {
+        checkCount(a.sendCounts[size_t(i)], a.dtype, 1);
+        checkCount(a.recvCounts[size_t(i)], a.dtype, 1);
+        s += a.sendCounts[size_t(i)];
+        r += a.recvCounts[size_t(i)];
+        CCLX_ARG_CHECK(s >= a.sendCounts[size_t(i)] && r >= a.recvCounts[size_t(i)],
+                       "%s: counts overflow", name);
+      }
+      checkCount(s, a.dtype, 1);
+      checkCount(r, a.dtype, 1);
+      checkBuf(a.send, s, "send");
+      checkBuf(a.recv, r, "recv");
+      break;
+    }
+    case CollType::Send:
+    case CollType::Recv:
+      CCLX_ARG_CHECK(a.root >= 0 && a.root < size, "%s: peer %d is outside [0, %d)", name, a.root,
+                     size);
+      CCLX_ARG_CHECK(a.root != rank, "%s: peer %d is this rank", name, a.root);
+      checkBuf(a.type == CollType::Send ? a.send : a.recv, a.count, "message");
+      break;
+    case CollType::Barrier:
+      break;
+  }
+}
+
+std::string describe(const CollArgs& a) {
+  std::string s = strFormat("%s count=%zu dtype=%s", collName(a.type), a.count, dtypeName(a.dtype));
+  if (isReduction(a.type)) s += strFormat(" op=%s", opName(a.op.kind));
+  if (a.type == CollType::Reduce || a.type == CollType::Broadcast)
+    s += strFormat(" root=%d", a.root);
+  if (a.type == CollType::AllGather) s += a.recvList.empty() ? "" : " list";
+  if (a.type == CollType::ReduceScatter) s += a.sendList.empty() ? "" : " list";
+  if (a.type == CollType::AllToAllV) s = strFormat("%s dtype=%s", collName(a.type), dtypeName(a.dtype));
+  return s;
+}
+
+std::string joinCounts(const std::vector<size_t>& v) {
+  std::string s;
+  for (size_t x : v) s += std::to_string(x) + ",";
+  return s;
+}
+
+// CCLX_CHECK_MODE: every rank publishes what it is about to run; all must agree.
+void checkModeExchange(CommState& st, const CollArgs& a) {
+  const BootstrapInfo& i = st.info;
+  uint64_t seq = st.checkSeq++;
+  std::string mine = describe(a) + "|" + joinCounts(a.sendCounts);
+  std::string key = strFormat("check/%llu", (unsigned long long)seq);
+  auto all = storeAllGather(*i.store, key, mine, i.rank, i.size, a.opts.timeout,
+                            strFormat("check mode, collective #%llu (%s) of comm '%s'",
+                                      (unsigned long long)seq, collName(a.type),
+                                      i.opts.name.c_str()));
+  if (seq > 0) {
+    try {
+      i.store->erase(strFormat("check/%llu/%d", (unsigned long long)(seq - 1), i.rank));
+    } catch (const Error& e) {
+      CCLX_WARN("check mode: cannot erase an old key: %s", e.what());
+    }
+  }
+  std::string myDesc = mine.substr(0, mine.find('|'));
+  std::string bad;
+  for (int r = 0; r < i.size; ++r) {
+    std::string d = all[size_t(r)].substr(0, all[size_t(r)].find('|'));
+    if (d != myDesc) bad += strFormat("; rank %d: %s", r, d.c_str());
+  }
+  if (!bad.empty())
+    CCLX_THROW(cclxInvalidUsage, "check mode: collective #%llu differs across ranks: rank %d: %s%s",
+               (unsigned long long)seq, i.rank, myDesc.c_str(), bad.c_str());
+  if (a.type == CollType::AllToAllV) {
+    for (int r = 0; r < i.size; ++r) {
+      std::string counts = all[size_t(r)].substr(all[size_t(r)].find('|') + 1);
+      std::istringstream in(counts);
+      std::string tok;
+      for (int j = 0; std::getline(in, tok, ','); ++j) {
+        if (j != i.rank) continue;
+        size_t theirs = std::stoull(tok);
+        if (theirs != a.recvCounts[size_t(r)])
+          CCLX_THROW(cclxInvalidUsage,
+                     "check mode: AllToAllV: rank %d sends %zu elements to rank %d, which expects %zu",
+                     r, theirs, i.rank, a.recvCounts[size_t(r)]);
+      }
+    }
+  }
+}
+
+CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_t count,
+                  DataType dtype, const CollOptions& o) {
+  requireUsable(st, collName(t));
+  CCLX_ARG_CHECK(o.timeout.count() >= 0, "timeout must not be negative (got %lld ms)",
+                 (long long)o.timeout.count());
+  CollArgs a;
+  a.type = t;
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.dtype = dtype;
+  a.opts = o;
+  if (a.opts.timeout.count() == 0) a.opts.timeout = st.info.opts.timeout;
+  a.opts.hints = st.info.opts.hints;
+  for (const auto& [k, v] : o.hints) a.opts.hints[k] = v;
+  return a;
+}
+
+std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a) {
+  requireUsable(st, collName(a.type));
+  validate(a, st.info.rank, st.info.size);
+  if (st.info.cfg.checkMode && a.type != CollType::Send && a.type != CollType::Recv)
+    checkModeExchange(st, a);
+  CCLX_TRACE("%s count=%zu dtype=%s", collName(a.type), a.count, dtypeName(a.dtype));
+  return st.backend->run(a);
+}
+
+}  // namespace
+
+std::shared_ptr<Work> Comm::allReduce(const void* send, void* recv, size_t count, DataType dtype,
+                                      ReduceOp op, const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::AllReduce, send, recv, count, dtype, o);
+  a.op = op;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::reduce(const void* send, void* recv, size_t count, DataType dtype,
+                                   ReduceOp op, int root, const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::Reduce, send, recv, count, dtype, o);
+  a.op = op;
+  a.root = root;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::broadcast(const void* send, void* recv, size_t count, DataType dtype,
+                                      int root, const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::Broadcast, send, recv, count, dtype, o);
+  a.root = root;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::allGather(const void* send, void* recv, size_t count, DataType dtype,
+                                      const CollOptions& o) {
+  return dispatch(*st_, baseArgs(*st_, CollType::AllGather, send, recv, count, dtype, o));
+}
+
+std::shared_ptr<Work> Comm::allGatherList(const void* send, const std::vector<void*>& recvs,
+                                          size_t count, DataType dtype, const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::AllGather, send, nullptr, count, dtype, o);
+  CCLX_ARG_CHECK(recvs.size() == size_t(size()), "AllGather: %zu receive buffers for %d ranks",
+                 recvs.size(), size());
+  a.recvList = recvs;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::reduceScatter(const void* send, void* recv, size_t count,
+                                          DataType dtype, ReduceOp op, const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::ReduceScatter, send, recv, count, dtype, o);
+  a.op = op;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::reduceScatterList(const std::vector<const void*>& sends, void* recv,
+                                              size_t count, DataType dtype, ReduceOp op,
+                                              const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::ReduceScatter, nullptr, recv, count, dtype, o);
+  CCLX_ARG_CHECK(sends.size() == size_t(size()), "ReduceScatter: %zu send buffers for %d ranks",
+                 sends.size(), size());
+  a.op = op;
+  a.sendList = sends;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::allToAll(const void* send, void* recv, size_t count, DataType dtype,
+                                     const CollOptions& o) {
+  return dispatch(*st_, baseArgs(*st_, CollType::AllToAll, send, recv, count, dtype, o));
+}
+
+std::shared_ptr<Work> Comm::allToAllV(const void* send, const std::vector<size_t>& sendCounts,
+                                      void* recv, const std::vector<size_t>& recvCounts,
+                                      DataType dtype, const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::AllToAllV, send, recv, 0, dtype, o);
+  a.sendCounts = sendCounts;
+  a.recvCounts = recvCounts;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::send(const void* buf, size_t count, DataType dtype, int peer,
+                                 const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::Send, buf, nullptr, count, dtype, o);
+  a.root = peer;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::recv(void* buf, size_t count, DataType dtype, int peer,
+                                 const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::Recv, nullptr, buf, count, dtype, o);
+  a.root = peer;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::barrier(const CollOptions& o) {
+  return dispatch(*st_, baseArgs(*st_, CollType::Barrier, nullptr, nullptr, 0, DataType::f32, o));
+}
+
+std::string Comm::selectAllReduceAlgo(size_t count, DataType dtype, ReduceOp op,
+                                      const CollOptions& o) {
+  requireUsable(*st_, "selectAllReduceAlgo");
+  CollArgs a = baseArgs(*st_, CollType::AllReduce, nullptr, nullptr, count, dtype, o);
+  a.op = op;
+  checkDtype(dtype);
+  checkCount(count, dtype, size());
+  checkOp(op, dtype);
+  return st_->backend->selectAllReduce(a);
+}
+
+}  // namespace cclx

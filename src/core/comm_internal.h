@@ -1,0 +1,21 @@
+// Pieces of Comm shared between comm.cc (life cycle) and comm_colls.cc (collectives).
+#pragma once
+
+#include <chrono>
+
+#include "core/backend.h"
+
+namespace cclx {
+
+/// The comm's effective timeout: CCLX_TIMEOUT_MS when set, else opts.timeout.
+std::chrono::milliseconds resolveCommTimeout(const Options& opts);
+
+/// Builds a comm whose keys live under `prefix` in `rootStore` (collective over all ranks).
+std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& opts,
+                                 std::shared_ptr<Store> rootStore, const std::string& prefix,
+                                 int rank, int size);
+
+/// Throws cclxInvalidUsage when the comm was finalized or aborted.
+void requireUsable(const CommState& st, const char* what);
+
+}  // namespace cclx

@@ -1,0 +1,66 @@
+// CUDA IPC peer memory: for ranks of one host whose GPUs have P2P access between every pair, each
+// rank allocates a staging buffer and a signal area, and every rank maps every peer's with CUDA IPC.
+// The pointers below are valid in this process (peer pointers are IPC mappings over NVLink/PCIe).
+//
+// Staging layout (bytes, S = stagingBytes, every region 256-byte aligned):
+//   [kFlat]  [0, S/8)       DDA flat allreduce: LL16 packet slots, two sets alternating by epoch
+//   [kTree]  [S/8, S/2)     DDA tree allreduce: reduce-scatter inbox + all-gather inbox
+//   [kFp8]   [S/2, S)       FP8 collectives (src/algos/fp8_*.cu); owned entirely by them
+// Regions are disjoint so that one algorithm's late readers are never overwritten by another
+// algorithm that a faster peer already started.
+//
+// Signal area layout (bytes, kSignalBytes total, zeroed before the handles are published):
+//   [0,       64 KiB)   barrier kernel flags: uint64 [kMaxRanks] (index = source rank)
+//   [64 KiB, 256 KiB)   DDA tree flags: uint64 [2 phases][kMaxBlocks][kMaxRanks]
+//   [256 KiB, 512 KiB)  FP8 collectives (free layout, owned by fp8_*.cu)
+//   [512 KiB,   1 MiB)  reserved
+// Flags only ever increase (no resets): a waiter compares against the value it expects.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/backend.h"
+
+namespace cclx {
+
+constexpr int kMaxRanks = 8;       // largest world size with peer memory
+constexpr int kMaxBlocks = 128;    // largest grid of any peer-memory kernel
+constexpr size_t kSignalBytes = 1u << 20;
+
+enum class StagingRegion : int { kFlat = 0, kTree = 1, kFp8 = 2 };
+enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2 };
+
+struct PeerMem {
+  bool usable = false;      // false: DDA/FP8 peer kernels must not run (NCCL for everything)
+  std::string whyNot;       // reason when !usable (logged at INFO)
+  int rank = 0;             // this rank (global rank == index below)
+  int size = 1;
+  int device = -1;
+  size_t stagingBytes = 0;  // per rank
+  char* staging[kMaxRanks] = {};   // staging[r]: rank r's staging buffer (r == rank: local)
+  char* signal[kMaxRanks] = {};    // signal[r]: rank r's signal area
+
+  /// Byte offset and size of a staging region (identical on all ranks).
+  size_t regionOffset(StagingRegion r) const;
+  size_t regionBytes(StagingRegion r) const;
+  char* region(int peer, StagingRegion r) const { return staging[peer] + regionOffset(r); }
+  static size_t signalOffset(SignalRegion r) {
+    return r == SignalRegion::kBarrier ? 0 : r == SignalRegion::kTree ? (64u << 10) : (256u << 10);
+  }
+  static size_t signalRegionBytes(SignalRegion r) {
+    return r == SignalRegion::kBarrier ? (64u << 10) : r == SignalRegion::kTree ? (192u << 10) : (256u << 10);
+  }
+  char* signalRegion(int peer, SignalRegion r) const { return signal[peer] + signalOffset(r); }
+};
+
+/// Collective over the comm: decides whether peer memory is usable (same host, 2..kMaxRanks ranks,
+/// P2P between every pair, cfg.ddaEnable), allocates and zeroes this rank's buffers, exchanges IPC
+/// handles through info.store and opens the peers'. Every rank reaches the same `usable` verdict.
+/// Must be called with the comm's device current. Throws cclx::Error on CUDA failures.
+void peerMemOpen(PeerMem& pm, const BootstrapInfo& info, int device);
+/// Unmaps the peers' buffers and frees this rank's. Safe on a PeerMem that was never opened.
+void peerMemClose(PeerMem& pm);
+
+}  // namespace cclx

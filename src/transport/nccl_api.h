@@ -1,0 +1,72 @@
+// The subset of the NCCL 2.x C ABI that cclx calls, declared here so that building cclx needs no
+// NCCL headers (libnccl is loaded at run time, see nccl_cuda.h). Values match nccl.h of 2.19+.
+#pragma once
+
+#include <cstddef>
+
+namespace cclx {
+namespace nccl {
+
+typedef struct ncclComm* ncclComm_t;
+typedef void* ncclStream_t;  // ABI-identical to CUDA's stream handle
+#define CCLX_NCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[CCLX_NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
+
+typedef enum {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+} ncclResult_t;
+
+typedef enum {
+  ncclInt8 = 0,
+  ncclUint8 = 1,
+  ncclInt32 = 2,
+  ncclUint32 = 3,
+  ncclInt64 = 4,
+  ncclUint64 = 5,
+  ncclFloat16 = 6,
+  ncclFloat32 = 7,
+  ncclFloat64 = 8,
+  ncclBfloat16 = 9,
+  ncclFloat8e4m3 = 10,  // NCCL >= 2.24
+  ncclFloat8e5m2 = 11,  // NCCL >= 2.24
+} ncclDataType_t;
+
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOpBase_t;
+typedef int ncclRedOp_t;  // base ops above, or a handle from ncclRedOpCreatePreMulSum
+typedef enum { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 } ncclScalarResidence_t;
+
+using GetVersionFn = ncclResult_t (*)(int*);
+using GetUniqueIdFn = ncclResult_t (*)(ncclUniqueId*);
+using CommInitRankFn = ncclResult_t (*)(ncclComm_t*, int, ncclUniqueId, int);
+using CommFn = ncclResult_t (*)(ncclComm_t);
+using CommGetAsyncErrorFn = ncclResult_t (*)(ncclComm_t, ncclResult_t*);
+using GetErrorStringFn = const char* (*)(ncclResult_t);
+using GetLastErrorFn = const char* (*)(ncclComm_t);
+using AllReduceFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
+                                     ncclComm_t, ncclStream_t);
+using ReduceFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int,
+                                  ncclComm_t, ncclStream_t);
+using BroadcastFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                                     ncclStream_t);
+using AllGatherFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t,
+                                     ncclStream_t);
+using ReduceScatterFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
+                                         ncclComm_t, ncclStream_t);
+using SendFn = ncclResult_t (*)(const void*, size_t, ncclDataType_t, int, ncclComm_t, ncclStream_t);
+using RecvFn = ncclResult_t (*)(void*, size_t, ncclDataType_t, int, ncclComm_t, ncclStream_t);
+using GroupFn = ncclResult_t (*)();
+using RedOpCreatePreMulSumFn = ncclResult_t (*)(ncclRedOp_t*, void*, ncclDataType_t,
+                                                ncclScalarResidence_t, ncclComm_t);
+using RedOpDestroyFn = ncclResult_t (*)(ncclRedOp_t, ncclComm_t);
+
+}  // namespace nccl
+}  // namespace cclx

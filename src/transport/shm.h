@@ -1,0 +1,113 @@
+// Host shared-memory transport: one POSIX shm segment per rank, mapped by every peer.
+//
+// Segment layout (one per rank, written only by its owner except where noted):
+//   line 0           magic, sizes, "aborted" word
+//   line 1           step counter (collective steps this rank has published)
+//   lines 2..N+1     sent[p]: messages this rank has published to peer p (point to point)
+//   lines N+2..2N+1  acked[p]: messages from peer p this rank has consumed
+//   2 step slots     slotBytes() each; step s uses slot s % 2
+//   N x 2 channels   p2pBytes each; messages to peer p, message n uses channel [p][n % 2]
+// Every counter sits alone on a 64-byte line, only increases (never reset), is stored with
+// release and loaded with acquire.
+//
+// Collective step contract (what every host algorithm relies on):
+//   A collective is a sequence of steps s = nextStep(), nextStep()+1, ... In step s each rank
+//   (1) writes its own slot(rank, s), (2) calls sync(s) = publish s, then wait until every rank
+//   has published s, (3) reads any peer's slot(p, s). Data of step s is read only between sync(s)
+//   and the reader's sync(s + 1). Rank r writes slot(r, s + 2) (the same memory) only after its
+//   own sync(s + 1) returned, i.e. after every peer published s + 1 and therefore finished reading
+//   step s. So two slots suffice and no extra barrier is needed between back-to-back collectives.
+//   All ranks must run the same number of steps per collective.
+//
+// Waiting spins cfg.spinIterations polls, then yields, then sleeps on a futex on the counter in
+// short slices. Each wait ends at the deadline set by beginColl(); on expiry it throws
+// cclxTimeout naming the collective, its sequence number and the ranks that did not arrive, and
+// the context becomes unusable (as after abort()).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace cclx {
+
+/// Half-open element range [begin, end).
+struct Range {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+};
+
+/// Splits [0, count) into n contiguous ranges, the first count % n one element longer. Works for
+/// every count, including count < n (trailing ranges are empty) and 0.
+Range splitRange(size_t count, int n, int i);
+
+struct ShmSegment;  // shm.cc
+
+/// This rank's view of the host transport. Created once per CPU comm (collective: every rank of
+/// the comm must construct it). Not thread-safe: one collective at a time per comm.
+struct HostCtx {
+  /// Creates this rank's segment, publishes it through info.store, maps every peer's segment and
+  /// unlinks its own once every peer mapped it. Throws cclxUnsupported when the ranks span hosts,
+  /// cclxSystemError when an OS call fails, cclxTimeout when a peer never shows up.
+  explicit HostCtx(const BootstrapInfo& info);
+  ~HostCtx();
+  HostCtx(const HostCtx&) = delete;
+  HostCtx& operator=(const HostCtx&) = delete;
+
+  int rank = 0;
+  int size = 1;
+  Config cfg;
+  std::chrono::milliseconds timeout{600000};  // of the collective in progress
+
+  /// Starts a collective: sets the deadline (now + timeout) and the name used in errors. Throws
+  /// cclxInvalidUsage when the context is unusable (earlier timeout, abort, finalize).
+  void beginColl(const char* name, std::chrono::milliseconds timeout);
+
+  // ---- collective steps -------------------------------------------------------------------
+  /// Bytes in one step slot.
+  size_t slotBytes() const;
+  /// The step the next sync() will publish.
+  uint64_t nextStep() const { return step_ + 1; }
+  /// Slot of `peer` for step `s` (own slot: write before sync(s); peers': read after it).
+  char* slot(int peer, uint64_t s) const;
+  /// Publishes step s (must equal nextStep()) and waits until every rank published it.
+  void sync(uint64_t s);
+  /// One step with no data (a barrier).
+  void barrier() { sync(nextStep()); }
+
+  // ---- point to point ---------------------------------------------------------------------
+  /// Copies `bytes` to `peer` through the pair's channel; returns once the last piece is
+  /// published (the receiver may still be copying it out). Matched in order with recvFrom().
+  void sendTo(int peer, const void* buf, size_t bytes);
+  void recvFrom(int peer, void* buf, size_t bytes);
+
+  /// Marks this rank aborted (peers waiting on it fail fast with cclxRemoteError), unmaps.
+  void abort();
+  /// Unmaps every segment; later calls raise cclxInvalidUsage.
+  void finalize();
+  bool usable() const { return !broken_; }
+
+ private:
+  void waitFor(const std::vector<int>& peers, int line, uint64_t target, const char* what);
+  void setup(const BootstrapInfo& info);
+  void release();
+
+  std::vector<std::unique_ptr<ShmSegment>> segs_;  // segs_[p]: rank p's segment as mapped here
+  uint64_t step_ = 0;                               // last step this rank published
+  std::vector<uint64_t> sent_, recvd_;              // per-peer message counters
+  std::vector<int> others_;                         // every rank but this one
+  size_t slotBytes_ = 0, p2pBytes_ = 0;
+  bool broken_ = false;
+  std::string brokenWhy_;
+  const char* coll_ = "";
+  uint64_t collSeq_ = 0;
+  std::chrono::steady_clock::time_point deadline_{};
+};
+
+}  // namespace cclx

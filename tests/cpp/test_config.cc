@@ -1,0 +1,146 @@
+// CCLX_* parsing: defaults, accepted spellings, and malformed values rejected with a clear error.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include <cclx/cclx.hpp>
+
+#include "core/config.h"
+
+namespace {
+
+const char* kVars[] = {"CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX_TIMEOUT_MS",
+                       "CCLX_JOB_ID", "TORCHELASTIC_RUN_ID", "CCLX_SHM_FLAT_MAX_BYTES",
+                       "CCLX_SHM_CHUNK_BYTES", "CCLX_SPIN_ITERATIONS", "CCLX_NCCL_PATH",
+                       "CCLX_ALLREDUCE_ALGO", "CCLX_DDA_ENABLE", "CCLX_DDA_FLAT_MAX_BYTES",
+                       "CCLX_DDA_TREE_MAX_BYTES", "CCLX_DDA_STAGING_BYTES", "CCLX_DDA_MAX_BLOCKS",
+                       "CCLX_LOW_PRECISION_ENABLE", "CCLX_LOW_PRECISION_ALLREDUCE",
+                       "CCLX_LOW_PRECISION_ALLGATHER", "CCLX_LOW_PRECISION_REDUCESCATTER",
+                       "CCLX_LOW_PRECISION_ALLTOALL", "CCLX_LOW_PRECISION_MIN_BYTES",
+                       "CCLX_FP8_BLOCK_SIZE"};
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : kVars) unsetenv(v);
+  }
+  void TearDown() override {
+    for (const char* v : kVars) unsetenv(v);
+    cclx::reloadConfig();
+  }
+  static void set(const char* k, const char* v) { ASSERT_EQ(setenv(k, v, 1), 0); }
+  static std::string rejected(const char* k, const char* v) {
+    setenv(k, v, 1);
+    try {
+      cclx::Config::fromEnv();
+    } catch (const cclx::Error& e) {
+      unsetenv(k);
+      EXPECT_EQ(e.code(), cclxInvalidArgument) << e.what();
+      return e.what();
+    }
+    unsetenv(k);
+    ADD_FAILURE() << k << "=" << v << " was accepted";
+    return "";
+  }
+};
+
+TEST_F(ConfigTest, Defaults) {
+  cclx::Config c = cclx::Config::fromEnv();
+  cclx::Config d;
+  EXPECT_EQ(c.logLevel, cclx::LogLevel::NONE);
+  EXPECT_FALSE(c.checkMode);
+  EXPECT_EQ(c.timeoutMs, -1);
+  EXPECT_EQ(c.jobId, "cclx");
+  EXPECT_EQ(c.shmFlatMaxBytes, d.shmFlatMaxBytes);
+  EXPECT_EQ(c.shmChunkBytes, d.shmChunkBytes);
+  EXPECT_EQ(c.allreduceAlgo, "auto");
+  EXPECT_TRUE(c.ddaEnable);
+  EXPECT_FALSE(c.lpAllReduce || c.lpAllGather || c.lpReduceScatter || c.lpAllToAll);
+  EXPECT_EQ(c.fp8BlockSize, 128);
+}
+
+TEST_F(ConfigTest, ParsesValues) {
+  set("CCLX_DEBUG", "info");
+  set("CCLX_CHECK_MODE", "1");
+  set("CCLX_TIMEOUT_MS", "2500");
+  set("CCLX_SHM_FLAT_MAX_BYTES", "128K");
+  set("CCLX_SHM_CHUNK_BYTES", "2MiB");
+  set("CCLX_SPIN_ITERATIONS", "17");
+  set("CCLX_ALLREDUCE_ALGO", "TREE");
+  set("CCLX_DDA_ENABLE", "off");
+  set("CCLX_DDA_STAGING_BYTES", "1G");
+  set("CCLX_DDA_MAX_BLOCKS", "24");
+  set("CCLX_FP8_BLOCK_SIZE", "64");
+  set("CCLX_LOW_PRECISION_MIN_BYTES", "1048576");
+  cclx::Config c = cclx::Config::fromEnv();
+  EXPECT_EQ(c.logLevel, cclx::LogLevel::INFO);
+  EXPECT_TRUE(c.checkMode);
+  EXPECT_EQ(c.timeoutMs, 2500);
+  EXPECT_EQ(c.shmFlatMaxBytes, 128u << 10);
+  EXPECT_EQ(c.shmChunkBytes, 2u << 20);
+  EXPECT_EQ(c.spinIterations, 17);
+  EXPECT_EQ(c.allreduceAlgo, "tree");
+  EXPECT_FALSE(c.ddaEnable);
+  EXPECT_EQ(c.ddaStagingBytes, 1ull << 30);
+  EXPECT_EQ(c.ddaMaxBlocks, 24);
+  EXPECT_EQ(c.fp8BlockSize, 64);
+  EXPECT_EQ(c.lpMinBytes, 1048576u);
+}
+
+TEST_F(ConfigTest, LowPrecisionSwitches) {
+  set("CCLX_LOW_PRECISION_ENABLE", "1");
+  set("CCLX_LOW_PRECISION_ALLTOALL", "0");
+  cclx::Config c = cclx::Config::fromEnv();
+  EXPECT_TRUE(c.lpAllReduce && c.lpAllGather && c.lpReduceScatter);
+  EXPECT_FALSE(c.lpAllToAll);
+  unsetenv("CCLX_LOW_PRECISION_ENABLE");
+  set("CCLX_LOW_PRECISION_REDUCESCATTER", "true");
+  c = cclx::Config::fromEnv();
+  EXPECT_TRUE(c.lpReduceScatter);
+  EXPECT_FALSE(c.lpAllReduce || c.lpAllGather || c.lpAllToAll);
+}
+
+TEST_F(ConfigTest, JobIdSources) {
+  set("TORCHELASTIC_RUN_ID", "elastic-7");
+  EXPECT_EQ(cclx::Config::fromEnv().jobId, "elastic-7");
+  set("CCLX_JOB_ID", "mine");
+  EXPECT_EQ(cclx::Config::fromEnv().jobId, "mine");
+}
+
+TEST_F(ConfigTest, RejectsMalformedValues) {
+  EXPECT_NE(rejected("CCLX_DEBUG", "LOUD").find("CCLX_DEBUG"), std::string::npos);
+  EXPECT_NE(rejected("CCLX_CHECK_MODE", "maybe").find("maybe"), std::string::npos);
+  rejected("CCLX_TIMEOUT_MS", "12abc");
+  rejected("CCLX_TIMEOUT_MS", "-5");
+  rejected("CCLX_SHM_FLAT_MAX_BYTES", "-1");
+  rejected("CCLX_SHM_FLAT_MAX_BYTES", "12Q");
+  rejected("CCLX_SHM_FLAT_MAX_BYTES", "99999999999999999999999");
+  rejected("CCLX_SHM_CHUNK_BYTES", "100");
+  rejected("CCLX_SPIN_ITERATIONS", "many");
+  rejected("CCLX_ALLREDUCE_ALGO", "ring");
+  rejected("CCLX_DDA_ENABLE", "2");
+  rejected("CCLX_DDA_MAX_BLOCKS", "5000");
+  rejected("CCLX_FP8_BLOCK_SIZE", "100");
+  rejected("CCLX_FP8_BLOCK_SIZE", "512");
+  rejected("CCLX_LOW_PRECISION_ENABLE", "y e s");
+}
+
+TEST_F(ConfigTest, EmptyMeansUnset) {
+  set("CCLX_TIMEOUT_MS", "");
+  set("CCLX_DEBUG", "");
+  cclx::Config c = cclx::Config::fromEnv();
+  EXPECT_EQ(c.timeoutMs, -1);
+  EXPECT_EQ(c.logLevel, cclx::LogLevel::NONE);
+}
+
+TEST_F(ConfigTest, ReloadPicksUpChangesAndKeepsOldOnError) {
+  set("CCLX_SPIN_ITERATIONS", "5");
+  cclx::reloadConfig();
+  EXPECT_EQ(cclx::config().spinIterations, 5);
+  set("CCLX_SPIN_ITERATIONS", "oops");
+  EXPECT_THROW(cclx::reloadConfig(), cclx::Error);
+  EXPECT_EQ(cclx::config().spinIterations, 5);
+}
+
+}  // namespace

@@ -1,0 +1,200 @@
+// Unit tests of the FP8 e4m3 block codec (src/algos/fp8_codec.h) against independent references.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "algos/fp8_codec.h"
+
+using namespace cclx;
+
+namespace {
+
+float bitsToF(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+
+// Independent e4m3 value table from the format definition (bias 7, 3 mantissa bits, no Inf).
+double refValue(int code) {
+  int s = code >> 7, e = (code >> 3) & 15, m = code & 7;
+  double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return s ? -v : v;
+}
+
+// Reference RNE + satfinite conversion: nearest of the 127 finite magnitudes, ties to the even
+// code (even mantissa), everything >= 448 saturates.
+uint8_t refConvert(double x) {
+  if (std::isnan(x)) return 0x7f;
+  uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  double a = std::fabs(x);
+  if (a >= 448.0) return sign | 0x7e;
+  int best = 0;
+  double bestD = std::numeric_limits<double>::infinity();
+  for (int c = 0; c <= 0x7e; ++c) {
+    double d = std::fabs(refValue(c) - a);
+    if (d < bestD || (d == bestD && (c & 1) == 0)) { best = c; bestD = d; }
+  }
+  return uint8_t(sign | best);
+}
+
+}  // namespace
+
+TEST(Fp8Codec, EveryCodeRoundTrips) {
+  for (int c = 0; c < 256; ++c) {
+    float v = fp8::e4m3ToF32(uint8_t(c));
+    if ((c & 0x7f) == 0x7f) { EXPECT_TRUE(std::isnan(v)) << c; continue; }
+    EXPECT_EQ(double(v), refValue(c)) << c;
+    EXPECT_EQ(fp8::f32ToE4m3(v), c) << c;
+  }
+  // A block holding every finite value (448 included, so the scale is 2^0) is exact.
+  std::vector<float> x;
+  for (int c = 0; c < 256; ++c)
+    if ((c & 0x7f) != 0x7f) x.push_back(float(refValue(c)));
+  x.resize(256, 0.f);
+  uint8_t codes[256];
+  float back[256];
+  uint16_t meta = fp8::quantizeBlock(x.data(), 256, 256, codes);
+  EXPECT_EQ(fp8::metaExp(meta), 0);
+  fp8::dequantizeBlock(codes, meta, 256, back);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(back[i], x[i]) << i;
+}
+
+TEST(Fp8Codec, ConversionMatchesReferenceOnManyFloats) {
+  // Every midpoint between neighbouring codes and its two neighbouring floats (ties to even).
+  std::vector<float> probes;
+  for (int c = 0; c < 0x7e; ++c) {
+    float mid = float((refValue(c) + refValue(c + 1)) / 2);  // exact in float
+    probes.push_back(mid);
+    probes.push_back(std::nextafter(mid, 0.f));
+    probes.push_back(std::nextafter(mid, 1000.f));
+  }
+  for (float f : {0.f, 1e-30f, 1e-45f, 448.f, 449.f, 464.f, 465.f, 1e30f, 0.0009765625f})
+    probes.push_back(f);
+  for (uint32_t u = 0; u < 0x7f800000u; u += 65521u) probes.push_back(bitsToF(u));
+  probes.push_back(std::numeric_limits<float>::infinity());
+  for (float p : probes)
+    for (float s : {1.f, -1.f}) {
+      float v = p * s;
+      EXPECT_EQ(fp8::f32ToE4m3(v), refConvert(double(v))) << v;
+    }
+  EXPECT_EQ(fp8::f32ToE4m3(std::nanf("")), 0x7f);
+}
+
+TEST(Fp8Codec, RoundToNearestEvenTies) {
+  EXPECT_EQ(fp8::f32ToE4m3(1.0625f), 0x38);     // 1 + 1/16: tie -> 1.0 (mantissa 0)
+  EXPECT_EQ(fp8::f32ToE4m3(1.1875f), 0x3a);     // tie between 1.125 and 1.25 -> 1.25
+  EXPECT_EQ(fp8::f32ToE4m3(0.0029296875f), 0x02);  // 1.5 * 2^-9 -> 2 * 2^-9
+  EXPECT_EQ(fp8::f32ToE4m3(0.0009765625f), 0x00);  // 2^-10 -> 0
+  EXPECT_EQ(fp8::f32ToE4m3(464.f), 0x7e);          // tie 448/480 -> 448, never NaN
+  EXPECT_EQ(fp8::f32ToE4m3(-1e9f), 0xfe);
+}
+
+TEST(Fp8Codec, SpecialValuesInBlocks) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  float x[64];
+  for (int i = 0; i < 64; ++i) x[i] = 0.37f * float(i - 31);
+  x[3] = nan; x[10] = inf; x[11] = -inf; x[12] = -0.f;
+  uint8_t codes[64];
+  float back[64];
+  uint16_t meta = fp8::quantizeBlock(x, 64, 64, codes);
+  EXPECT_TRUE(meta & fp8::kMetaInf);
+  fp8::dequantizeBlock(codes, meta, 64, back);
+  EXPECT_TRUE(std::isnan(back[3]));
+  EXPECT_EQ(back[10], inf);
+  EXPECT_EQ(back[11], -inf);
+  EXPECT_EQ(back[12], 0.f);
+  for (int i = 0; i < 64; ++i)
+    if (i != 3 && i != 10 && i != 11) {
+      EXPECT_NEAR(back[i], x[i], std::fabs(x[i]) / 16 + 1e-6) << i;
+    }
+  // NaN without Inf: plain NaN code, scale from the finite values only.
+  x[10] = 1.f; x[11] = 2.f;
+  meta = fp8::quantizeBlock(x, 64, 64, codes);
+  EXPECT_FALSE(meta & fp8::kMetaInf);
+  EXPECT_EQ(codes[3], 0x7f);
+  fp8::dequantizeBlock(codes, meta, 64, back);
+  EXPECT_TRUE(std::isnan(back[3]));
+  EXPECT_EQ(std::signbit(back[12]), true);  // -0 kept outside INF blocks
+  // All zeros, all NaN, all Inf.
+  for (float fill : {0.f, nan, inf}) {
+    std::fill(x, x + 64, fill);
+    meta = fp8::quantizeBlock(x, 64, 64, codes);
+    fp8::dequantizeBlock(codes, meta, 64, back);
+    for (int i = 0; i < 64; ++i) {
+      if (std::isnan(fill)) EXPECT_TRUE(std::isnan(back[i]));
+      else EXPECT_EQ(back[i], fill);
+    }
+  }
+}
+
+TEST(Fp8Codec, ScaleRangeAndSubnormals) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(1.f, 2.f);
+  for (int e = -149; e <= 127; ++e) {
+    float amax = std::ldexp(e >= -126 ? u(rng) : 1.f, e);
+    if (!std::isfinite(amax) || amax == 0.f) continue;
+    uint32_t bits;
+    std::memcpy(&bits, &amax, 4);
+    uint16_t meta = fp8::makeMeta(bits, false);
+    int k = fp8::metaExp(meta);
+    ASSERT_GE(k, -127);
+    ASSERT_LE(k, 127);
+    double scaled = std::ldexp(double(amax), -k);
+    ASSERT_LE(scaled, 448.0) << e;
+    if (k > -127) {
+      ASSERT_GT(scaled, 224.0) << e;
+    }
+  }
+  // f32 subnormal data and f16-subnormal-sized data survive with bounded absolute error.
+  for (float base : {1e-40f, 6e-8f, 1e-6f, 3e20f}) {
+    float x[32], back[32];
+    uint8_t codes[32];
+    for (int i = 0; i < 32; ++i) x[i] = base * (0.5f + 0.03f * float(i)) * (i % 2 ? -1.f : 1.f);
+    uint16_t meta = fp8::quantizeBlock(x, 32, 32, codes);
+    fp8::dequantizeBlock(codes, meta, 32, back);
+    double step = std::ldexp(1.0, fp8::metaExp(meta) - 10);  // half the subnormal step
+    for (int i = 0; i < 32; ++i)
+      EXPECT_LE(std::fabs(double(back[i]) - x[i]), std::max(std::fabs(double(x[i])) / 16, step) + 1e-45)
+          << base << " " << i;
+  }
+}
+
+TEST(Fp8Codec, ErrorBoundOnRandomBlocks) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.f, 1.f);
+  for (int B : {32, 64, 128, 256}) {
+    for (int t = 0; t < 200; ++t) {
+      float x[256], back[256];
+      uint8_t codes[256];
+      float mag = std::ldexp(1.f, int(rng() % 60) - 30);
+      int n = t % 7 == 0 ? int(rng() % B) + 1 : B;  // partial tail blocks too
+      for (int i = 0; i < n; ++i) x[i] = g(rng) * mag;
+      uint16_t meta = fp8::quantizeBlock(x, n, B, codes);
+      for (int i = n; i < B; ++i) ASSERT_EQ(codes[i], 0);
+      fp8::dequantizeBlock(codes, meta, n, back);
+      double half = std::ldexp(1.0, fp8::metaExp(meta) - 10);
+      for (int i = 0; i < n; ++i)
+        ASSERT_LE(std::fabs(double(back[i]) - x[i]), std::max(std::fabs(double(x[i])) / 16, half))
+            << B << " " << i;
+    }
+  }
+}
+
+TEST(Fp8Codec, ShardsCoverBlocks) {
+  for (size_t nb : {0, 1, 5, 7, 64, 1001})
+    for (int n : {1, 2, 3, 8}) {
+      size_t next = 0;
+      for (int i = 0; i < n; ++i) {
+        size_t b0, b1;
+        fp8::shardBlocks(nb, n, i, b0, b1);
+        EXPECT_EQ(b0, next);
+        EXPECT_GE(b1, b0);
+        next = b1;
+      }
+      EXPECT_EQ(next, nb);
+    }
+  EXPECT_EQ(fp8::packedBytes(3, 32), 96u + 16u);
+  EXPECT_EQ(fp8::metaOffset(3, 32), 96u);
+}

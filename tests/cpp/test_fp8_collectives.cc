@@ -1,0 +1,253 @@
+// FP8 collectives on the CPU twin (host shared-memory transport), multi-process: bitwise equal to
+// a single-process model built from the codec, identical on all ranks, accurate against a float64
+// reference, NaN/Inf preserved, selection by hints and settings.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "algos/fp8_algos.h"
+#include "helpers/mp.h"
+#include "test_fp8_util.h"
+
+using namespace cclx;
+using namespace fp8test;
+
+namespace {
+
+const CollType kColls[] = {CollType::AllReduce, CollType::AllGather, CollType::ReduceScatter,
+                           CollType::AllToAll};
+
+std::shared_ptr<Comm> fp8Comm(int rank, int size, std::shared_ptr<Store> store,
+                              const char* chunkBytes, const char* block) {
+  setenv("CCLX_SHM_CHUNK_BYTES", chunkBytes, 1);
+  setenv("CCLX_FP8_BLOCK_SIZE", block, 1);
+  reloadConfig();
+  Options o;
+  o.hints["low_precision"] = "fp8";
+  o.timeout = std::chrono::milliseconds(60000);
+  return test::makeCpuComm(rank, size, std::move(store), o);
+}
+
+struct Outcome {
+  double err = 0;  // normalized error against the float64 reference
+  size_t wrong = 0;  // elements whose bits differ from the model
+};
+
+/// Runs one FP8 collective with every rank's data from makeData() and checks it.
+Outcome runOne(Comm& c, Store& store, CollType t, DataType dt, RedOpKind op, size_t count, int B,
+               Kind kind, uint32_t seed, bool inPlace, const std::string& tag) {
+  const int N = c.size(), me = c.rank();
+  const bool avg = op == RedOpKind::AVG;
+  const size_t inN = (t == CollType::AllReduce || t == CollType::AllGather) ? count : N * count;
+  const size_t outN = t == CollType::AllReduce || t == CollType::ReduceScatter ? count : N * count;
+  std::vector<Buf> X;
+  for (int r = 0; r < N; ++r) X.push_back(makeData(dt, inN, kind, r, seed));
+  // Model and float64 reference.
+  std::vector<float> model(outN);
+  std::vector<double> ref(outN, 0.0);
+  if (t == CollType::AllReduce) {
+    model = modelAllReduce(X, B, avg);
+    for (size_t i = 0; i < count; ++i) {
+      for (int r = 0; r < N; ++r) ref[i] += double(X[r].get(i));
+      if (avg) ref[i] /= N;
+    }
+  } else if (t == CollType::ReduceScatter) {
+    std::vector<std::vector<float>> v;
+    for (int r = 0; r < N; ++r) v.push_back(roundTrip(X[r], me * count, count, B));
+    model = reduceModel(v, avg);
+    for (size_t i = 0; i < count; ++i) {
+      for (int r = 0; r < N; ++r) ref[i] += double(X[r].get(me * count + i));
+      if (avg) ref[i] /= N;
+    }
+  } else {
+    size_t off = t == CollType::AllGather ? 0 : me * count;
+    for (int s = 0; s < N; ++s) {
+      std::vector<float> v = roundTrip(X[s], off, count, B);
+      for (size_t i = 0; i < count; ++i) {
+        model[s * count + i] = v[i];
+        ref[s * count + i] = double(X[s].get(off + i));
+      }
+    }
+  }
+  Buf want(dt, outN);
+  for (size_t i = 0; i < outN; ++i) want.set(i, model[i]);
+  // Run (poisoned output; in place: the input lives inside the output buffer).
+  Buf out(dt, std::max(outN, inN));
+  out.poison();
+  const size_t es = dtypeSize(dt);
+  const void* send = X[me].data();
+  if (inPlace) {
+    size_t at = t == CollType::AllGather ? me * count : 0;
+    std::memcpy(out.bytes.data() + at * es, X[me].bytes.data(), inN * es);
+    send = out.bytes.data() + at * es;
+  }
+  CollOptions co;
+  co.hints["low_precision"] = "fp8";
+  switch (t) {
+    case CollType::AllReduce: c.allReduce(send, out.data(), count, dt, op, co); break;
+    case CollType::AllGather: c.allGather(send, out.data(), count, dt, co); break;
+    case CollType::ReduceScatter:
+      if (inPlace) {
+        // recv = send + rank * count (torch's in-place reduce_scatter_tensor layout).
+        c.reduceScatter(send, static_cast<char*>(const_cast<void*>(send)) + me * count * es, count,
+                        dt, op, co);
+        std::memmove(out.bytes.data(), out.bytes.data() + me * count * es, count * es);
+      } else {
+        c.reduceScatter(send, out.data(), count, dt, op, co);
+      }
+      break;
+    default: c.allToAll(send, out.data(), count, dt, co); break;
+  }
+  Outcome res;
+  std::vector<double> got(outN);
+  uint64_t hash = 1469598103934665603ull;
+  for (size_t i = 0; i < outN; ++i) {
+    if (!sameBits(out, want, i)) {
+      if (res.wrong < 3)
+        fprintf(stderr, "%s: element %zu got %a want %a\n", tag.c_str(), i, out.get(i), want.get(i));
+      ++res.wrong;
+    }
+    got[i] = double(out.get(i));
+    for (size_t k = 0; k < es; ++k) hash = (hash ^ out.bytes[i * es + k]) * 1099511628211ull;
+  }
+  res.err = normErr(ref, got);
+  if (t == CollType::AllReduce || t == CollType::AllGather) {  // identical on every rank
+    store.set(tag + "/" + std::to_string(me), std::to_string(hash));
+    std::string h0 = store.get(tag + "/0", std::chrono::milliseconds(60000));
+    MP_CHECK(h0 == std::to_string(hash), "%s: rank %d result differs from rank 0", tag.c_str(), me);
+  }
+  return res;
+}
+
+void sweep(int N, const char* chunk, const char* block, std::vector<size_t> counts) {
+  auto res = test::runRanks(N, [&](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = fp8Comm(rank, size, store, chunk, block);
+    const int B = std::atoi(block);
+    int k = 0;
+    for (CollType t : kColls)
+      for (DataType dt : {DataType::f32, DataType::bf16, DataType::f16})
+        for (RedOpKind op : {RedOpKind::SUM, RedOpKind::AVG}) {
+          if (op == RedOpKind::AVG && t != CollType::AllReduce && t != CollType::ReduceScatter)
+            continue;
+          for (size_t n : counts)
+            for (bool inPlace : {false, true}) {
+              std::string tag = std::string(collName(t)) + "/" + dtypeName(dt) + "/" + opName(op) +
+                                "/" + std::to_string(n) + (inPlace ? "/ip" : "") + "/" +
+                                std::to_string(k++);
+              Outcome o = runOne(*c, *store, t, dt, op, n, B, Kind::Gaussian, 17 + k, inPlace, tag);
+              MP_CHECK(o.wrong == 0, "%s: %zu elements differ from the model", tag.c_str(), o.wrong);
+              MP_CHECK(o.err < 0.05, "%s: error %.4f", tag.c_str(), o.err);
+            }
+        }
+    c->finalize();
+  });
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+}  // namespace
+
+TEST(Fp8Collectives, TwoRanksChunkedOddCounts) { sweep(2, "4096", "128", {1, 37, 1003, 20011}); }
+TEST(Fp8Collectives, FourRanks) { sweep(4, "16384", "128", {5, 999, 6007}); }
+TEST(Fp8Collectives, EightRanks) { sweep(8, "65536", "128", {3, 2049}); }
+TEST(Fp8Collectives, BlockSizes32And256) {
+  sweep(2, "8192", "32", {77, 5001});
+  sweep(3, "8192", "256", {77, 5001});
+}
+
+TEST(Fp8Collectives, AccuracyTargets) {
+  for (int N : {2, 8}) {
+    auto res = test::runRanks(N, [&](int rank, int size, std::shared_ptr<Store> store) {
+      auto c = fp8Comm(rank, size, store, "1048576", "128");
+      int k = 0;
+      for (CollType t : kColls)
+        for (DataType dt : {DataType::f32, DataType::bf16})
+          for (Kind kind : {Kind::Gaussian, Kind::Outliers, Kind::Small}) {
+            size_t n = t == CollType::AllReduce ? 65536 : 16384;
+            std::string tag = std::string("acc/") + collName(t) + "/" + dtypeName(dt) + "/" +
+                              kindName(kind) + "/" + std::to_string(k++);
+            Outcome o = runOne(*c, *store, t, dt, RedOpKind::SUM, n, 128, kind, 99, false, tag);
+            double limit = t == CollType::AllReduce ? 0.040 : 0.028;
+            if (rank == 0) printf("[fp8 accuracy] N=%d %s err=%.4f\n", size, tag.c_str(), o.err);
+            MP_CHECK(o.wrong == 0, "%s: %zu elements differ from the model", tag.c_str(), o.wrong);
+            MP_CHECK(o.err <= limit, "%s: error %.4f above %.3f", tag.c_str(), o.err, limit);
+          }
+      c->finalize();
+    });
+    ASSERT_TRUE(res.ok()) << res.log;
+  }
+}
+
+TEST(Fp8Collectives, NanAndInfPreserved) {
+  auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = fp8Comm(rank, size, store, "1048576", "128");
+    const float inf = std::numeric_limits<float>::infinity();
+    const size_t n = 1000;
+    Buf x = makeData(DataType::f32, n, Kind::Gaussian, rank, 5);
+    if (rank == 0) { x.set(5, std::nanf("")); x.set(301, -inf); }
+    if (rank == 1) { x.set(300, inf); x.set(301, inf); x.set(700, -inf); }
+    Buf out(DataType::f32, n);
+    out.poison();
+    c->allReduce(x.data(), out.data(), n, DataType::f32, RedOpKind::SUM);
+    MP_CHECK(std::isnan(out.get(5)));
+    MP_CHECK(out.get(300) == inf);
+    MP_CHECK(std::isnan(out.get(301)));  // -Inf + Inf
+    MP_CHECK(out.get(700) == -inf);
+    for (size_t i : {size_t(4), size_t(299), size_t(302), size_t(999)})
+      MP_CHECK(std::isfinite(out.get(i)), "element %zu", i);
+    Buf g(DataType::bf16, 2 * n), xb(DataType::bf16, n);
+    for (size_t i = 0; i < n; ++i) xb.set(i, x.get(i));
+    g.poison();
+    c->allGather(xb.data(), g.data(), n, DataType::bf16);
+    MP_CHECK(std::isnan(g.get(5)) && g.get(n + 300) == inf && g.get(301) == -inf);
+    MP_CHECK(std::isfinite(g.get(6)) && std::isfinite(g.get(n + 299)));
+    c->finalize();
+  });
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+TEST(Fp8Select, HintsAndSettings) {
+  Config cfg;
+  CollArgs a;
+  a.type = CollType::AllReduce;
+  a.dtype = DataType::bf16;
+  a.op = RedOpKind::SUM;
+  a.count = 1000;
+  EXPECT_FALSE(lowPrecisionWanted(a, cfg));  // off by default
+  a.opts.hints["low_precision"] = "fp8";
+  EXPECT_TRUE(lowPrecisionWanted(a, cfg));  // forced, any size
+  a.op = RedOpKind::MAX;
+  EXPECT_FALSE(lowPrecisionWanted(a, cfg));
+  a.op = RedOpKind::AVG;
+  a.dtype = DataType::i32;
+  EXPECT_FALSE(lowPrecisionWanted(a, cfg));
+  a.dtype = DataType::f32;
+  a.opts.hints["low_precision"] = "off";
+  cfg.lpAllReduce = true;
+  cfg.lpMinBytes = 1024;
+  EXPECT_FALSE(lowPrecisionWanted(a, cfg));
+  a.opts.hints.clear();
+  EXPECT_TRUE(lowPrecisionWanted(a, cfg));  // 4000 bytes >= 1024
+  a.count = 100;
+  EXPECT_FALSE(lowPrecisionWanted(a, cfg));
+  a.count = 1 << 20;
+  a.type = CollType::AllGather;
+  EXPECT_FALSE(lowPrecisionWanted(a, cfg));
+  cfg.lpAllGather = true;
+  EXPECT_TRUE(lowPrecisionWanted(a, cfg));
+  a.type = CollType::Broadcast;
+  EXPECT_FALSE(lowPrecisionWanted(a, cfg));
+}
+
+TEST(Fp8Select, CommPicksFp8ByHint) {
+  auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = fp8Comm(rank, size, store, "1048576", "128");
+    MP_CHECK(c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::SUM) == "fp8");
+    CollOptions off;
+    off.hints["low_precision"] = "off";
+    MP_CHECK(c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::SUM, off) != "fp8");
+    MP_CHECK(c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::MAX) != "fp8");
+    c->finalize();
+  });
+  ASSERT_TRUE(res.ok()) << res.log;
+}

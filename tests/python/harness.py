@@ -1,0 +1,146 @@
+"""Runs every case of a case module in one set of worker processes and reports per case.
+
+A case module defines setup(ctx) (optional) and functions case_<name>(ctx), called in
+definition order on every rank. Each worker writes its results after every case to
+<out>/rank<r>.json, so a hang or crash still leaves the earlier results. The pytest side calls
+run() once per module (a module fixture) and check() once per case.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import types
+from typing import Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load(path: str) -> types.ModuleType:
+    name = "cases_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def case_names(path: str) -> List[str]:
+    names = [k[5:] for k, v in vars(load(path)).items() if k.startswith("case_") and callable(v)]
+    only = os.environ.get("CCLX_TEST_ONLY")
+    return [n for n in names if n in only.split(",")] if only else names
+
+
+def child_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    env = dict(os.environ)
+    py = os.path.join(ROOT, "python")
+    env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra or {})
+    return env
+
+
+def run(path: str, nranks: int, timeout: float = 240.0,
+        env: Optional[Dict[str, str]] = None) -> Dict[str, list]:
+    """Runs all cases of `path` on `nranks` processes; returns {case: [per-rank result]}."""
+    out = tempfile.mkdtemp(prefix="cclx-test-")
+    port = free_port()
+    procs = []
+    for r in range(nranks):
+        e = child_env(env)
+        e.update(RANK=str(r), WORLD_SIZE=str(nranks), LOCAL_RANK=str(r),
+                 LOCAL_WORLD_SIZE=str(nranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        log = open(os.path.join(out, f"rank{r}.log"), "w")
+        procs.append((subprocess.Popen([sys.executable, os.path.abspath(__file__), path, out],
+                                       env=e, stdout=log, stderr=subprocess.STDOUT), log))
+    deadline = time.time() + timeout
+    for p, log in procs:
+        try:
+            p.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        log.close()
+    only = (env or {}).get("CCLX_TEST_ONLY")
+    names = [n for n in case_names(path) if not only or n in only.split(",")]
+    results: Dict[str, list] = {n: [None] * nranks for n in names}
+    logs = []
+    for r, (p, _) in enumerate(procs):
+        f = os.path.join(out, f"rank{r}.json")
+        data = json.load(open(f)) if os.path.exists(f) else {}
+        for n in results:
+            results[n][r] = data.get(n)
+        with open(os.path.join(out, f"rank{r}.log")) as lf:
+            logs.append(f"--- rank {r} (exit {p.returncode}) ---\n" + lf.read()[-4000:])
+    results["__logs__"] = logs  # type: ignore[assignment]
+    return results
+
+
+def check(results: Dict[str, list], case: str) -> None:
+    """Fails (AssertionError) unless `case` passed on every rank."""
+    per_rank = results[case]
+    bad = []
+    for r, res in enumerate(per_rank):
+        if res is None:
+            bad.append(f"rank {r}: no result (worker hung or crashed)")
+        elif not res["ok"]:
+            bad.append(f"rank {r}: {res['error']}")
+    if bad:
+        logs = "\n".join(results.get("__logs__", []))  # type: ignore[arg-type]
+        raise AssertionError(f"case {case} failed:\n" + "\n".join(bad) +
+                             ("\nworker logs:\n" + logs if any("no result" in b for b in bad)
+                              else ""))
+
+
+def _worker(path: str, out: str) -> int:
+    mod = load(path)
+    ctx = types.SimpleNamespace(rank=int(os.environ["RANK"]), size=int(os.environ["WORLD_SIZE"]))
+    results: Dict[str, dict] = {}
+    dest = os.path.join(out, f"rank{ctx.rank}.json")
+
+    def save() -> None:
+        tmp = dest + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(results, f)
+        os.replace(tmp, dest)
+
+    setup = getattr(mod, "setup", None)
+    try:
+        if setup:
+            setup(ctx)
+    except Exception:  # noqa: BLE001 - reported per case below
+        err = "setup failed: " + traceback.format_exc()
+        for n in case_names(path):
+            results[n] = {"ok": False, "error": err}
+        save()
+        return 1
+    for name in case_names(path):
+        k, fn = "case_" + name, getattr(mod, "case_" + name)
+        t0 = time.time()
+        try:
+            fn(ctx)
+            results[k[5:]] = {"ok": True, "error": "", "s": time.time() - t0}
+        except Exception:  # noqa: BLE001
+            results[k[5:]] = {"ok": False, "error": traceback.format_exc()[-3000:]}
+        save()
+        print(f"rank {ctx.rank}: {k} {'ok' if results[k[5:]]['ok'] else 'FAILED'} "
+              f"{time.time() - t0:.2f}s", flush=True)
+    teardown = getattr(mod, "teardown", None)
+    if teardown:
+        teardown(ctx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1], sys.argv[2]))
