@@ -12,6 +12,9 @@ def nccl_version() -> Optional[Tuple[int, int, int]]:
 
     Uses the extension's report when it has one, else torch.cuda.nccl.version() when torch is
     imported (the same library when NCCL comes from the nvidia-nccl pip package)."""
+    from ._rendezvous import set_nccl_pip_dir
+
+    set_nccl_pip_dir()
     fn = getattr(_C, "nccl_version", None)
     if fn is not None:
         try:

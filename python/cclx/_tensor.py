@@ -63,9 +63,11 @@ def _torch_dtypes(torch) -> dict:
                            ("float8_e4m3fn", _DT.fp8_e4m3), ("float8_e5m2", _DT.fp8_e5m2)):
             if hasattr(torch, name):
                 m[getattr(torch, name)] = int(code)
-        from torch.utils.dlpack import to_dlpack
+        import torch.utils.dlpack as tdl
 
-        _torch_to_dlpack = to_dlpack
+        fn = getattr(tdl, "to_dlpack", None)
+        # stream=-1: the array-API value for "no synchronization".
+        _torch_to_dlpack = fn if fn is not None else (lambda x: x.__dlpack__(stream=-1))
         _torch_map = m
     return _torch_map
 

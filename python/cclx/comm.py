@@ -358,7 +358,7 @@ def new_comm(backend: str, device: Any, *, name: Optional[str] = None, store: An
                        rank, size)
     torch = sys.modules.get("torch")
     if dev_type == 1:
-        dev_obj: Any = f"cuda:{c.device_index}"
+        dev_obj: Any = f"cuda:{c.device_index}" if c.device_index >= 0 else "cuda"
     else:
         dev_obj = "cpu"
     if torch is not None:

@@ -2,6 +2,8 @@
 // torchcomms-style API on top of these.
 #include "bindings.h"
 
+#include <cclx/nccl_info.h>
+
 #include <nanobind/stl/string.h>
 
 #include <string>
@@ -22,6 +24,15 @@ NB_MODULE(_C, m) {
 #else
   m.attr("has_cuda") = false;
 #endif
+  m.def(
+      "nccl_version",
+      []() -> nb::object {
+        int v = cclx::ncclRuntimeVersion();
+        if (v <= 0) return nb::none();
+        return nb::make_tuple(v / 10000, (v / 100) % 100, v % 100);
+      },
+      "(major, minor, patch) of the NCCL library cclx loads (loading it if needed), or None.");
+  m.def("nccl_path", &cclx::ncclRuntimePath, "File the NCCL library was loaded from ('' if none).");
   bindErrors(m);
   bindTypes(m);
   bindStore(m);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "algos/dda_kernels.h"
 #include "algos/dda_sync.cuh"
@@ -88,6 +89,13 @@ __device__ __forceinline__ void storeUnit(char* p, int valid, const uint32_t (&w
     if (i < valid) reinterpret_cast<uint8_t*>(p)[i] = uint8_t(w[i / 4] >> (8 * (i % 4)));
 }
 
+template <class A>
+__device__ __forceinline__ A mulRn(A a, A b) {
+  if constexpr (std::is_same_v<A, float>) return __fmul_rn(a, b);
+  else if constexpr (std::is_same_v<A, double>) return __dmul_rn(a, b);
+  else return a * b;
+}
+
 /// Per-unit accumulator of W bytes of T elements.
 template <class T, RedOpKind Op, int W>
 struct UnitAcc {
@@ -103,7 +111,10 @@ struct UnitAcc {
   __device__ __forceinline__ void add(const uint32_t (&w)[W / 4], bool first, A factor) {
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
-      A v = math::prepare<Op, A>(math::load<T>(elem(w, i)), factor);
+      A v = math::load<T>(elem(w, i));
+      // prepare(): PREMUL_SUM's product rounded on its own (never fused into the following add),
+      // as on the host.
+      if constexpr (Op == RedOpKind::PREMUL_SUM) v = mulRn(v, factor);
       acc[i] = first ? v : math::combine<Op, A>(acc[i], v);
     }
   }

@@ -82,16 +82,13 @@ __device__ __forceinline__ bool waitFlagGE(const uint64_t* flag, uint64_t expect
 /// returns false (in every thread) on timeout. Includes the __syncthreads() on both sides.
 __device__ __forceinline__ bool blockBarrier(uint64_t* const* rows, int rank, int size,
                                              uint64_t value, uint64_t deadlineNs, uint32_t* err) {
-  __shared__ int s_fail;
-  if (threadIdx.x == 0) s_fail = 0;
-  __syncthreads();
-  int t = threadIdx.x;
+  __syncthreads();  // the block's writes happen before the release below
+  int t = threadIdx.x, failed = 0;
   if (t < size) {
     stReleaseSys(rows[t] + rank, value);
-    if (!waitFlagGE(rows[rank] + t, value, deadlineNs, err, t)) s_fail = 1;
+    failed = !waitFlagGE(rows[rank] + t, value, deadlineNs, err, t);
   }
-  __syncthreads();
-  return s_fail == 0;
+  return __syncthreads_or(failed) == 0;  // the acquires happen before the block's reads
 }
 
 }  // namespace dev

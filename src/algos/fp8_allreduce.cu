@@ -54,11 +54,11 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
         int n = act ? laneCount(p.count, tb0 + sb0 + u, B, lane, i0) : 0;
         float v[kEPT];
         load16(send, i0, n, v);
-        uint16_t meta;
+        fp8::Meta meta;
         uint4 c = quantize16(v, G, meta);
         if (act) {
           *reinterpret_cast<uint4*>(dst + u * B + lane * kEPT) = c;
-          if (lane == 0) *reinterpret_cast<uint16_t*>(dst + mo + 2 * u) = meta;
+          if (lane == 0) *reinterpret_cast<fp8::Meta*>(dst + mo + 4 * u) = meta;
         }
       }
     }
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
           for (int s = 0; s < N; ++s) {
             const char* src = in + size_t(s) * S;
             uint4 c = *reinterpret_cast<const uint4*>(src + u * B + lane * kEPT);
-            uint16_t meta = *reinterpret_cast<const uint16_t*>(src + mo + 2 * u);
+            fp8::Meta meta = *reinterpret_cast<const fp8::Meta*>(src + mo + 4 * u);
             float v[kEPT];
             dequantize16(c, meta, v);
 #pragma unroll
@@ -90,13 +90,13 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
             for (int j = 0; j < kEPT; ++j) acc[j] = __fdiv_rn(acc[j], float(N));
           }
         }
-        uint16_t meta;
+        fp8::Meta meta;
         uint4 c = quantize16(acc, G, meta);
         if (act) {
           for (int q = 0; q < N; ++q) {
             char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + size_t(N + p.rank) * S;
             *reinterpret_cast<uint4*>(dst + u * B + lane * kEPT) = c;
-            if (lane == 0) *reinterpret_cast<uint16_t*>(dst + mo + 2 * u) = meta;
+            if (lane == 0) *reinterpret_cast<fp8::Meta*>(dst + mo + 4 * u) = meta;
           }
         }
       }
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
         int n = laneCount(p.count, tb0 + sb0 + u, B, lane, i0);
         if (n == 0) continue;
         uint4 c = *reinterpret_cast<const uint4*>(src + u * B + lane * kEPT);
-        uint16_t meta = *reinterpret_cast<const uint16_t*>(src + mo + 2 * u);
+        fp8::Meta meta = *reinterpret_cast<const fp8::Meta*>(src + mo + 4 * u);
         float v[kEPT];
         dequantize16(c, meta, v);
         store16(recv, i0, n, v);

@@ -1,25 +1,25 @@
-// FP8 e4m3 codec with one power-of-two scale per block of B values, shared by host and device.
+// FP8 e4m3 codec with one float scale per block of B values, shared by host and device.
 //
 // Element format: OCP e4m3 "fn" (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; largest
 // finite 448, smallest subnormal 2^-9, no Inf, NaN = S.1111.111). Conversion is round to nearest
-// even with saturation to +-448 (never produces NaN from a finite value).
+// even with saturation to +-448 (a finite value never becomes NaN).
 //
-// Block scale ("meta", 16 bits): bits 0..7 hold E, the block's scale is 2^k with k = E - 127,
-// k in [-127, 127]; bit 8 is the INF flag. A value x is stored as e4m3(x * 2^-k) and read back as
-// e4m3value * 2^k. k is chosen from the largest finite magnitude m = 1.f * 2^e of the block:
-// k = e - 8 if 1.f <= 1.75, else e - 7, so the largest value lands in (224, 448] and never
-// saturates. Multiplying by a power of two is exact (unless the product is below 2^-126, where
-// it rounds identically on every IEEE machine), so the host and the device produce the same bits
-// with plain round-to-nearest float multiplies (no FMA contraction: the device uses __fmul_rn).
-// Blocks whose largest magnitude is below 2^-119 use k = -127 (values below ~2^-136 become 0).
+// Block scale ("meta", 32 bits): the float d = amax / 448 of the block's largest finite
+// magnitude amax (d = 1 for a block without finite non-zero values, d >= 2^-126 so that 1/d is
+// finite), with the sign bit used as the INF flag. A value x is stored as e4m3(x * s) with
+// s = 1 / d and read back as e4m3value * d. Every step is one IEEE float operation rounded to
+// nearest (division, multiply: the device uses __fdiv_rn/__fmul_rn, so no FMA contraction and no
+// approximate division), so host and device produce the same bits. The block maximum lands on
+// 448 (within a rounding) and is nearly exact; measured against a power-of-two scale this halves
+// the error of outlier-dominated data (docs/PERF.md).
 //
 // Specials: NaN is encoded as 0x7F. A block that contains +-Inf gets the INF flag; in such a
 // block code 0x7F means +Inf, 0xFF means -Inf and 0x80 means NaN (and -0 is stored as +0).
-// All-zero blocks get k = 0. NaN and Inf do not take part in the scale.
+// NaN and Inf do not take part in the scale.
 //
 // Packed layout of a run of nb blocks in staging memory: nb * B code bytes (block i at i * B,
 // element j of the block at i * B + j; tail elements of a partial last block are 0), then, at
-// offset align16(nb * B), nb 16-bit metas; total packedBytes(nb, B). Blocks are always aligned
+// offset align16(nb * B), nb 32-bit metas; total packedBytes(nb, B). Blocks are always aligned
 // to multiples of B of the element index in the caller's buffer (per rank segment for
 // all-gather / reduce-scatter / all-to-all), so results do not depend on chunking or sharding.
 #pragma once
@@ -32,13 +32,14 @@
 namespace cclx {
 namespace fp8 {
 
-constexpr uint16_t kMetaInf = 0x100;
+using Meta = uint32_t;
+constexpr Meta kMetaInf = 0x80000000u;
 constexpr int kMinBlock = 32;
 constexpr int kMaxBlock = 256;
 
 CCLX_HD size_t align16(size_t x) { return (x + 15) & ~size_t(15); }
 /// Bytes of a packed run of nb blocks of B values.
-CCLX_HD size_t packedBytes(size_t nb, size_t B) { return align16(nb * B) + align16(nb * 2); }
+CCLX_HD size_t packedBytes(size_t nb, size_t B) { return align16(nb * B) + align16(nb * 4); }
 /// Offset of the metas in a packed run of nb blocks.
 CCLX_HD size_t metaOffset(size_t nb, size_t B) { return align16(nb * B); }
 
@@ -64,11 +65,6 @@ CCLX_HD float divRn(float a, float b) {
 #endif
 }
 
-/// 2^n as a float, n in [-127, 127] (2^-127 is the subnormal 0x00400000).
-CCLX_HD float pow2f(int n) {
-  return math::bitsF32(n >= -126 ? uint32_t(n + 127) << 23 : 0x00400000u);
-}
-
 /// Folds |x| into a running maximum of finite magnitudes (as bits: positive floats order like
 /// their bit patterns) and notes Inf.
 CCLX_HD void amaxUpdate(float x, uint32_t& amaxBits, bool& hasInf) {
@@ -78,23 +74,17 @@ CCLX_HD void amaxUpdate(float x, uint32_t& amaxBits, bool& hasInf) {
 }
 
 /// The block meta for largest finite magnitude bits `amaxBits`.
-CCLX_HD uint16_t makeMeta(uint32_t amaxBits, bool hasInf) {
-  int k;
-  if (amaxBits == 0) {
-    k = 0;
-  } else if ((amaxBits >> 23) == 0) {
-    k = -127;  // subnormal maximum
-  } else {
-    int e = int(amaxBits >> 23) - 127;
-    k = (amaxBits & 0x7fffffu) > 0x600000u ? e - 7 : e - 8;
-    k = k < -127 ? -127 : k;  // k <= 120 always
+CCLX_HD Meta makeMeta(uint32_t amaxBits, bool hasInf) {
+  float d = 1.f;
+  if (amaxBits != 0) {
+    d = divRn(math::bitsF32(amaxBits), 448.f);
+    if (!(d >= 1.17549435e-38f)) d = 1.17549435e-38f;  // 2^-126
   }
-  return uint16_t(k + 127) | (hasInf ? kMetaInf : uint16_t(0));
+  return math::f32Bits(d) | (hasInf ? kMetaInf : 0u);
 }
-CCLX_HD int metaExp(uint16_t meta) { return int(meta & 0xffu) - 127; }
-/// Multiplier applied before encoding (2^-k) and after decoding (2^k).
-CCLX_HD float metaQuantMul(uint16_t meta) { return pow2f(-metaExp(meta)); }
-CCLX_HD float metaDequantMul(uint16_t meta) { return pow2f(metaExp(meta)); }
+/// Multiplier applied after decoding (d) and before encoding (1 / d).
+CCLX_HD float metaDequantMul(Meta meta) { return math::bitsF32(meta & 0x7fffffffu); }
+CCLX_HD float metaQuantMul(Meta meta) { return divRn(1.f, metaDequantMul(meta)); }
 
 /// |v| (bits a, finite, non-negative) to e4m3 magnitude code, RNE, saturating at 448 (0x7E).
 CCLX_HD uint32_t satE4m3Mag(uint32_t a) {
@@ -151,11 +141,11 @@ CCLX_HD float decode(uint8_t c, float dmul, bool infBlock) {
 }
 
 /// Quantizes n <= B floats into B codes (tail zero-filled); returns the block meta.
-CCLX_HD uint16_t quantizeBlock(const float* x, int n, int B, uint8_t* codes) {
+CCLX_HD Meta quantizeBlock(const float* x, int n, int B, uint8_t* codes) {
   uint32_t amax = 0;
   bool inf = false;
   for (int i = 0; i < n; ++i) amaxUpdate(x[i], amax, inf);
-  uint16_t meta = makeMeta(amax, inf);
+  Meta meta = makeMeta(amax, inf);
   float q = metaQuantMul(meta);
   for (int i = 0; i < n; ++i) codes[i] = encode(x[i], q, inf);
   for (int i = n; i < B; ++i) codes[i] = 0;
@@ -163,7 +153,7 @@ CCLX_HD uint16_t quantizeBlock(const float* x, int n, int B, uint8_t* codes) {
 }
 
 /// Decodes n values of one block.
-CCLX_HD void dequantizeBlock(const uint8_t* codes, uint16_t meta, int n, float* out) {
+CCLX_HD void dequantizeBlock(const uint8_t* codes, Meta meta, int n, float* out) {
   float d = metaDequantMul(meta);
   bool inf = (meta & kMetaInf) != 0;
   for (int i = 0; i < n; ++i) out[i] = decode(codes[i], d, inf);

@@ -6,11 +6,11 @@
 // block's largest magnitude with warp shuffles, so every lane of a warp must reach the shuffles:
 // loops run a CTA-uniform number of rounds and idle groups take part with zeros.
 //
-// Bitwise agreement with the host codec (fp8_codec.h): the scale comes from the same makeMeta();
-// x * 2^-k uses __fmul_rn; the float -> e4m3 step uses cvt.rn.satfinite.e4m3x2.f32, which rounds
+// Bitwise agreement with the host codec (fp8_codec.h): the scale comes from the same makeMeta()
+// (__fdiv_rn); x * s uses __fmul_rn; the float -> e4m3 step uses cvt.rn.satfinite.e4m3x2.f32, which rounds
 // to nearest even and saturates exactly like fp8::f32ToE4m3 (tests/cpp/test_gpu_fp8.cc checks
 // every float in [-448, 448] on the device); NaN/Inf are handled in software as on the host.
-// Decoding is exact (e4m3 -> f16 in hardware, f16 -> f32), then __fmul_rn by 2^k.
+// Decoding is exact (e4m3 -> f16 in hardware, f16 -> f32), then __fmul_rn by the block's d.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -128,7 +128,7 @@ __device__ __forceinline__ uint32_t fixSpecial(float x, uint32_t hw, bool inf) {
 
 /// Quantizes this lane's 16 values of a block handled by `group` lanes (group = B/16); returns
 /// the 16 codes and the block meta (identical in all lanes of the group).
-__device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, uint16_t& metaOut) {
+__device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, fp8::Meta& metaOut) {
   uint32_t amax = 0;
   bool inf = false;
 #pragma unroll
@@ -138,7 +138,7 @@ __device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, uint
     amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     infI |= __shfl_xor_sync(0xffffffffu, infI, off);
   }
-  uint16_t meta = fp8::makeMeta(amax, infI != 0);
+  fp8::Meta meta = fp8::makeMeta(amax, infI != 0);
   float q = fp8::metaQuantMul(meta);
   uint32_t w[4];
 #pragma unroll
@@ -157,8 +157,8 @@ __device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, uint
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/// Decodes 16 codes of a block with `meta` into v (exact e4m3 value times 2^k).
-__device__ __forceinline__ void dequantize16(uint4 c, uint16_t meta, float v[kEPT]) {
+/// Decodes 16 codes of a block with `meta` into v (exact e4m3 value times d, rounded once).
+__device__ __forceinline__ void dequantize16(uint4 c, fp8::Meta meta, float v[kEPT]) {
   float d = fp8::metaDequantMul(meta);
   bool inf = (meta & fp8::kMetaInf) != 0;
   uint32_t w[4] = {c.x, c.y, c.z, c.w};

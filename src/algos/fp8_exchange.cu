@@ -53,14 +53,14 @@ __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
         int n = act ? laneCount(p.count, tb0 + u, B, lane, i0) : 0;
         float v[kEPT];
         load16(seg, i0, n, v);
-        uint16_t meta;
+        fp8::Meta meta;
         uint4 c = quantize16(v, G, meta);
         if (!act) continue;
         const int d0 = M == kAllGather ? 0 : q, d1 = M == kAllGather ? N : q + 1;
         for (int d = d0; d < d1; ++d) {
           char* dst = p.staging[d] + slotOff + size_t(p.rank) * S;
           *reinterpret_cast<uint4*>(dst + u * B + lane * kEPT) = c;
-          if (lane == 0) *reinterpret_cast<uint16_t*>(dst + mo + 2 * u) = meta;
+          if (lane == 0) *reinterpret_cast<fp8::Meta*>(dst + mo + 4 * u) = meta;
         }
       }
     }
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
       for (int s = 0; s < N; ++s) {
         const char* src = in + size_t(s) * S;
         uint4 c = *reinterpret_cast<const uint4*>(src + u * B + lane * kEPT);
-        uint16_t meta = *reinterpret_cast<const uint16_t*>(src + mo + 2 * u);
+        fp8::Meta meta = *reinterpret_cast<const fp8::Meta*>(src + mo + 4 * u);
         float v[kEPT];
         dequantize16(c, meta, v);
         if constexpr (M == kReduceScatter) {

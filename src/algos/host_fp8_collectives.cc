@@ -41,10 +41,10 @@ void storeF(void* p, DataType dt, size_t i, float v) {
 /// View of a packed run of nb blocks (fp8_codec.h layout).
 struct Packed {
   uint8_t* codes;
-  uint16_t* metas;
+  fp8::Meta* metas;
   Packed(void* base, size_t nb, int B)
       : codes(static_cast<uint8_t*>(base)),
-        metas(reinterpret_cast<uint16_t*>(static_cast<char*>(base) + fp8::metaOffset(nb, B))) {}
+        metas(reinterpret_cast<fp8::Meta*>(static_cast<char*>(base) + fp8::metaOffset(nb, B))) {}
 };
 
 /// Quantizes blocks [b0, b1) of `src` (n valid elements in total, block i covers elements
@@ -78,7 +78,7 @@ void reduceBlock(const std::vector<Packed>& in, size_t base, size_t b, int B, si
   int N = int(in.size());
   for (int p = 0; p < N; ++p) {
     const Packed& pk = in[p];
-    uint16_t meta = pk.metas[b - base];
+    fp8::Meta meta = pk.metas[b - base];
     float d = fp8::metaDequantMul(meta);
     bool inf = (meta & fp8::kMetaInf) != 0;
     const uint8_t* c = pk.codes + (b - base) * B;

@@ -216,6 +216,9 @@ cclxResult_t cclxCommInitRankConfig(cclxComm_t* comm, int nranks, cclxUniqueId i
     CCLX_ARG_CHECK(rank >= 0 && rank < nranks, "rank %d is outside [0, %d)", rank, nranks);
     Options o = optionsFrom(config);
     DeviceSpec dev = deviceFrom(device);
+    Options resolved = o;
+    resolved.timeout = resolveCommTimeout(o);
+    checkCreateArgs(dev, resolved, rank, nranks);
     Uid u = decodeUid(id);
     std::shared_ptr<Store> store;
     {

@@ -26,6 +26,8 @@ int envInt(const char* name, const char* v, int lo, int hi) {
   return int(n);
 }
 
+}  // namespace
+
 void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size) {
   CCLX_ARG_CHECK(size >= 1, "comm size must be at least 1 (got %d)", size);
   CCLX_ARG_CHECK(rank >= 0 && rank < size, "rank %d is outside [0, %d)", rank, size);
@@ -44,8 +46,6 @@ void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size)
     CCLX_ARG_CHECK(device.index >= -1, "CUDA device index %d is invalid", device.index);
   }
 }
-
-}  // namespace
 
 std::chrono::milliseconds resolveCommTimeout(const Options& opts) {
   const Config& cfg = config();

@@ -15,6 +15,9 @@ std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& opts,
                                  std::shared_ptr<Store> rootStore, const std::string& prefix,
                                  int rank, int size);
 
+/// Throws cclxInvalidArgument for a bad rank/size/name/timeout/backend (opts resolved).
+void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size);
+
 /// Throws cclxInvalidUsage when the comm was finalized or aborted.
 void requireUsable(const CommState& st, const char* what);
 

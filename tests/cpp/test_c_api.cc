@@ -119,6 +119,29 @@ TEST(CApi, AllReduceAcrossProcesses) {
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
+TEST(CApi, InitFromEnvironment) {
+  int port;
+  {
+    auto probe = cclx::TcpStore::create("127.0.0.1", 0, true, "probe", 5s);
+    port = probe->port();
+  }
+  auto res = cclx::test::runRanks(2, [port](int rank, int size, std::shared_ptr<cclx::Store>) {
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(size).c_str(), 1);
+    unsetenv("TORCHCOMM_RANK");
+    unsetenv("TORCHCOMM_SIZE");
+    cclxComm_t comm = nullptr;
+    C_OK(cclxCommInitFromEnv(&comm, -1, nullptr));
+    std::vector<int32_t> in(10, rank + 2), out(10, 0);
+    C_OK(cclxAllReduce(in.data(), out.data(), 10, cclxInt32, cclxProd, comm, nullptr));
+    MP_CHECK(out[9] == 6, "product %d", out[9]);
+    C_OK(cclxCommFinalize(comm));
+    C_OK(cclxCommDestroy(comm));
+  }, 60s);
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
 TEST(CApi, ErrorsWithoutPeers) {
   cclxUniqueId id;
   std::memset(&id, 0, sizeof(id));

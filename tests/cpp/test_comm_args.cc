@@ -8,6 +8,8 @@
 #include <limits>
 #include <random>
 
+#include "core/config.h"
+
 #include "helpers/mp.h"
 
 using namespace std::chrono_literals;
@@ -216,6 +218,61 @@ TEST(CommArgs, FromEnvRejectsMissingOrMalformedRank) {
   EXPECT_EQ(codeOf([] { cclx::Comm::fromEnv(cclx::DeviceSpec::cpu()); }), cclxInvalidArgument);
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
+}
+
+TEST(CommSplit, SubgroupsAndMismatch) {
+  auto res = cclx::test::runRanks(4, [](int rank, int size, std::shared_ptr<cclx::Store> store) {
+    cclx::Options o;
+    o.timeout = 30s;
+    auto comm = cclx::test::makeCpuComm(rank, size, store, o);
+    auto pair = comm->split({3, 1}, "pair");
+    MP_CHECK((pair != nullptr) == (rank == 1 || rank == 3), "membership of rank %d", rank);
+    auto evens = comm->split({0, 2}, "evens");
+    MP_CHECK((evens != nullptr) == (rank % 2 == 0));
+    auto sub = pair ? pair : evens;
+    MP_CHECK(sub->size() == 2);
+    int want = rank == 3 ? 0 : rank == 1 ? 1 : rank / 2;
+    MP_CHECK(sub->rank() == want, "rank %d got sub-rank %d", rank, sub->rank());
+    MP_CHECK(sub->name() == (pair ? "pair" : "evens"));
+    std::vector<double> in(257, double(rank) + 0.25), out(257, -1.0);
+    sub->allReduce(in.data(), out.data(), in.size(), DataType::f64, RedOpKind::SUM);
+    double expect = pair ? 1.25 + 3.25 : 0.25 + 2.25;
+    MP_CHECK(out[256] == expect, "sub allreduce gave %f, want %f", out[256], expect);
+    // The parent still works, and disagreeing splits fail on every rank.
+    comm->allReduce(in.data(), out.data(), in.size(), DataType::f64, RedOpKind::MAX);
+    MP_CHECK(out[0] == 3.25);
+    std::vector<int> ranks = rank == 2 ? std::vector<int>{0, 2} : std::vector<int>{0, 1};
+    EXPECT_CODE(cclxInvalidUsage, comm->split(ranks, "odd-one-out"));
+  }, 120s);
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+TEST(CommEnv, FromEnvironment) {
+  int port;
+  {
+    auto probe = cclx::TcpStore::create("127.0.0.1", 0, true, "probe", 5s);
+    port = probe->port();
+  }
+  auto res = cclx::test::runRanks(3, [port](int rank, int size, std::shared_ptr<cclx::Store>) {
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    setenv("TORCHCOMM_RANK", std::to_string(rank).c_str(), 1);
+    setenv("TORCHCOMM_SIZE", std::to_string(size).c_str(), 1);
+    setenv("RANK", "99", 1);  // TORCHCOMM_* take precedence
+    setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    setenv("CCLX_JOB_ID", "env-test", 1);
+    cclx::reloadConfig();
+    cclx::Options o;
+    o.timeout = 30s;
+    o.name = "world";
+    auto comm = cclx::Comm::fromEnv(cclx::DeviceSpec::cpu(), o);
+    MP_CHECK(comm->rank() == rank && comm->size() == size && comm->localSize() == size);
+    std::vector<int64_t> in(100, int64_t(1) << (10 * rank)), out(100, -1);
+    comm->allReduce(in.data(), out.data(), in.size(), DataType::i64, RedOpKind::BOR);
+    MP_CHECK(out[99] == (1 | (1 << 10) | (int64_t(1) << 20)), "got %lld", (long long)out[99]);
+    comm->finalize();
+  }, 120s);
+  ASSERT_TRUE(res.ok()) << res.log;
 }
 
 TEST(CommArgs, HarnessReportsFailures) {

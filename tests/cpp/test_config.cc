@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <string>
 
+#include <unistd.h>
+#include <cstdio>
+
 #include <cclx/cclx.hpp>
 
 #include "core/config.h"
@@ -141,6 +144,34 @@ TEST_F(ConfigTest, ReloadPicksUpChangesAndKeepsOldOnError) {
   set("CCLX_SPIN_ITERATIONS", "oops");
   EXPECT_THROW(cclx::reloadConfig(), cclx::Error);
   EXPECT_EQ(cclx::config().spinIterations, 5);
+}
+
+TEST_F(ConfigTest, LogLinesCarryThePrefix) {
+  std::string path = ::testing::TempDir() + "cclx_log_%p.txt";
+  set("CCLX_DEBUG", "INFO");
+  set("CCLX_DEBUG_FILE", path.c_str());
+  cclx::reloadConfig();
+  {
+    auto server = cclx::TcpStore::create("127.0.0.1", 0, true, "log", std::chrono::seconds(5));
+    cclx::Options o;
+    o.name = "logged";
+    auto comm = cclx::Comm::create(cclx::DeviceSpec::cpu(), o, server, 0, 1);
+    comm->finalize();
+  }
+  std::string real = ::testing::TempDir() + "cclx_log_" + std::to_string(getpid()) + ".txt";
+  FILE* f = std::fopen(real.c_str(), "r");
+  ASSERT_NE(f, nullptr) << real;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  std::remove(real.c_str());
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string prefix = std::string(host) + ":" + std::to_string(getpid()) + ":";
+  EXPECT_NE(text.find(prefix), std::string::npos) << text;
+  EXPECT_NE(text.find("[0] CCLX INFO comm 'logged'"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -55,8 +55,8 @@ TEST(Fp8Codec, EveryCodeRoundTrips) {
   x.resize(256, 0.f);
   uint8_t codes[256];
   float back[256];
-  uint16_t meta = fp8::quantizeBlock(x.data(), 256, 256, codes);
-  EXPECT_EQ(fp8::metaExp(meta), 0);
+  fp8::Meta meta = fp8::quantizeBlock(x.data(), 256, 256, codes);
+  EXPECT_EQ(fp8::metaDequantMul(meta), 1.f);
   fp8::dequantizeBlock(codes, meta, 256, back);
   for (int i = 0; i < 256; ++i) EXPECT_EQ(back[i], x[i]) << i;
 }
@@ -98,7 +98,7 @@ TEST(Fp8Codec, SpecialValuesInBlocks) {
   x[3] = nan; x[10] = inf; x[11] = -inf; x[12] = -0.f;
   uint8_t codes[64];
   float back[64];
-  uint16_t meta = fp8::quantizeBlock(x, 64, 64, codes);
+  fp8::Meta meta = fp8::quantizeBlock(x, 64, 64, codes);
   EXPECT_TRUE(meta & fp8::kMetaInf);
   fp8::dequantizeBlock(codes, meta, 64, back);
   EXPECT_TRUE(std::isnan(back[3]));
@@ -137,26 +137,29 @@ TEST(Fp8Codec, ScaleRangeAndSubnormals) {
     if (!std::isfinite(amax) || amax == 0.f) continue;
     uint32_t bits;
     std::memcpy(&bits, &amax, 4);
-    uint16_t meta = fp8::makeMeta(bits, false);
-    int k = fp8::metaExp(meta);
-    ASSERT_GE(k, -127);
-    ASSERT_LE(k, 127);
-    double scaled = std::ldexp(double(amax), -k);
-    ASSERT_LE(scaled, 448.0) << e;
-    if (k > -127) {
-      ASSERT_GT(scaled, 224.0) << e;
+    fp8::Meta meta = fp8::makeMeta(bits, false);
+    EXPECT_FALSE(meta & fp8::kMetaInf);
+    float d = fp8::metaDequantMul(meta), s = fp8::metaQuantMul(meta);
+    ASSERT_TRUE(std::isfinite(s) && d >= std::ldexp(1.f, -126)) << e;
+    double scaled = double(amax) * double(s);
+    ASSERT_LE(scaled, 448.0 * (1 + 1e-6)) << e;
+    if (d > std::ldexp(1.f, -126)) {
+      ASSERT_GE(scaled, 448.0 * (1 - 1e-6)) << e;  // the maximum maps onto 448
+      ASSERT_EQ(fp8::f32ToE4m3(float(scaled)), 0x7e);
     }
   }
+  EXPECT_TRUE(fp8::makeMeta(0x3f800000u, true) & fp8::kMetaInf);
   // f32 subnormal data and f16-subnormal-sized data survive with bounded absolute error.
-  for (float base : {1e-40f, 6e-8f, 1e-6f, 3e20f}) {
+  for (float base : {1e-40f, 6e-8f, 1e-6f, 3e20f, 3e38f}) {
     float x[32], back[32];
     uint8_t codes[32];
-    for (int i = 0; i < 32; ++i) x[i] = base * (0.5f + 0.03f * float(i)) * (i % 2 ? -1.f : 1.f);
-    uint16_t meta = fp8::quantizeBlock(x, 32, 32, codes);
+    for (int i = 0; i < 32; ++i) x[i] = base * (0.5f + 0.015f * float(i)) * (i % 2 ? -1.f : 1.f);
+    fp8::Meta meta = fp8::quantizeBlock(x, 32, 32, codes);
     fp8::dequantizeBlock(codes, meta, 32, back);
-    double step = std::ldexp(1.0, fp8::metaExp(meta) - 10);  // half the subnormal step
+    double half = std::ldexp(double(fp8::metaDequantMul(meta)), -10);  // half a subnormal step
     for (int i = 0; i < 32; ++i)
-      EXPECT_LE(std::fabs(double(back[i]) - x[i]), std::max(std::fabs(double(x[i])) / 16, step) + 1e-45)
+      EXPECT_LE(std::fabs(double(back[i]) - x[i]),
+                std::max(std::fabs(double(x[i])) * (1.0 / 16 + 1e-6), half * (1 + 1e-6)) + 1e-45)
           << base << " " << i;
   }
 }
@@ -171,13 +174,20 @@ TEST(Fp8Codec, ErrorBoundOnRandomBlocks) {
       float mag = std::ldexp(1.f, int(rng() % 60) - 30);
       int n = t % 7 == 0 ? int(rng() % B) + 1 : B;  // partial tail blocks too
       for (int i = 0; i < n; ++i) x[i] = g(rng) * mag;
-      uint16_t meta = fp8::quantizeBlock(x, n, B, codes);
+      fp8::Meta meta = fp8::quantizeBlock(x, n, B, codes);
       for (int i = n; i < B; ++i) ASSERT_EQ(codes[i], 0);
       fp8::dequantizeBlock(codes, meta, n, back);
-      double half = std::ldexp(1.0, fp8::metaExp(meta) - 10);
-      for (int i = 0; i < n; ++i)
-        ASSERT_LE(std::fabs(double(back[i]) - x[i]), std::max(std::fabs(double(x[i])) / 16, half))
+      double half = std::ldexp(double(fp8::metaDequantMul(meta)), -10);
+      float amax = 0;
+      for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+      for (int i = 0; i < n; ++i) {
+        double err = std::fabs(double(back[i]) - x[i]);
+        ASSERT_LE(err, std::max(std::fabs(double(x[i])) * (1.0 / 16 + 1e-6), half * (1 + 1e-6)))
             << B << " " << i;
+        if (std::fabs(x[i]) == amax) {
+          ASSERT_LE(err, amax * 1e-6) << "block maximum is ~exact";
+        }
+      }
     }
   }
 }
@@ -196,5 +206,6 @@ TEST(Fp8Codec, ShardsCoverBlocks) {
       EXPECT_EQ(next, nb);
     }
   EXPECT_EQ(fp8::packedBytes(3, 32), 96u + 16u);
+  EXPECT_EQ(fp8::packedBytes(5, 32), 160u + 32u);
   EXPECT_EQ(fp8::metaOffset(3, 32), 96u);
 }

@@ -43,35 +43,9 @@ Outcome runOne(Comm& c, Store& store, CollType t, DataType dt, RedOpKind op, siz
   const size_t outN = t == CollType::AllReduce || t == CollType::ReduceScatter ? count : N * count;
   std::vector<Buf> X;
   for (int r = 0; r < N; ++r) X.push_back(makeData(dt, inN, kind, r, seed));
-  // Model and float64 reference.
-  std::vector<float> model(outN);
-  std::vector<double> ref(outN, 0.0);
-  if (t == CollType::AllReduce) {
-    model = modelAllReduce(X, B, avg);
-    for (size_t i = 0; i < count; ++i) {
-      for (int r = 0; r < N; ++r) ref[i] += double(X[r].get(i));
-      if (avg) ref[i] /= N;
-    }
-  } else if (t == CollType::ReduceScatter) {
-    std::vector<std::vector<float>> v;
-    for (int r = 0; r < N; ++r) v.push_back(roundTrip(X[r], me * count, count, B));
-    model = reduceModel(v, avg);
-    for (size_t i = 0; i < count; ++i) {
-      for (int r = 0; r < N; ++r) ref[i] += double(X[r].get(me * count + i));
-      if (avg) ref[i] /= N;
-    }
-  } else {
-    size_t off = t == CollType::AllGather ? 0 : me * count;
-    for (int s = 0; s < N; ++s) {
-      std::vector<float> v = roundTrip(X[s], off, count, B);
-      for (size_t i = 0; i < count; ++i) {
-        model[s * count + i] = v[i];
-        ref[s * count + i] = double(X[s].get(off + i));
-      }
-    }
-  }
-  Buf want(dt, outN);
-  for (size_t i = 0; i < outN; ++i) want.set(i, model[i]);
+  Expect ex = expectFor(t, X, me, count, B, avg, dt);
+  const Buf& want = ex.want;
+  const std::vector<double>& ref = ex.ref;
   // Run (poisoned output; in place: the input lives inside the output buffer).
   Buf out(dt, std::max(outN, inN));
   out.poison();
@@ -115,7 +89,8 @@ Outcome runOne(Comm& c, Store& store, CollType t, DataType dt, RedOpKind op, siz
   if (t == CollType::AllReduce || t == CollType::AllGather) {  // identical on every rank
     store.set(tag + "/" + std::to_string(me), std::to_string(hash));
     std::string h0 = store.get(tag + "/0", std::chrono::milliseconds(60000));
-    MP_CHECK(h0 == std::to_string(hash), "%s: rank %d result differs from rank 0", tag.c_str(), me);
+    MP_CHECK(h0 == std::to_string(hash), "%s: rank %d result differs from rank 0 (%s vs %s)",
+             tag.c_str(), me, h0.c_str(), std::to_string(hash).c_str());
   }
   return res;
 }
@@ -137,7 +112,9 @@ void sweep(int N, const char* chunk, const char* block, std::vector<size_t> coun
                                 std::to_string(k++);
               Outcome o = runOne(*c, *store, t, dt, op, n, B, Kind::Gaussian, 17 + k, inPlace, tag);
               MP_CHECK(o.wrong == 0, "%s: %zu elements differ from the model", tag.c_str(), o.wrong);
-              MP_CHECK(o.err < 0.05, "%s: error %.4f", tag.c_str(), o.err);
+              // Sanity bound only (two roundings of at most 2^-4 each); AccuracyTargets below
+              // holds the real targets on large data.
+              MP_CHECK(o.err < (n < 1000 ? 0.13 : 0.05), "%s: error %.4f", tag.c_str(), o.err);
             }
         }
     c->finalize();
@@ -163,7 +140,7 @@ TEST(Fp8Collectives, AccuracyTargets) {
       for (CollType t : kColls)
         for (DataType dt : {DataType::f32, DataType::bf16})
           for (Kind kind : {Kind::Gaussian, Kind::Outliers, Kind::Small}) {
-            size_t n = t == CollType::AllReduce ? 65536 : 16384;
+            size_t n = t == CollType::AllReduce ? (1u << 17) : (1u << 16);
             std::string tag = std::string("acc/") + collName(t) + "/" + dtypeName(dt) + "/" +
                               kindName(kind) + "/" + std::to_string(k++);
             Outcome o = runOne(*c, *store, t, dt, RedOpKind::SUM, n, 128, kind, 99, false, tag);

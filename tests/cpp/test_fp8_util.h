@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "algos/fp8_codec.h"
+#include "core/backend.h"
 
 namespace fp8test {
 
@@ -73,7 +74,7 @@ inline std::vector<float> roundTrip(const Buf& x, size_t off, size_t n, int B) {
   for (size_t e0 = 0; e0 < n; e0 += size_t(B)) {
     int len = int(std::min<size_t>(size_t(B), n - e0));
     for (int j = 0; j < len; ++j) tmp[j] = x.get(off + e0 + j);
-    uint16_t m = cclx::fp8::quantizeBlock(tmp, len, B, codes);
+    cclx::fp8::Meta m = cclx::fp8::quantizeBlock(tmp, len, B, codes);
     cclx::fp8::dequantizeBlock(codes, m, len, &out[e0]);
   }
   return out;
@@ -99,6 +100,49 @@ inline std::vector<float> modelAllReduce(const std::vector<Buf>& x, int B, bool 
   std::vector<std::vector<float>> v;
   for (const Buf& b : x) v.push_back(roundTrip(b, 0, b.n, B));
   return roundTripF(reduceModel(v, avg), B);
+}
+
+/// Expected FP8 output of rank `me` (bits, from the model) and its float64 reference, given every
+/// rank's input X[r] (count elements for AllReduce/AllGather, N * count otherwise).
+struct Expect {
+  Buf want;
+  std::vector<double> ref;
+};
+inline Expect expectFor(cclx::CollType t, const std::vector<Buf>& X, int me, size_t count, int B,
+                        bool avg, DataType dt) {
+  using cclx::CollType;
+  const int N = int(X.size());
+  const size_t outN = (t == CollType::AllReduce || t == CollType::ReduceScatter) ? count : N * count;
+  std::vector<float> model(outN);
+  Expect e;
+  e.ref.assign(outN, 0.0);
+  if (t == CollType::AllReduce) {
+    model = modelAllReduce(X, B, avg);
+    for (size_t i = 0; i < count; ++i) {
+      for (int r = 0; r < N; ++r) e.ref[i] += double(X[r].get(i));
+      if (avg) e.ref[i] /= N;
+    }
+  } else if (t == CollType::ReduceScatter) {
+    std::vector<std::vector<float>> v;
+    for (int r = 0; r < N; ++r) v.push_back(roundTrip(X[r], me * count, count, B));
+    model = reduceModel(v, avg);
+    for (size_t i = 0; i < count; ++i) {
+      for (int r = 0; r < N; ++r) e.ref[i] += double(X[r].get(me * count + i));
+      if (avg) e.ref[i] /= N;
+    }
+  } else {
+    size_t off = t == CollType::AllGather ? 0 : me * count;
+    for (int s = 0; s < N; ++s) {
+      std::vector<float> v = roundTrip(X[s], off, count, B);
+      for (size_t i = 0; i < count; ++i) {
+        model[s * count + i] = v[i];
+        e.ref[s * count + i] = double(X[s].get(off + i));
+      }
+    }
+  }
+  e.want = Buf(dt, outN);
+  for (size_t i = 0; i < outN; ++i) e.want.set(i, model[i]);
+  return e;
 }
 
 /// True when element i of a and b has the same bits, or both are NaN.

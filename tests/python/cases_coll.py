@@ -19,7 +19,7 @@ def seed() -> int:
 
 
 def setup(ctx):
-    ctx.comm = cclx.new_comm("cclx", "cpu", name="coll", timeout=60)
+    ctx.comm = cclx.new_comm("cclx", "cpu", name="coll", timeout=30)
     assert ctx.comm.get_rank() == ctx.rank and ctx.comm.get_size() == ctx.size
 
 

@@ -45,8 +45,13 @@ def case_names(path: str) -> List[str]:
 
 def child_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     env = dict(os.environ)
-    py = os.path.join(ROOT, "python")
-    env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if env.get("CCLX_EXT_DIR"):
+        # Build-tree mode: sources from python/, extension from CCLX_EXT_DIR. Otherwise the
+        # installed package is used.
+        env["CCLX_EXT_DIR"] = os.path.abspath(env["CCLX_EXT_DIR"])
+        py = os.path.join(ROOT, "python")
+        env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                  else "")
     env.update(extra or {})
     return env
 
@@ -104,6 +109,7 @@ def check(results: Dict[str, list], case: str) -> None:
 
 
 def _worker(path: str, out: str) -> int:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # the case module's helpers
     mod = load(path)
     ctx = types.SimpleNamespace(rank=int(os.environ["RANK"]), size=int(os.environ["WORLD_SIZE"]))
     results: Dict[str, dict] = {}

@@ -1,0 +1,329 @@
+"""Low-level bindings of the cclx C++ API (use the cclx package instead)."""
+
+from collections.abc import Mapping, Sequence
+import enum
+from typing import Annotated
+
+from numpy.typing import NDArray
+
+class CclxError(RuntimeError):
+    """Base of every cclx error; `code` is a Result value."""
+    code: int
+
+class CclxInvalidArgument(CclxError, ValueError): ...
+class CclxTimeoutError(CclxError, TimeoutError): ...
+class CclxUsageError(CclxError): ...
+class CclxUnsupportedError(CclxError, NotImplementedError): ...
+
+
+__version__: str
+
+__commit__: str
+
+has_cuda: bool = False
+
+class Result(enum.IntEnum):
+    """cclx result codes (CclxError.code)."""
+
+    Success = 0
+
+    InvalidArgument = 1
+
+    InvalidUsage = 2
+
+    Timeout = 3
+
+    SystemError = 4
+
+    CudaError = 5
+
+    NcclError = 6
+
+    RemoteError = 7
+
+    InternalError = 8
+
+    Aborted = 9
+
+    InProgress = 10
+
+    Unsupported = 11
+
+class DataType(enum.IntEnum):
+    """Element types understood by cclx."""
+
+    f32 = 0
+
+    f64 = 1
+
+    f16 = 2
+
+    bf16 = 3
+
+    i8 = 4
+
+    u8 = 5
+
+    i32 = 6
+
+    i64 = 7
+
+    u32 = 8
+
+    u64 = 9
+
+    fp8_e4m3 = 10
+
+    fp8_e5m2 = 11
+
+class RedOpType(enum.IntEnum):
+    """Kind of a ReduceOp."""
+
+    SUM = 0
+
+    PRODUCT = 1
+
+    MIN = 2
+
+    MAX = 3
+
+    AVG = 4
+
+    BAND = 5
+
+    BOR = 6
+
+    BXOR = 7
+
+    PREMUL_SUM = 8
+
+def dtype_size(dtype: DataType) -> int:
+    """Bytes per element of `dtype`."""
+
+def dtype_name(dtype: DataType) -> str:
+    """Short name of `dtype` ('f32', 'bf16', ...)."""
+
+def dtype_from_name(name: str) -> DataType:
+    """
+    DataType for a short name; raises CclxInvalidArgument for an unknown one.
+    """
+
+def op_supported(op: RedOpType, dtype: DataType) -> bool:
+    """True when the reduction `op` is defined for `dtype`."""
+
+class ReduceOp:
+    """
+    A reduction operator: ReduceOp.SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR, or
+    ReduceOp.PREMUL_SUM(factor) (every input multiplied by `factor` before the sum).
+    """
+
+    def __init__(self, type: RedOpType) -> None: ...
+
+    @property
+    def type(self) -> RedOpType:
+        """The RedOpType."""
+
+    @property
+    def factor(self) -> float:
+        """PREMUL_SUM factor (1.0 for the other ops)."""
+
+    @staticmethod
+    def PREMUL_SUM(factor: float) -> ReduceOp:
+        """SUM of inputs each multiplied by `factor` first."""
+
+    def __eq__(self, arg: ReduceOp, /) -> bool: ...
+
+    def __hash__(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+    SUM: ReduceOp = ...
+
+    PRODUCT: ReduceOp = ...
+
+    MIN: ReduceOp = ...
+
+    MAX: ReduceOp = ...
+
+    AVG: ReduceOp = ...
+
+    BAND: ReduceOp = ...
+
+    BOR: ReduceOp = ...
+
+    BXOR: ReduceOp = ...
+
+class Store:
+    """Key-value store used for rendezvous (keys str, values bytes)."""
+
+    def set(self, key: str, value: object) -> None:
+        """Stores `value` (bytes or str) under `key`."""
+
+    def get(self, key: str, timeout: float = 300.0) -> bytes:
+        """
+        Waits up to `timeout` seconds for `key`, then returns its value as bytes.
+        """
+
+    def add(self, key: str, delta: int) -> int:
+        """Atomically adds `delta`; returns the new value."""
+
+    def wait(self, keys: Sequence[str], timeout: float = 300.0) -> None:
+        """
+        Waits until every key exists (CclxTimeoutError lists the missing ones).
+        """
+
+    def check(self, key: str) -> bool:
+        """True when `key` exists."""
+
+    def erase(self, key: str) -> None:
+        """Removes `key`."""
+
+class TcpStore(Store):
+    """
+    TCP store. The server (is_server=True) listens on host:port (port 0 picks a free one,
+    see .port); clients connect with retries until `timeout` seconds. All members present
+    the same `job_id`; a server refuses clients of another job.
+    """
+
+    def __init__(self, host: str, port: int, is_server: bool, job_id: str = 'cclx', timeout: float = 300.0) -> None: ...
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+
+def prefix_store(store: Store, prefix: str) -> Store:
+    """A view of `store` that prefixes every key with `prefix`."""
+
+class Work:
+    """Handle on a collective in flight."""
+
+    def is_completed(self) -> bool:
+        """Non-blocking poll; raises if the operation failed or timed out."""
+
+    def wait(self, stream: int = 0) -> None:
+        """CUDA: makes `stream` wait for the operation. CPU: blocks."""
+
+    def wait_blocking(self, timeout: float = 0.0) -> None:
+        """
+        Blocks until completion; CclxTimeoutError after `timeout` s (0 = comm timeout).
+        """
+
+class Comm:
+    """A cclx communicator (low level; see cclx.new_comm)."""
+
+    @staticmethod
+    def create(device_type: int, device_index: int, name: str, backend: str, timeout: float, hints: Mapping[str, str], store: Store, rank: int, size: int) -> Comm:
+        """
+        Collective over all ranks: rendezvous through `store` (timeout in seconds).
+        """
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def local_rank(self) -> int: ...
+
+    @property
+    def local_size(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def device_type(self) -> int: ...
+
+    @property
+    def device_index(self) -> int: ...
+
+    @property
+    def timeout(self) -> float: ...
+
+    @property
+    def hints(self) -> dict[str, str]: ...
+
+    def all_reduce(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)] | None, dtype: int, op: ReduceOp, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def reduce(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)] | None, dtype: int, op: ReduceOp, root: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def broadcast(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)] | None, dtype: int, root: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def all_gather(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def all_gather_list(self, send: Annotated[NDArray, dict(writable=False)], recvs: Sequence[Annotated[NDArray, dict(writable=False)]], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def reduce_scatter(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)], dtype: int, op: ReduceOp, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def reduce_scatter_list(self, sends: Sequence[Annotated[NDArray, dict(writable=False)]], recv: Annotated[NDArray, dict(writable=False)], dtype: int, op: ReduceOp, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def all_to_all(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def all_to_all_v(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)], send_counts: Sequence[int], recv_counts: Sequence[int], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """Counts in elements."""
+
+    def send(self, buf: Annotated[NDArray, dict(writable=False)], dtype: int, peer: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def recv(self, buf: Annotated[NDArray, dict(writable=False)], dtype: int, peer: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def barrier(self, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def split(self, ranks: Sequence[int], name: str) -> Comm:
+        """
+        Collective: ranks listed get a new Comm (renumbered in list order), others None.
+        """
+
+    def finalize(self) -> None:
+        """Orderly shutdown after outstanding work completes."""
+
+    def abort(self) -> None:
+        """Abandons outstanding work; later calls raise."""
+
+    def async_error(self) -> Result:
+        """First asynchronous error (a cclxResult_t)."""
+
+    def select_all_reduce_algo(self, count: int, dtype: int, op: ReduceOp, hints: Mapping[str, str]) -> str:
+        """Name of the algorithm an all_reduce with these arguments would use."""
+
+def nccl_version() -> tuple[int, int, int] | None:
+    """(major, minor, patch) of the NCCL library cclx loads (loading it if needed), or None."""
+
+def nccl_path() -> str:
+    """File the NCCL library was loaded from ('' if none)."""

@@ -1,0 +1,161 @@
+"""cclx-perf output: nccl-tests style table, summary line, JSON with machine facts, plot."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional
+
+from . import _C
+from ._info import nccl_version
+
+
+def _cmd(args: List[str], timeout: float = 15.0) -> Optional[str]:
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        return r.stdout.strip() if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine_facts(torch: Any, cuda: bool) -> Dict[str, Any]:
+    """Host, GPU, driver, CUDA, NCCL and cclx build facts."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    facts: Dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "cclx_version": _C.__version__,
+        "cclx_commit_build": _C.__commit__,
+        "cclx_commit_git": _cmd(["git", "-C", here, "rev-parse", "--short=12", "HEAD"]),
+        "cclx_built_with_cuda": bool(_C.has_cuda),
+    }
+    try:
+        import numpy
+
+        facts["numpy"] = numpy.__version__
+    except ImportError:
+        pass
+    if torch is not None:
+        facts["torch"] = torch.__version__
+        facts["cuda_runtime"] = torch.version.cuda
+    if cuda and torch is not None:
+        n = torch.cuda.device_count()
+        facts["gpu_count"] = n
+        facts["gpu_models"] = [torch.cuda.get_device_name(i) for i in range(n)]
+        v = nccl_version()
+        facts["nccl_version"] = ".".join(map(str, v)) if v else None
+        facts["driver"] = _cmd(["nvidia-smi", "--query-gpu=driver_version",
+                                "--format=csv,noheader"])
+        facts["nvidia_smi_topo"] = _cmd(["nvidia-smi", "topo", "-m"])
+        facts["env"] = {k: v for k, v in os.environ.items()
+                        if k.startswith(("CCLX_", "NCCL_", "CUDA_VISIBLE"))}
+    return facts
+
+
+def header(args: Any, n: int, libs: List[str], facts: Dict[str, Any]) -> str:
+    where = "cpu" if not args.cuda else (
+        f"cuda ({facts.get('gpu_models', ['?'])[0]} x{facts.get('gpu_count', '?')})")
+    lines = [
+        f"# cclx-perf: {','.join(args.colls)} on {n} ranks, {where}, dtype {args.dtype}, "
+        f"op {args.op}, root {args.root}",
+        f"# iters {args.iters} warmup {args.warmup} repeats {args.repeats} graph {args.graph} "
+        f"blocking {args.blocking} algo {args.algo} low_precision {int(args.low_precision)} "
+        f"check {args.check}; time = median of repeats, max over ranks; GB = 1e9",
+    ]
+    cols = f"# {'coll':>14} {'size(B)':>12} {'count':>11} {'type':>5} {'redop':>5} {'root':>4}"
+    for lib in libs:
+        cols += f" | {lib + ' time(us)':>15} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
+    if len(libs) > 1:
+        cols += f" | {'speedup':>7}"
+    lines.append(cols)
+    return "\n".join(lines)
+
+
+def row_line(r: Dict[str, Any], libs: List[str]) -> str:
+    s = (f"  {r['coll']:>14} {r['bytes']:>12} {r['count']:>11} {r['dtype']:>5} "
+         f"{r['op']:>5} {r['root']:>4}")
+    for lib in libs:
+        d = r[lib]
+        s += (f" | {d['time_us']:>15.2f} {d['algbw']:>7.2f} {d['busbw']:>7.2f} "
+              f"{d['wrong']:>6}")
+    if len(libs) > 1:
+        sp = r.get("speedup")
+        s += f" | {sp:>7.3f}" if sp else f" | {'-':>7}"
+    return s
+
+
+def summary(rows: List[Dict[str, Any]], libs: List[str], n: int, device: str) -> Dict[str, Any]:
+    wrong = sum(r[lib]["wrong"] for r in rows for lib in libs)
+    out: Dict[str, Any] = {"sizes": len(rows), "ranks": n, "device": device, "wrong": wrong,
+                           "passed": wrong == 0 and len(rows) > 0}
+    for lib in libs:
+        bw = [r[lib]["busbw"] for r in rows]
+        out[f"{lib}_avg_busbw"] = sum(bw) / len(bw) if bw else 0.0
+        out[f"{lib}_max_busbw"] = max(bw) if bw else 0.0
+    sp = [r["speedup"] for r in rows if r.get("speedup")]
+    if sp:
+        out["speedup_geomean"] = math.exp(sum(math.log(x) for x in sp) / len(sp))
+        out["speedup_min"] = min(sp)
+        out["speedup_max"] = max(sp)
+    return out
+
+
+def summary_line(s: Dict[str, Any], libs: List[str]) -> str:
+    parts = [f"sizes={s['sizes']}", f"ranks={s['ranks']}", f"device={s['device']}",
+             f"wrong={s['wrong']}"]
+    for lib in libs:
+        parts.append(f"{lib}_avg_busbw={s[lib + '_avg_busbw']:.2f}GB/s")
+    if "speedup_geomean" in s:
+        parts.append(f"speedup(nccl/cclx) geomean={s['speedup_geomean']:.3f} "
+                     f"min={s['speedup_min']:.3f} max={s['speedup_max']:.3f}")
+    parts.append("PASSED" if s["passed"] else "FAILED")
+    return "# cclx-perf summary: " + " ".join(parts)
+
+
+def write_json(path: str, args: Any, facts: Dict[str, Any], rows: List[Dict[str, Any]],
+               summ: Dict[str, Any]) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    a = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    with open(path, "w") as f:
+        json.dump({"tool": "cclx-perf", "args": a, "machine": facts, "results": rows,
+                   "summary": summ}, f, indent=1, default=str)
+
+
+def plot(path: str, rows: List[Dict[str, Any]], libs: List[str], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colls = list(dict.fromkeys(r["coll"] for r in rows))
+    fig, axes = plt.subplots(2, max(1, len(colls)), figsize=(5 * max(1, len(colls)), 7),
+                             squeeze=False)
+    for j, coll in enumerate(colls):
+        rs = [r for r in rows if r["coll"] == coll]
+        x = [r["bytes"] for r in rs]
+        for lib in libs:
+            axes[0][j].plot(x, [r[lib]["time_us"] for r in rs], marker="o", ms=3, label=lib)
+            axes[1][j].plot(x, [r[lib]["busbw"] for r in rs], marker="o", ms=3, label=lib)
+        axes[0][j].set_xscale("log", base=2)
+        axes[0][j].set_yscale("log")
+        axes[0][j].set_title(coll)
+        axes[0][j].set_ylabel("time (us)")
+        axes[1][j].set_xscale("log", base=2)
+        axes[1][j].set_ylabel("busbw (GB/s)")
+        axes[1][j].set_xlabel("size (bytes)")
+        for ax in (axes[0][j], axes[1][j]):
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

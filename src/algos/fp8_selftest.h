@@ -1,0 +1,26 @@
+// Device-side checks of the FP8 codec for tests/cpp/test_gpu_fp8.cc (CUDA builds only): they run
+// the exact device code paths of the collectives (fp8_device.cuh) on the current device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "algos/fp8_codec.h"
+
+namespace cclx {
+namespace fp8 {
+
+/// For every non-NaN float bit pattern x: hardware cvt.rn.satfinite.e4m3x2.f32 versus the software
+/// conversion f32ToE4m3 (compiled for the device). Returns the number of mismatches; *first gets
+/// the first mismatching pattern (0xffffffff if none). Throws cclx::Error on CUDA failures.
+uint64_t deviceCvtMismatches(uint32_t* first);
+
+/// Hardware cvt of each input (host in, host out), to compare with the host's f32ToE4m3.
+void deviceCvt(const float* in, size_t n, uint8_t* out);
+
+/// Quantizes nb full blocks of B values with the collectives' device quantizer, then decodes
+/// them with the device dequantizer. Host arrays: in[nb*B], codes[nb*B], metas[nb], out[nb*B].
+void deviceRoundTrip(const float* in, size_t nb, int B, uint8_t* codes, Meta* metas, float* out);
+
+}  // namespace fp8
+}  // namespace cclx

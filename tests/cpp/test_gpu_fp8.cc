@@ -1,0 +1,268 @@
+// FP8 on the GPU: the device codec equals the host codec bit for bit (exhaustively for the float ->
+// e4m3 conversion), every FP8 collective on 2 GPUs equals the host model (= the CPU twin) bit for
+// bit, CUDA-graph capture and replay, and a timing print. Skips visibly without 2 GPUs.
+#include <gtest/gtest.h>
+
+#if defined(CCLX_HAVE_CUDA)
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+
+#include "algos/fp8_selftest.h"
+#include "test_fp8_util.h"
+#include "test_gpu_util.h"
+
+using namespace cclx;
+using namespace fp8test;
+
+namespace {
+
+Options fp8Opts() {
+  Options o;
+  o.hints["low_precision"] = "fp8";
+  o.timeout = std::chrono::milliseconds(60000);
+  return o;
+}
+
+struct Dev {
+  char* p = nullptr;
+  size_t bytes = 0;
+  explicit Dev(size_t b) : bytes(b + 64) { CK(cudaMalloc(&p, bytes)); }
+  ~Dev() { (void)cudaFree(p); }
+  void poison() { CK(cudaMemset(p, 0x5a, bytes)); }
+};
+
+/// Runs one collective on device buffers and compares with the host model; returns wrong count.
+size_t runGpu(Comm& c, CollType t, DataType dt, RedOpKind op, size_t count, bool inPlace,
+              uint32_t seed, cudaStream_t s, const char* tag) {
+  const int N = c.size(), me = c.rank();
+  const size_t es = dtypeSize(dt);
+  const size_t inN = (t == CollType::AllReduce || t == CollType::AllGather) ? count : N * count;
+  const size_t outN = (t == CollType::AllReduce || t == CollType::ReduceScatter) ? count : N * count;
+  std::vector<Buf> X;
+  for (int r = 0; r < N; ++r) X.push_back(makeData(dt, inN, Kind::Gaussian, r, seed));
+  Expect ex = expectFor(t, X, me, count, 128, op == RedOpKind::AVG, dt);
+  Dev sendB(inN * es), recvB(std::max(inN, outN) * es);
+  recvB.poison();
+  char* send = sendB.p;
+  char* recv = recvB.p;
+  if (inPlace) {
+    send = recv + (t == CollType::AllGather ? me * count * es : 0);
+    if (t == CollType::ReduceScatter) recv = send + me * count * es;
+  }
+  CK(cudaMemcpy(send, X[me].data(), inN * es, cudaMemcpyHostToDevice));
+  CollOptions co;
+  co.stream = s;
+  switch (t) {
+    case CollType::AllReduce: c.allReduce(send, recv, count, dt, op, co); break;
+    case CollType::AllGather: c.allGather(send, recv, count, dt, co); break;
+    case CollType::ReduceScatter: c.reduceScatter(send, recv, count, dt, op, co); break;
+    default: c.allToAll(send, recv, count, dt, co); break;
+  }
+  CK(cudaStreamSynchronize(s));
+  Buf got(dt, outN);
+  CK(cudaMemcpy(got.data(), recv, outN * es, cudaMemcpyDeviceToHost));
+  size_t wrong = 0;
+  for (size_t i = 0; i < outN; ++i)
+    if (!sameBits(got, ex.want, i)) {
+      if (wrong < 3)
+        printf("%s: element %zu got %a want %a\n", tag, i, double(got.get(i)), double(ex.want.get(i)));
+      ++wrong;
+    }
+  return wrong;
+}
+
+}  // namespace
+
+TEST(GpuFp8, DeviceCodecEqualsHostCodec) {
+  GPU_REQUIRE(1);
+  auto res = test::runRanks(1, [](int, int, std::shared_ptr<Store>) {
+    CK(cudaSetDevice(0));
+    uint32_t first = 0;
+    uint64_t bad = fp8::deviceCvtMismatches(&first);
+    MP_CHECK(bad == 0, "hardware cvt differs from the software conversion on %llu floats, first 0x%08x",
+             (unsigned long long)bad, first);
+    // Host software conversion == device hardware conversion on specials and random values.
+    std::vector<float> v = {0.f, -0.f, 448.f, 464.f, 465.f, -1e30f, 1e-45f, 0.0009765625f,
+                            std::numeric_limits<float>::infinity()};
+    std::mt19937 rng(3);
+    for (int i = 0; i < 200000; ++i) {
+      uint32_t u = rng();
+      float f;
+      std::memcpy(&f, &u, 4);
+      if (!std::isnan(f)) v.push_back(f);
+    }
+    std::vector<uint8_t> hw(v.size());
+    fp8::deviceCvt(v.data(), v.size(), hw.data());
+    for (size_t i = 0; i < v.size(); ++i)
+      MP_CHECK(hw[i] == fp8::f32ToE4m3(v[i]), "cvt %a: device 0x%02x host 0x%02x", double(v[i]), hw[i],
+               fp8::f32ToE4m3(v[i]));
+    // Block quantize/dequantize of the collectives' device path == host codec.
+    for (int B : {32, 64, 128, 256}) {
+      const size_t nb = 3000, n = nb * B;
+      std::normal_distribution<float> g(0.f, 1.f);
+      std::vector<float> in(n), out(n);
+      for (size_t i = 0; i < n; ++i) in[i] = g(rng) * std::ldexp(1.f, int(i / B % 80) - 40);
+      in[5] = std::nanf("");
+      in[B + 3] = std::numeric_limits<float>::infinity();
+      in[B + 4] = -std::numeric_limits<float>::infinity();
+      in[2 * B + 1] = -0.f;
+      for (int j = 0; j < B; ++j) in[3 * B + j] = 0.f;       // all-zero block
+      for (int j = 0; j < B; ++j) in[4 * B + j] = 1e-40f * float(j + 1);  // f32 subnormals
+      std::vector<uint8_t> codes(n);
+      std::vector<fp8::Meta> metas(nb);
+      fp8::deviceRoundTrip(in.data(), nb, B, codes.data(), metas.data(), out.data());
+      for (size_t b = 0; b < nb; ++b) {
+        uint8_t hc[256];
+        float hb[256];
+        fp8::Meta hm = fp8::quantizeBlock(&in[b * B], B, B, hc);
+        fp8::dequantizeBlock(hc, hm, B, hb);
+        MP_CHECK(hm == metas[b], "B=%d block %zu meta 0x%08x vs host 0x%08x", B, b, metas[b], hm);
+        for (int j = 0; j < B; ++j) {
+          MP_CHECK(hc[j] == codes[b * B + j], "B=%d block %zu elem %d code", B, b, j);
+          bool same = (std::isnan(hb[j]) && std::isnan(out[b * B + j])) ||
+                      std::memcmp(&hb[j], &out[b * B + j], 4) == 0;
+          MP_CHECK(same, "B=%d block %zu elem %d: device %a host %a", B, b, j,
+                   double(out[b * B + j]), double(hb[j]));
+        }
+      }
+    }
+  });
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+TEST(GpuFp8, CollectivesEqualHostModel) {
+  GPU_REQUIRE(2);
+  auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    int k = 0;
+    for (CollType t : {CollType::AllReduce, CollType::AllGather, CollType::ReduceScatter,
+                       CollType::AllToAll})
+      for (DataType dt : {DataType::f32, DataType::bf16, DataType::f16})
+        for (RedOpKind op : {RedOpKind::SUM, RedOpKind::AVG}) {
+          if (op == RedOpKind::AVG && t != CollType::AllReduce && t != CollType::ReduceScatter)
+            continue;
+          // Odd sizes, one tile, several tiles; for bf16 SUM also more tiles than CTAs (several
+          // rounds per CTA: 64 CTAs x ~256K (allreduce) / ~129K (others) elements per tile).
+          std::vector<size_t> sizes = {1, 1003, 70001, 1000003};
+          if (dt == DataType::bf16 && op == RedOpKind::SUM)
+            sizes.push_back(t == CollType::AllReduce ? 20000037 : 9000037);
+          for (size_t n : sizes)
+            for (bool ip : {false, true}) {
+              char tag[160];
+              snprintf(tag, sizeof tag, "%s/%s/%s/%zu%s", collName(t), dtypeName(dt), opName(op), n,
+                       ip ? "/inplace" : "");
+              size_t wrong = runGpu(*c, t, dt, op, n, ip, 100 + k++, s, tag);
+              MP_CHECK(wrong == 0, "%s: %zu elements differ from the host model", tag, wrong);
+            }
+        }
+    CK(cudaStreamDestroy(s));
+    c->finalize();
+  }, std::chrono::seconds(600));
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+TEST(GpuFp8, GraphCaptureAndReplay) {
+  GPU_REQUIRE(2);
+  auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const size_t n = (1u << 22) + 17;
+    const DataType dt = DataType::bf16;
+    Dev in(n * 2), out(n * 2 * size), ag(n * 2 * size);
+    // Warm-up outside capture (lazy init), then capture allreduce + allgather.
+    CollOptions co;
+    co.stream = s;
+    c->allReduce(in.p, out.p, n, dt, RedOpKind::SUM, co);
+    CK(cudaStreamSynchronize(s));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    c->allReduce(in.p, out.p, n, dt, RedOpKind::SUM, co);
+    c->allGather(in.p, ag.p, n, dt, co);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<Buf> X;
+      for (int r = 0; r < size; ++r) X.push_back(makeData(dt, n, Kind::Gaussian, r, 500 + rep));
+      CK(cudaMemcpy(in.p, X[rank].data(), n * 2, cudaMemcpyHostToDevice));
+      out.poison();
+      ag.poison();
+      CK(cudaGraphLaunch(ge, s));
+      CK(cudaStreamSynchronize(s));
+      Expect ea = expectFor(CollType::AllReduce, X, rank, n, 128, false, dt);
+      Expect eg = expectFor(CollType::AllGather, X, rank, n, 128, false, dt);
+      Buf ga(dt, n), gg(dt, n * size);
+      CK(cudaMemcpy(ga.data(), out.p, n * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(gg.data(), ag.p, n * 2 * size, cudaMemcpyDeviceToHost));
+      size_t wa = 0, wg = 0;
+      for (size_t i = 0; i < n; ++i) wa += !sameBits(ga, ea.want, i);
+      for (size_t i = 0; i < n * size; ++i) wg += !sameBits(gg, eg.want, i);
+      MP_CHECK(wa == 0 && wg == 0, "replay %d: allreduce %zu wrong, allgather %zu wrong", rep, wa, wg);
+    }
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    CK(cudaStreamDestroy(s));
+    c->finalize();
+  });
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// Prints microseconds per call (no assertion): FP8 versus the same call with "low_precision"=off.
+TEST(GpuFp8, TimingPrint) {
+  GPU_REQUIRE(2);
+  auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const size_t maxBytes = size_t(256) << 20;
+    Dev a(maxBytes), b(maxBytes * size);
+    CK(cudaMemset(a.p, 0x3c, maxBytes));
+    for (CollType t : {CollType::AllReduce, CollType::AllGather, CollType::ReduceScatter,
+                       CollType::AllToAll})
+      for (size_t bytes : {size_t(16) << 20, size_t(64) << 20, size_t(256) << 20})
+        for (const char* lp : {"fp8", "off"}) {
+          CollOptions co;
+          co.stream = s;
+          co.hints["low_precision"] = lp;
+          // bytes = per-rank input (allreduce, allgather) or total input (reduce-scatter, alltoall).
+          size_t count = bytes / 2;
+          if (t == CollType::ReduceScatter || t == CollType::AllToAll) count /= size;
+          auto call = [&] {
+            switch (t) {
+              case CollType::AllReduce: c->allReduce(a.p, a.p, count, DataType::bf16, RedOpKind::SUM, co); break;
+              case CollType::AllGather: c->allGather(a.p, b.p, count, DataType::bf16, co); break;
+              case CollType::ReduceScatter: c->reduceScatter(a.p, b.p, count, DataType::bf16, RedOpKind::SUM, co); break;
+              default: c->allToAll(a.p, b.p, count, DataType::bf16, co); break;
+            }
+          };
+          for (int i = 0; i < 3; ++i) call();
+          const int iters = 20;
+          CK(cudaEventRecord(e0, s));
+          for (int i = 0; i < iters; ++i) call();
+          CK(cudaEventRecord(e1, s));
+          CK(cudaEventSynchronize(e1));
+          float ms = 0;
+          CK(cudaEventElapsedTime(&ms, e0, e1));
+          if (rank == 0)
+            printf("[fp8 timing] %s bf16 %zu MiB low_precision=%s: %.1f us\n", collName(t),
+                   bytes >> 20, lp, 1000.0 * ms / iters);
+        }
+    CK(cudaStreamDestroy(s));
+    c->finalize();
+  }, std::chrono::seconds(600));
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+#else
+
+TEST(GpuFp8, DeviceCodecEqualsHostCodec) { GTEST_SKIP() << "built without CUDA"; }
+
+#endif

@@ -1,0 +1,139 @@
+"""Single-process tests: types, errors, argument checking on a 1-rank communicator, stores."""
+import datetime
+
+import numpy as np
+import pytest
+
+import cclx
+from refs import gen, np_dtype
+
+
+@pytest.fixture(scope="module")
+def comm(monkeypatch_module):
+    c = cclx.new_comm("cclx", "cpu", name="local", timeout=30)
+    yield c
+    c.finalize()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    for k in ("RANK", "WORLD_SIZE", "TORCHCOMM_RANK", "TORCHCOMM_SIZE", "MASTER_ADDR",
+              "MASTER_PORT", "LOCAL_RANK"):
+        mp.delenv(k, raising=False)
+    yield mp
+    mp.undo()
+
+
+def test_reduce_ops():
+    R = cclx.ReduceOp
+    assert R.SUM.type == cclx.RedOpType.SUM and R.SUM.factor == 1.0
+    p = R.PREMUL_SUM(0.5)
+    assert p.type == cclx.RedOpType.PREMUL_SUM and p.factor == 0.5
+    assert p == R.PREMUL_SUM(0.5) and p != R.PREMUL_SUM(2.0) and R.MAX != R.MIN
+    assert repr(R.BXOR) == "ReduceOp.BXOR" and "PREMUL_SUM" in repr(p)
+    for name in ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR"):
+        assert getattr(R, name).type == getattr(cclx.RedOpType, name)
+    with pytest.raises(cclx.CclxInvalidArgument):
+        R.PREMUL_SUM(float("nan"))
+
+
+def test_exception_hierarchy():
+    assert issubclass(cclx.CclxTimeoutError, TimeoutError)
+    assert issubclass(cclx.CclxTimeoutError, cclx.CclxError)
+    assert issubclass(cclx.CclxInvalidArgument, ValueError)
+    assert issubclass(cclx.CclxUsageError, cclx.CclxError)
+    assert issubclass(cclx.CclxError, RuntimeError)
+    assert cclx.CclxTimeoutError.code == int(cclx.Result.Timeout)
+    with pytest.raises(cclx.CclxInvalidArgument) as e:
+        cclx._C.dtype_from_name("nope")
+    assert e.value.code == int(cclx.Result.InvalidArgument) and "nope" in str(e.value)
+
+
+def test_dtype_of():
+    D = cclx.DataType
+    assert cclx.dtype_of(np.zeros(2, np.float32)) == D.f32
+    assert cclx.dtype_of(np.zeros(2, np.uint8)) == D.u8
+    assert cclx.dtype_of(np.zeros(2, np.int64)) == D.i64
+    if np_dtype("bf16") is not None:
+        assert cclx.dtype_of(np.zeros(2, np_dtype("bf16"))) == D.bf16
+        assert cclx.dtype_of(np.zeros(2, np_dtype("fp8_e5m2"))) == D.fp8_e5m2
+    with pytest.raises(cclx.CclxInvalidArgument, match="not supported"):
+        cclx.dtype_of(np.zeros(2, np.bool_))
+
+
+def test_new_comm_bad_arguments(monkeypatch_module):
+    with pytest.raises(cclx.CclxInvalidArgument, match="backend"):
+        cclx.new_comm("gloo", "cpu")
+    for dev in ("tpu", "cuda:x", "cpu:3", 7):
+        with pytest.raises(cclx.CclxInvalidArgument):
+            cclx.new_comm("cclx", dev)
+    with pytest.raises(cclx.CclxInvalidArgument, match="timeout"):
+        cclx.new_comm("cclx", "cpu", timeout="soon")
+    with pytest.raises(cclx.CclxInvalidArgument, match="store"):
+        cclx.new_comm("cclx", "cpu", store=42)
+    monkeypatch_module.setenv("RANK", "3")
+    monkeypatch_module.setenv("WORLD_SIZE", "2")
+    with pytest.raises(cclx.CclxInvalidArgument, match="rank"):
+        cclx.new_comm("cclx", "cpu")
+    monkeypatch_module.delenv("RANK")
+    monkeypatch_module.delenv("WORLD_SIZE")
+
+
+def test_single_rank_collectives(comm):
+    assert comm.get_rank() == 0 and comm.get_size() == 1
+    for dtype in ("f32", "f16", "i32", "u8"):
+        x = gen(dtype, (37,), 0, 5)
+        y = x.copy()
+        w = comm.all_reduce(y, cclx.ReduceOp.SUM, async_op=True)
+        w.wait()
+        assert w.is_completed() and (y == x).all()
+        out = np.empty_like(x)
+        comm.all_gather_single(out, x)
+        assert (out == x).all()
+    w = comm.barrier(async_op=True)
+    w.wait_blocking(timeout=datetime.timedelta(seconds=5))
+
+
+def test_argument_errors_write_nothing(comm):
+    x = np.arange(1, 11, dtype=np.float32)
+    out = np.full(12, -5.0, np.float32)
+    with pytest.raises(cclx.CclxInvalidArgument, match="output has 12 elements, expected 10"):
+        comm.all_reduce(x, output=out)
+    assert (out == -5.0).all() and (x == np.arange(1, 11)).all()
+    with pytest.raises(cclx.CclxInvalidArgument, match="contiguous"):
+        comm.all_reduce(np.ones((6, 6), np.float32).T)
+    with pytest.raises(cclx.CclxInvalidArgument, match="BOR is not supported for dtype f16"):
+        comm.all_reduce(np.ones(3, np.float16), cclx.ReduceOp.BOR)
+    with pytest.raises(cclx.CclxInvalidArgument, match="root 1 is out of range"):
+        comm.broadcast(x, 1)
+    with pytest.raises(cclx.CclxInvalidArgument, match="differs"):
+        comm.all_gather_single(np.ones(10, np.float64), x)
+    with pytest.raises(cclx.CclxInvalidArgument, match="split_sizes"):
+        comm.all_to_all_v_single(np.ones(4, np.float32), np.ones(4, np.float32), [3], [4])
+    with pytest.raises(cclx.CclxInvalidArgument, match="hints"):
+        comm.all_reduce(x, hints=["algo"])
+
+
+def test_tcp_store_single_process():
+    s = cclx.TcpStore("127.0.0.1", 0, True, "solo", 10.0)
+    assert s.port > 0
+    s.set("a", b"\x00\x01binary")
+    s.set("b", "text")
+    assert s.get("a") == b"\x00\x01binary" and s.get("b") == b"text"
+    assert s.add("n", 5) == 5 and s.add("n", -2) == 3
+    assert s.check("a") and not s.check("zz")
+    s.erase("a")
+    assert not s.check("a")
+    with pytest.raises(cclx.CclxTimeoutError):
+        s.get("never", 0.2)
+    p = cclx.prefix_store(s, "ns/")
+    p.set("k", b"v")
+    assert s.get("ns/k") == b"v"
+    c = cclx.TcpStore("127.0.0.1", s.port, False, "solo", 10.0)
+    assert c.get("b") == b"text"
+
+
+def test_version_info():
+    info = cclx.build_info()
+    assert info["version"] == cclx.__version__ and info["commit"]
