@@ -10,6 +10,7 @@ Exits non-zero when any result is wrong.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -148,16 +149,19 @@ def run_rank(args: argparse.Namespace, torch: Any) -> int:
     tol = B.tolerance(args.op, args.dtype, args.low_precision, n)
     esize = B.DTYPES[args.dtype][1]
 
-    def reduce_vals(vals: List[float], op: Any) -> List[float]:
-        import numpy as np
+    # Times and wrong counts are combined through the rendezvous store, not through the
+    # communicators under test.
+    from . import _rendezvous as rdv
 
-        if cuda:
-            t = torch.tensor(vals, dtype=torch.float64, device=xp.device)
-            ctl.all_reduce(t, op)
-            return t.cpu().tolist()
-        a = np.array(vals, dtype=np.float64)
-        ctl.all_reduce(a, op)
-        return a.tolist()
+    ctl_store = rdv.default_store(rank, n, rdv.next_prefix("perf_ctl"), args.timeout)
+    ctl_seq = [0]
+
+    def reduce_vals(vals: List[float], how: str) -> List[float]:
+        ctl_seq[0] += 1
+        key = f"cclx-perf/{ctl_seq[0]}/"
+        ctl_store.set(key + str(rank), json.dumps(vals))
+        allv = [json.loads(ctl_store.get(key + str(r), args.timeout)) for r in range(n)]
+        return [max(c) if how == "max" else sum(c) for c in zip(*allv)]
 
     facts = R.machine_facts(torch, cuda) if rank == 0 else {}
     if rank == 0:
@@ -217,8 +221,8 @@ def _one_size(args, coll, count, nbytes, rank, n, xp, comms, redop, hints, timer
             wrong[lib] += cases[lib].wrong(tol)
     if args.corrupt_check and rank == 0:
         wrong["cclx"] += 1
-    med = reduce_vals([B.median(times[lib]) for lib in libs], comms_op_max())
-    wr = reduce_vals([float(wrong[lib]) for lib in libs], comms_op_sum())
+    med = reduce_vals([B.median(times[lib]) for lib in libs], "max")
+    wr = reduce_vals([float(wrong[lib]) for lib in libs], "sum")
     row: Dict[str, Any] = {"coll": coll, "bytes": nbytes, "count": count, "dtype": args.dtype,
                            "op": args.op if coll in ("all_reduce", "reduce",
                                                      "reduce_scatter") else "none",
@@ -233,18 +237,6 @@ def _one_size(args, coll, count, nbytes, rank, n, xp, comms, redop, hints, timer
     for g in graphs.values():
         del g
     return row
-
-
-def comms_op_max():
-    import cclx
-
-    return cclx.ReduceOp.MAX
-
-
-def comms_op_sum():
-    import cclx
-
-    return cclx.ReduceOp.SUM
 
 
 def main(argv: Optional[List[str]] = None) -> int:

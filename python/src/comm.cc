@@ -44,6 +44,12 @@ DataType checkedDtype(int code, const char* op) {
   return static_cast<DataType>(code);
 }
 
+/// The dtype code from Python, or (code < 0) the one DLPack reports for `first`.
+DataType resolveDtype(int code, const Array& first, const char* op) {
+  if (code < 0) return dtypeOf(first, -1, op);
+  return checkedDtype(code, op);
+}
+
 void checkOp(const char* op, const ReduceOp& r, DataType t) {
   if (!opSupported(r.kind, t)) {
     static const char* names[] = {"SUM", "PRODUCT", "MIN", "MAX", "AVG",
@@ -143,7 +149,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const Array& send, std::optional<Array> recv, int dtc, ReduceOp op, bool async,
          uintptr_t stream, const Hints& hints, double timeout) {
         const char* n = "all_reduce";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, send, n);
         checkOp(n, op, t);
         View s = viewOf(send, msg(n, "tensor").c_str(), t, c);
         View r = recv ? viewOf(*recv, msg(n, "output").c_str(), t, c) : s;
@@ -160,7 +166,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const Array& send, std::optional<Array> recv, int dtc, ReduceOp op, int root,
          bool async, uintptr_t stream, const Hints& hints, double timeout) {
         const char* n = "reduce";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, send, n);
         checkOp(n, op, t);
         checkRank(n, "root", root, c);
         View s = viewOf(send, msg(n, "tensor").c_str(), t, c);
@@ -178,7 +184,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const Array& send, std::optional<Array> recv, int dtc, int root, bool async,
          uintptr_t stream, const Hints& hints, double timeout) {
         const char* n = "broadcast";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, send, n);
         checkRank(n, "root", root, c);
         View s = viewOf(send, msg(n, "tensor").c_str(), t, c);
         View r = recv ? viewOf(*recv, msg(n, "output").c_str(), t, c) : s;
@@ -195,7 +201,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const Array& send, const Array& recv, int dtc, bool async, uintptr_t stream,
          const Hints& hints, double timeout) {
         const char* n = "all_gather_single";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, send, n);
         View s = viewOf(send, msg(n, "input").c_str(), t, c);
         View r = viewOf(recv, msg(n, "output").c_str(), t, c);
         checkNumel(n, "output", r.numel, s.numel * c.size());
@@ -211,7 +217,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const Array& send, const std::vector<Array>& recvs, int dtc, bool async,
          uintptr_t stream, const Hints& hints, double timeout) {
         const char* n = "all_gather";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, send, n);
         View s = viewOf(send, msg(n, "tensor").c_str(), t, c);
         checkNumel(n, "tensor_list (length)", recvs.size(), static_cast<size_t>(c.size()));
         std::vector<void*> ptrs;
@@ -232,7 +238,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const Array& send, const Array& recv, int dtc, ReduceOp op, bool async,
          uintptr_t stream, const Hints& hints, double timeout) {
         const char* n = "reduce_scatter_single";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, send, n);
         checkOp(n, op, t);
         View s = viewOf(send, msg(n, "input").c_str(), t, c);
         View r = viewOf(recv, msg(n, "output").c_str(), t, c);
@@ -249,7 +255,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const std::vector<Array>& sends, const Array& recv, int dtc, ReduceOp op,
          bool async, uintptr_t stream, const Hints& hints, double timeout) {
         const char* n = "reduce_scatter";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, recv, n);
         checkOp(n, op, t);
         View r = viewOf(recv, msg(n, "output").c_str(), t, c);
         checkNumel(n, "input_list (length)", sends.size(), static_cast<size_t>(c.size()));
@@ -271,7 +277,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const Array& send, const Array& recv, int dtc, bool async, uintptr_t stream,
          const Hints& hints, double timeout) {
         const char* n = "all_to_all_single";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, send, n);
         View s = viewOf(send, msg(n, "input").c_str(), t, c);
         View r = viewOf(recv, msg(n, "output").c_str(), t, c);
         checkNumel(n, "output", r.numel, s.numel);
@@ -293,7 +299,7 @@ void bindComm(nb::module_& m) {
          const std::vector<size_t>& recvCounts, int dtc, bool async, uintptr_t stream,
          const Hints& hints, double timeout) {
         const char* n = "all_to_all_v_single";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, send, n);
         View s = viewOf(send, msg(n, "input").c_str(), t, c);
         View r = viewOf(recv, msg(n, "output").c_str(), t, c);
         const size_t np = static_cast<size_t>(c.size());
@@ -319,7 +325,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const Array& buf, int dtc, int peer, bool async, uintptr_t stream,
          const Hints& hints, double timeout) {
         const char* n = "send";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, buf, n);
         checkRank(n, "dst", peer, c);
         View v = viewOf(buf, msg(n, "tensor").c_str(), t, c);
         CollOptions o = collOpts(async, stream, hints, timeout);
@@ -334,7 +340,7 @@ void bindComm(nb::module_& m) {
       [](Comm& c, const Array& buf, int dtc, int peer, bool async, uintptr_t stream,
          const Hints& hints, double timeout) {
         const char* n = "recv";
-        DataType t = checkedDtype(dtc, n);
+        DataType t = resolveDtype(dtc, buf, n);
         checkRank(n, "src", peer, c);
         View v = viewOf(buf, msg(n, "tensor").c_str(), t, c);
         CollOptions o = collOpts(async, stream, hints, timeout);

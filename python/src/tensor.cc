@@ -1,6 +1,7 @@
 // Array arguments: DLPack dtype -> DataType, contiguity and device checks.
 #include "bindings.h"
 
+#include <cstdint>
 #include <string>
 
 namespace cclx::py {
@@ -38,32 +39,34 @@ DataType dtypeOf(const Array& a, int override, const char* what) {
     }
     return t;
   }
-  using C = nb::dlpack::dtype_code;
-  const auto code = static_cast<C>(dt.code);
+  // DLPack type codes (numeric, so older nanobind headers without the float8 names work).
+  enum : uint8_t { kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kF8e4m3fn = 10, kF8e5m2 = 12 };
   if (dt.lanes == 1) {
-    switch (code) {
-      case C::Float:
+    switch (dt.code) {
+      case kFloat:
         if (dt.bits == 32) return DataType::f32;
         if (dt.bits == 64) return DataType::f64;
         if (dt.bits == 16) return DataType::f16;
         break;
-      case C::Bfloat:
+      case kBfloat:
         if (dt.bits == 16) return DataType::bf16;
         break;
-      case C::Int:
+      case kInt:
         if (dt.bits == 8) return DataType::i8;
         if (dt.bits == 32) return DataType::i32;
         if (dt.bits == 64) return DataType::i64;
         break;
-      case C::UInt:
+      case kUInt:
         if (dt.bits == 8) return DataType::u8;
         if (dt.bits == 32) return DataType::u32;
         if (dt.bits == 64) return DataType::u64;
         break;
-      case C::Float8_E4M3FN:
-        return DataType::fp8_e4m3;
-      case C::Float8_E5M2:
-        return DataType::fp8_e5m2;
+      case kF8e4m3fn:
+        if (dt.bits == 8) return DataType::fp8_e4m3;
+        break;
+      case kF8e5m2:
+        if (dt.bits == 8) return DataType::fp8_e5m2;
+        break;
       default:
         break;
     }

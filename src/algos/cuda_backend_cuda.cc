@@ -20,6 +20,21 @@ bool isBitwise(RedOpKind k) {
   return k == RedOpKind::BAND || k == RedOpKind::BOR || k == RedOpKind::BXOR;
 }
 
+// Puts the calling thread in relaxed stream-capture mode for its lifetime (when `on`).
+class RelaxedCapture {
+ public:
+  explicit RelaxedCapture(bool on) : on_(on) {
+    if (on_) CCLX_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_));
+  }
+  ~RelaxedCapture() {
+    if (on_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+
+ private:
+  bool on_;
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // Built-in thresholds (bytes per rank) by world size; CCLX_DDA_*_MAX_BYTES override them.
 size_t flatTable(int n) { return n <= 2 ? (256u << 10) : n <= 4 ? (128u << 10) : (64u << 10); }
 size_t treeTable(int n) { return n <= 2 ? (32u << 20) : n <= 4 ? (16u << 20) : (8u << 20); }
@@ -90,6 +105,11 @@ CudaBackend::CudaBackend(const BootstrapInfo& info) : info_(info) {
   CCLX_CUDA_CHECK(cudaStreamCreateWithFlags(&internal_, cudaStreamNonBlocking));
   CCLX_CUDA_CHECK(cudaEventCreateWithFlags(&forkEv_, cudaEventDisableTiming));
   CCLX_CUDA_CHECK(cudaEventCreateWithFlags(&orderEv_, cudaEventDisableTiming));
+  {  // warm the event pool
+    cudaEvent_t evs[8];
+    for (auto& e : evs) e = sh_->takeEvent();
+    for (auto e : evs) sh_->returnEvent(e);
+  }
   CCLX_CUDA_CHECK(cudaMalloc(&ctx_.counters, kNumCounters * sizeof(uint64_t)));
   CCLX_CUDA_CHECK(cudaMemset(ctx_.counters, 0, kNumCounters * sizeof(uint64_t)));
   CCLX_CUDA_CHECK(cudaMalloc(&scratch_, 16));
@@ -217,7 +237,7 @@ void CudaBackend::enqueue(const CollArgs& a, cudaStream_t s, bool capturing) {
   d.op = a.op;
   d.timeoutNs = timeoutNs(a);
   if (a.type == CollType::Barrier) {
-    if (ctx_.peerUsable()) {
+    if (ctx_.peerUsable() && !plainNccl_) {
       orderPeerKernel(s, capturing);
       ddaBarrierLaunch(ctx_, d.timeoutNs, s);
       peerKernelDone(s, capturing);
@@ -267,11 +287,14 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
   }
   if (a.type == CollType::AllReduce) (void)selectAllReduce(a);  // rejects a bad "algo" hint early
   DeviceGuard guard(sh_->device);
-  checkPointers(a);
   cudaStream_t user = static_cast<cudaStream_t>(a.opts.stream);
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   CCLX_CUDA_CHECK(cudaStreamIsCapturing(user, &cs));
   const bool capturing = cs != cudaStreamCaptureStatusNone;
+  // Host-only queries (pointer attributes, event creation) are harmless during capture, but a
+  // global-mode capture may count them as unsafe: run them with this thread in relaxed mode.
+  RelaxedCapture relaxed(capturing);
+  checkPointers(a);
   cudaStream_t s = user;
   if (a.opts.async) {
     CCLX_CUDA_CHECK(cudaEventRecord(forkEv_, user));

@@ -15,7 +15,7 @@
 // any FP8 collective) beginCall() waits for the peers' "done" flag of the previous call.
 // Flags are written with st.release.sys after __syncthreads() and read with ld.acquire.sys
 // followed by __syncthreads() (dda_sync.cuh). CTAs never wait on other CTAs of the same GPU;
-// the grid is at most 64 CTAs of 512 threads (one per SM), so all CTAs are co-resident.
+// the grid is at most 128 CTAs of 512 threads and at most one per SM, so all are co-resident.
 #include <cuda_runtime.h>
 
 #include "algos/fp8_algos.h"
@@ -132,8 +132,8 @@ struct AllReduceNeed {
 };
 
 template <class T>
-void launchT(const Params& p, int B, cudaStream_t st) {
-  dim3 grid(gridFor(p)), block(kThreads);
+void launchT(const Params& p, int grid, int B, cudaStream_t st) {
+  dim3 block(kThreads);
   switch (B) {
     case 32: allReduceKernel<T, 32><<<grid, block, 0, st>>>(p); break;
     case 64: allReduceKernel<T, 64><<<grid, block, 0, st>>>(p); break;
@@ -159,11 +159,11 @@ class Fp8AllReduce : public DeviceAlgo {
                  "fp8 allreduce launched without usable peer memory");
     if (p.nTiles == 0) return;
     auto st = static_cast<cudaStream_t>(stream);
-    int B = ctx.cfg.fp8BlockSize;
+    int B = ctx.cfg.fp8BlockSize, grid = gridFor(p, ctx);
     switch (a.dtype) {
-      case DataType::f32: launchT<float>(p, B, st); break;
-      case DataType::bf16: launchT<bf16_t>(p, B, st); break;
-      default: launchT<f16_t>(p, B, st); break;
+      case DataType::f32: launchT<float>(p, grid, B, st); break;
+      case DataType::bf16: launchT<bf16_t>(p, grid, B, st); break;
+      default: launchT<f16_t>(p, grid, B, st); break;
     }
     cudaError_t e = cudaGetLastError();
     CCLX_REQUIRE(e == cudaSuccess, cclxCudaError, "fp8 allreduce launch failed: %s",

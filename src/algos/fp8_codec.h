@@ -43,11 +43,20 @@ CCLX_HD size_t packedBytes(size_t nb, size_t B) { return align16(nb * B) + align
 /// Offset of the metas in a packed run of nb blocks.
 CCLX_HD size_t metaOffset(size_t nb, size_t B) { return align16(nb * B); }
 
+/// a * b rounded once; never fused with a later add (the device intrinsic is never contracted;
+/// on the host an empty asm hides the product from the optimizer, so builds with FMA enabled,
+/// e.g. -march=native, still round the product on its own like the device).
 CCLX_HD float mulRn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
-  return a * b;
+  float r = a * b;
+#if defined(__x86_64__)
+  asm("" : "+x"(r));
+#elif defined(__aarch64__)
+  asm("" : "+w"(r));
+#endif
+  return r;
 #endif
 }
 CCLX_HD float addRn(float a, float b) {

@@ -26,7 +26,7 @@ namespace fp8dev {
 
 constexpr int kThreads = 512;    // threads per CTA
 constexpr int kEPT = 16;         // elements per thread per unit
-constexpr int kMaxCtas = 64;     // CTAs per collective call (each pairs with the same index on peers)
+constexpr int kMaxCtas = 128;    // CTAs per call at most (each pairs with the same index on peers)
 // Flags in the FP8 signal region: uint64 [phase][cta][source]; phase 0/1 = data phases of a
 // tile, phase 2 = "done": the CTA finished every read of the call (value = its last epoch).
 constexpr int kPhaseDone = 2;
@@ -111,11 +111,16 @@ __device__ __forceinline__ void store16(T* p, size_t i0, int n, const float v[kE
   }
 }
 
-/// Hardware float pair -> e4m3 pair (RNE, satfinite); lo lands in the low byte.
+/// Hardware float pair -> e4m3 pair (RNE, satfinite); lo lands in the low byte. Inputs below
+/// 2^-126 (float subnormals, which round to zero in e4m3 anyway) are mapped to a signed zero
+/// explicitly, so the result never depends on how the hardware treats float subnormals.
 __device__ __forceinline__ uint32_t cvtPair(float lo, float hi) {
   unsigned short r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-  return r;
+  uint32_t bl = __float_as_uint(lo), bh = __float_as_uint(hi), out = r;
+  if ((bl & 0x7f800000u) == 0) out = (out & 0xff00u) | ((bl >> 24) & 0x80u);
+  if ((bh & 0x7f800000u) == 0) out = (out & 0x00ffu) | (((bh >> 24) & 0x80u) << 8);
+  return out;
 }
 
 /// Device twin of fp8::encode for one value given its hardware code.
@@ -127,12 +132,16 @@ __device__ __forceinline__ uint32_t fixSpecial(float x, uint32_t hw, bool inf) {
 }
 
 /// Quantizes this lane's 16 values of a block handled by `group` lanes (group = B/16); returns
-/// the 16 codes and the block meta (identical in all lanes of the group).
+/// the 16 codes and the block meta (identical in all lanes of the group). Blocks without NaN/Inf
+/// (the common case) skip the per-element special-value handling.
 __device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, fp8::Meta& metaOut) {
-  uint32_t amax = 0;
+  uint32_t amax = 0, special = 0;
   bool inf = false;
 #pragma unroll
-  for (int j = 0; j < kEPT; ++j) fp8::amaxUpdate(v[j], amax, inf);
+  for (int j = 0; j < kEPT; ++j) {
+    fp8::amaxUpdate(v[j], amax, inf);
+    special |= (__float_as_uint(v[j]) & 0x7fffffffu) >= 0x7f800000u ? 1u : 0u;
+  }
   int infI = inf ? 1 : 0;
   for (int off = group >> 1; off > 0; off >>= 1) {
     amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
@@ -143,15 +152,19 @@ __device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, fp8:
   uint32_t w[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    uint32_t word = 0;
+    uint32_t lo = cvtPair(__fmul_rn(v[4 * k], q), __fmul_rn(v[4 * k + 1], q));
+    uint32_t hi = cvtPair(__fmul_rn(v[4 * k + 2], q), __fmul_rn(v[4 * k + 3], q));
+    w[k] = lo | (hi << 16);
+  }
+  if (special || infI) {  // rare: per-element NaN/Inf/INF-block handling (no shuffles inside)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float x0 = v[4 * k + 2 * h], x1 = v[4 * k + 2 * h + 1];
-      uint32_t pr = cvtPair(__fmul_rn(x0, q), __fmul_rn(x1, q));
-      uint32_t c0 = fixSpecial(x0, pr & 0xffu, infI != 0), c1 = fixSpecial(x1, pr >> 8, infI != 0);
-      word |= (c0 | (c1 << 8)) << (16 * h);
+    for (int k = 0; k < 4; ++k) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        word |= fixSpecial(v[4 * k + e], (w[k] >> (8 * e)) & 0xffu, infI != 0) << (8 * e);
+      w[k] = word;
     }
-    w[k] = word;
   }
   metaOut = meta;
   return make_uint4(w[0], w[1], w[2], w[3]);
@@ -262,8 +275,12 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
   return true;
 }
 
-inline int gridFor(const Params& p) {
-  return int(p.nTiles < size_t(kMaxCtas) ? p.nTiles : size_t(kMaxCtas));
+/// CTAs of a call: one per tile, at most kMaxCtas and at most one per SM (co-residency; both
+/// ranks must compute the same number, i.e. have GPUs with the same SM count).
+inline int gridFor(const Params& p, const DeviceCtx& ctx) {
+  size_t cap = size_t(kMaxCtas);
+  if (ctx.smCount > 0 && size_t(ctx.smCount) < cap) cap = size_t(ctx.smCount);
+  return int(p.nTiles < cap ? p.nTiles : cap);
 }
 
 }  // namespace fp8dev

@@ -12,7 +12,7 @@
 // which q published after its phase B of epoch e-2 (the last reader of buffer b). Across calls
 // beginCall() waits for the peers' "done" flag of their previous call. Flags: st.release.sys after
 // __syncthreads(), ld.acquire.sys then __syncthreads() (dda_sync.cuh). CTAs never wait on CTAs of
-// the same GPU; at most 64 CTAs of 512 threads, one per SM, all co-resident.
+// the same GPU; at most 128 CTAs of 512 threads and one per SM, all co-resident.
 #include <cuda_runtime.h>
 
 #include "algos/fp8_algos.h"
@@ -105,8 +105,8 @@ struct ExchangeNeed {
 };
 
 template <class T, int M>
-void launchT(const Params& p, int B, cudaStream_t st) {
-  dim3 grid(gridFor(p)), block(kThreads);
+void launchT(const Params& p, int grid, int B, cudaStream_t st) {
+  dim3 block(kThreads);
   switch (B) {
     case 32: exchangeKernel<T, 32, M><<<grid, block, 0, st>>>(p); break;
     case 64: exchangeKernel<T, 64, M><<<grid, block, 0, st>>>(p); break;
@@ -137,11 +137,11 @@ class Fp8Exchange : public DeviceAlgo {
                  "fp8 %s launched without usable peer memory", collName(a.type));
     if (p.nTiles == 0) return;
     auto st = static_cast<cudaStream_t>(stream);
-    int B = ctx.cfg.fp8BlockSize;
+    int B = ctx.cfg.fp8BlockSize, grid = gridFor(p, ctx);
     switch (a.dtype) {
-      case DataType::f32: launchT<float, M>(p, B, st); break;
-      case DataType::bf16: launchT<bf16_t, M>(p, B, st); break;
-      default: launchT<f16_t, M>(p, B, st); break;
+      case DataType::f32: launchT<float, M>(p, grid, B, st); break;
+      case DataType::bf16: launchT<bf16_t, M>(p, grid, B, st); break;
+      default: launchT<f16_t, M>(p, grid, B, st); break;
     }
     cudaError_t e = cudaGetLastError();
     CCLX_REQUIRE(e == cudaSuccess, cclxCudaError, "fp8 %s launch failed: %s", collName(a.type),

@@ -10,8 +10,9 @@
 namespace cclx {
 namespace fp8 {
 
-/// For every non-NaN float bit pattern x: hardware cvt.rn.satfinite.e4m3x2.f32 versus the software
-/// conversion f32ToE4m3 (compiled for the device). Returns the number of mismatches; *first gets
+/// For every non-NaN float bit pattern x: the device conversion of the collectives (hardware
+/// cvt.rn.satfinite.e4m3x2.f32, fp8dev::cvtPair) versus the software f32ToE4m3 compiled for the
+/// device. Returns the number of mismatches; *first gets
 /// the first mismatching pattern (0xffffffff if none). Throws cclx::Error on CUDA failures.
 uint64_t deviceCvtMismatches(uint32_t* first);
 

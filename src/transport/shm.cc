@@ -212,7 +212,7 @@ void HostCtx::beginColl(const char* name, std::chrono::milliseconds t) {
 size_t HostCtx::slotBytes() const { return slotBytes_; }
 
 char* HostCtx::slot(int peer, uint64_t s) const {
-  return segs_[size_t(peer)]->base + slotsOffset(size) + 0 * slotBytes_;
+  return segs_[size_t(peer)]->base + slotsOffset(size) + (s & 1) * slotBytes_;
 }
 
 namespace {

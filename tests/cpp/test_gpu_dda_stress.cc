@@ -155,11 +155,15 @@ TEST(GpuDdaStress, MissingRankTimesOut) {
   for (const char* algo : {"flat", "tree", "nccl"}) {
     auto res = test::runRanks(2, [algo](int rank, int size, std::shared_ptr<Store> store) {
       Options opts;
-      opts.timeout = std::chrono::milliseconds(2000);
+      opts.timeout = std::chrono::milliseconds(3000);
       auto c = makeGpuComm(rank, size, store, opts);
       char* buf;
       CK(cudaMalloc(&buf, 4096));
       CK(cudaMemset(buf, 0, 4096));
+      // Both ranks complete one call first (NCCL connects lazily, on the host, at first use).
+      CollOptions warm;
+      warm.hints["algo"] = algo;
+      c->allReduce(buf, buf, 1024, DataType::f32, RedOpKind::SUM, warm)->waitBlocking();
       if (rank == 1) {  // never arrives
         std::this_thread::sleep_for(std::chrono::seconds(8));
         _exit(0);
@@ -171,7 +175,7 @@ TEST(GpuDdaStress, MissingRankTimesOut) {
       std::string msg;
       try {
         // The host wait is longer than the comm timeout: the kernel's own deadline fires first.
-        w->waitBlocking(std::chrono::milliseconds(std::string(algo) == "nccl" ? 2000 : 20000));
+        w->waitBlocking(std::chrono::milliseconds(std::string(algo) == "nccl" ? 3000 : 20000));
       } catch (const Error& e) {
         threw = e.code() == cclxTimeout;
         msg = e.what();

@@ -49,8 +49,11 @@ inline int gpuCount() {
     MP_CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                  \
   } while (0)
 
+/// Comms of the tests time out after 20 s (unless the test sets its own), so that a stuck
+/// collective fails the test quickly with a message instead of waiting for the harness.
 inline std::shared_ptr<Comm> makeGpuComm(int rank, int size, std::shared_ptr<Store> store,
                                          Options o = {}) {
+  if (o.timeout == Options{}.timeout) o.timeout = std::chrono::seconds(20);
   return Comm::create(DeviceSpec::cuda(rank), o, std::move(store), rank, size);
 }
 

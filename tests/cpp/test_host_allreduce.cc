@@ -18,6 +18,13 @@ using cclx::test::runRanks;
 
 namespace {
 
+// A failed check ends its rank; the others then fail by timeout instead of waiting 10 min.
+Options testOpts() {
+  Options o;
+  o.timeout = std::chrono::seconds(20);
+  return o;
+}
+
 // Small staging slots make every size above a few KiB go through several chunks.
 void useSmallSlots() {
   setenv("CCLX_SHM_CHUNK_BYTES", "4096", 1);
@@ -50,7 +57,7 @@ void checkAllReduce(Comm& comm, DataType t, ReduceOp op, size_t count, bool inPl
 TEST(HostAllReduce, EveryDtypeAndOpFlatAndTree) {
   auto res = runRanks(3, [](int rank, int size, std::shared_ptr<Store> store) {
     useSmallSlots();
-    auto comm = makeCpuComm(rank, size, store);
+    auto comm = makeCpuComm(rank, size, store, testOpts());
     uint64_t seed = 100;
     for (DataType t : allDtypes())
       for (ReduceOp op : opsFor(t))
@@ -66,7 +73,7 @@ TEST(HostAllReduce, EveryDtypeAndOpFlatAndTree) {
 TEST(HostAllReduce, SizesFromZeroToOneMiB) {
   for (int n : {2, 4}) {
     auto res = runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
-      auto comm = makeCpuComm(rank, size, store);
+      auto comm = makeCpuComm(rank, size, store, testOpts());
       uint64_t seed = 7;
       // 4 KiB of f32 is flat, 1 MiB is tree (defaults).
       MP_CHECK(comm->selectAllReduceAlgo(1024, DataType::f32, RedOpKind::SUM) == "shm-flat");
@@ -90,7 +97,7 @@ TEST(HostAllReduce, SizesFromZeroToOneMiB) {
 
 TEST(HostAllReduce, SixtyFourMiBFloat32FourRanks) {
   auto res = runRanks(4, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto comm = makeCpuComm(rank, size, store);
+    auto comm = makeCpuComm(rank, size, store, testOpts());
     const size_t count = 16u << 20;  // 64 MiB of f32
     std::vector<float> send(count), recv(count, -1.0f);
     fillInput(send.data(), DataType::f32, RedOpKind::SUM, 4242, rank, count);
@@ -123,7 +130,7 @@ TEST(HostAllReduce, SixtyFourMiBFloat32FourRanks) {
 
 TEST(HostAllReduce, FlatAndTreeGiveIdenticalBits) {
   auto res = runRanks(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto comm = makeCpuComm(rank, size, store);
+    auto comm = makeCpuComm(rank, size, store, testOpts());
     const size_t count = 100003;
     for (DataType t : {DataType::f32, DataType::bf16, DataType::f16, DataType::f64}) {
       for (ReduceOp op : {ReduceOp(RedOpKind::SUM), ReduceOp(RedOpKind::AVG), ReduceOp::premulSum(0.3)}) {
@@ -146,7 +153,7 @@ TEST(HostAllReduce, FlatAndTreeGiveIdenticalBits) {
 TEST(HostAllReduce, TenThousandBackToBackWithoutBarriers) {
   auto res = runRanks(3, [](int rank, int size, std::shared_ptr<Store> store) {
     useSmallSlots();
-    auto comm = makeCpuComm(rank, size, store);
+    auto comm = makeCpuComm(rank, size, store, testOpts());
     const size_t count = 67;
     std::vector<float> in[2] = {std::vector<float>(count), std::vector<float>(count)};
     std::vector<float> out[2] = {std::vector<float>(count), std::vector<float>(count)};

@@ -137,7 +137,7 @@ def _worker(path: str, out: str) -> int:
         try:
             fn(ctx)
             results[k[5:]] = {"ok": True, "error": "", "s": time.time() - t0}
-        except Exception:  # noqa: BLE001
+        except (Exception, SystemExit):  # noqa: BLE001 - e.g. an example program's exit(1)
             results[k[5:]] = {"ok": False, "error": traceback.format_exc()[-3000:]}
         save()
         print(f"rank {ctx.rank}: {k} {'ok' if results[k[5:]]['ok'] else 'FAILED'} "

@@ -137,3 +137,25 @@ def test_tcp_store_single_process():
 def test_version_info():
     info = cclx.build_info()
     assert info["version"] == cclx.__version__ and info["commit"]
+
+
+class _DLPackOnly:
+    """An array type cclx knows only through the DLPack protocol."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_generic_dlpack_arrays(comm):
+    x = np.arange(1, 8, dtype=np.int32)
+    out = np.zeros(7, np.int32)
+    comm.all_reduce(_DLPackOnly(x), cclx.ReduceOp.MAX, output=_DLPackOnly(out))
+    assert (out == x).all()
+    with pytest.raises(cclx.CclxInvalidArgument, match="unsupported element type"):
+        comm.all_reduce(_DLPackOnly(np.ones(3, np.int16)))
