@@ -8,7 +8,8 @@ import cclx
 
 comm = cclx.new_comm("cclx", torch.device("cuda"), name="my_comm")
 print(f"I am rank {comm.get_rank()} of {comm.get_size()}!")
-t = torch.full((10, 20), value=comm.get_rank(), dtype=torch.float, device="cuda")
+# torch.full names its fill argument fill_value (value= raises a TypeError).
+t = torch.full((10, 20), fill_value=comm.get_rank(), dtype=torch.float, device="cuda")
 comm.allreduce(t, cclx.ReduceOp.SUM, async_op=False)
 size = comm.get_size()
 expected = size * (size - 1) / 2
