@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The main job: builds cclx in ./build and runs the CPU allreduce example (4 processes, 1 MiB).
-# Extra arguments go to the example (--nranks N --bytes B --iters I).
+# The main job: builds cclx with its Python package in ./build and runs cclx-perf. With no
+# arguments that is an allreduce sweep from 1 KiB to 256 MiB on every local GPU, NCCL measured
+# beside it, or on 4 CPU processes over host shared memory where there is no GPU. Extra
+# arguments go to cclx-perf (nccl-tests' flags: -b -e -f -n -w -c -d -o -G -z, --json, --plot).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-BUILD_DIR="${BUILD_DIR:-build}"
-cmake -S . -B "$BUILD_DIR" -DCCLX_BUILD_TESTS=ON
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target cclx_example_allreduce_cpu
-"$BUILD_DIR/examples/cclx_example_allreduce_cpu" "$@"
+source scripts/build_env.sh
+if [ "$have_python" != 1 ]; then
+  echo "run.sh: cclx-perf needs nanobind (pip install nanobind numpy)" >&2
+  exit 1
+fi
+cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}"
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target _C
+CCLX_EXT_DIR="$PWD/$BUILD_DIR/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+  exec "$PYTHON" -m cclx.perf "$@"

@@ -1,0 +1,23 @@
+# Sourced by scripts/run.sh and scripts/test.sh: the CMake arguments for a build of cclx with
+# the Python extension (when nanobind is importable) and the CUDA parts (when a GPU is visible;
+# they cannot run without one, and compiling the kernels dominates the build on small machines).
+# CCLX_ENABLE_CUDA=ON|OFF|AUTO overrides.
+BUILD_DIR="${BUILD_DIR:-build}"
+PYTHON="${PYTHON:-python3}"
+if [ -z "${CCLX_ENABLE_CUDA:-}" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then
+    CCLX_ENABLE_CUDA=AUTO
+  else
+    CCLX_ENABLE_CUDA=OFF
+  fi
+fi
+cmake_args=(-DCCLX_BUILD_TESTS=ON -DCCLX_ENABLE_CUDA="$CCLX_ENABLE_CUDA")
+if "$PYTHON" -c "import nanobind" >/dev/null 2>&1; then
+  py="$(command -v "$PYTHON")"
+  cmake_args+=(-DCCLX_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" -DPython3_EXECUTABLE="$py"
+               -Dnanobind_DIR="$("$PYTHON" -m nanobind --cmake_dir)")
+  have_python=1
+else
+  echo "nanobind is not importable; building without the Python extension" >&2
+  have_python=0
+fi
