@@ -3,11 +3,15 @@
 // The message is cut into tiles of `tileBlocks` codec blocks; CTA c handles tiles c, c + grid,
 // ... and pairs only with CTA c of the other ranks. Each tile's blocks are split into N shards
 // (fp8::shardBlocks); rank q owns shard q. Per tile, with epoch e:
-//   A: quantize the whole tile; write shard q's codes+metas into rank q's A-inbox [source=me];
-//      signal flag[0] = e to every rank; wait flag[0] >= e from every rank.
+//   A: quantize the whole tile; write shard q's codes+metas into rank q's A-inbox [source=me]
+//      (each round: unit u of two shards, peers' shards first, so remote and local stores
+//      interleave); signal flag[0] = e to every rank; wait flag[0] >= e from every rank.
 //   B: reduce the own shard from the local A-inbox (ranks 0..N-1 in order, float, AVG divides),
 //      requantize, write into every rank's G-inbox [source=me]; signal/wait flag[1] = e.
 //   C: dequantize every shard from the local G-inbox into the output.
+// The order of stores inside a phase is free: only the flag after the phase's __syncthreads()
+// publishes them. Tiles are balanced over the CTAs (makeParams); every rank computes the same
+// tiling and grid from the same inputs.
 // Reuse of the (single-buffered) inboxes within a call: rank W writes q's A-inbox for tile i+1
 // only after its phase C of tile i, which waited for q's flag[1] of tile i, published after q's
 // last read of its A-inbox (phase B of tile i). W writes q's G-inbox for tile i+1 only after
@@ -42,48 +46,68 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
     const uint64_t epoch = e0 + 1 + it;
     const size_t tb0 = tile * p.tileBlocks;
     const size_t nb = p.tileBlocks < p.nbAll - tb0 ? p.tileBlocks : p.nbAll - tb0;
-    // A: quantize, push shard q to rank q.
-    for (int q = 0; q < N; ++q) {
-      size_t sb0, sb1;
-      fp8::shardBlocks(nb, N, q, sb0, sb1);
-      char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + size_t(p.rank) * S;
-      for (size_t u0 = 0; u0 < sb1 - sb0; u0 += GPC) {
-        const size_t u = u0 + grp;
-        const bool act = u < sb1 - sb0;
-        size_t i0 = 0;
-        int n = act ? laneCount(p.count, tb0 + sb0 + u, B, lane, i0) : 0;
-        float v[kEPT];
-        load16(send, i0, n, v);
-        fp8::Meta meta;
-        uint4 c = quantize16(v, G, meta);
-        if (act) {
-          *reinterpret_cast<uint4*>(dst + u * B + lane * kEPT) = c;
-          if (lane == 0) *reinterpret_cast<fp8::Meta*>(dst + mo + 4 * u) = meta;
-        }
+    // A: quantize, push shard q to rank q. Each round handles unit u of two shards at once (the
+    // peers' shards first, the own shard last), so remote and local stores interleave and every
+    // direction of the link is busy for the whole phase; both units' loads are in flight together.
+    // Shard q = blocks [q*sq + min(q, sr), +sq + (q < sr)) of the tile (= fp8::shardBlocks).
+    const size_t sq = nb / size_t(N), sr = nb % size_t(N);
+    auto shard = [&](int q, size_t& b0, size_t& len) {
+      b0 = size_t(q) * sq + (size_t(q) < sr ? size_t(q) : sr);
+      len = sq + (size_t(q) < sr ? 1 : 0);
+    };
+    const size_t len0 = sq + (sr > 0 ? 1 : 0);  // shard 0 is the longest
+    for (size_t u0 = 0; u0 < len0; u0 += GPC) {
+      const size_t u = u0 + grp;
+      for (int k = 0; k < N; k += 2) {
+        const int qa = (p.rank + 1 + k) % N, qb = (p.rank + 2 + k) % N;
+        const bool hasB = k + 1 < N;
+        size_t a0, al, b0, bl;
+        shard(qa, a0, al);
+        shard(qb, b0, bl);
+        const bool actA = u < al, actB = hasB && u < bl;
+        size_t ia = 0, ib = 0;
+        const int na = actA ? laneCount(p.count, tb0 + a0 + u, B, lane, ia) : 0;
+        const int nbk = actB ? laneCount(p.count, tb0 + b0 + u, B, lane, ib) : 0;
+        float va[kEPT], vb[kEPT];
+        load16x2(send, ia, na, va, send, ib, nbk, vb);
+        fp8::Meta ma, mb;
+        const uint4 ca = quantize16(va, G, ma);
+        const uint4 cb = quantize16(vb, G, mb);
+        if (actA)
+          putUnit<B>(p.staging[qa] + size_t(cta) * p.ctaBytes + size_t(p.rank) * S, mo, u, lane,
+                     ca, ma);
+        if (actB)
+          putUnit<B>(p.staging[qb] + size_t(cta) * p.ctaBytes + size_t(p.rank) * S, mo, u, lane,
+                     cb, mb);
       }
     }
     signalAll(p, 0, epoch);
     if (!waitAll(p, 0, epoch, deadline)) return;
-    // B: reduce the own shard, requantize, push to every rank.
+    // B: reduce the own shard (all sources' codes loaded first), requantize, push to every rank.
     {
-      size_t sb0, sb1;
-      fp8::shardBlocks(nb, N, p.rank, sb0, sb1);
+      size_t sb0, sl;
+      shard(p.rank, sb0, sl);
       const char* in = p.staging[p.rank] + size_t(cta) * p.ctaBytes;
-      for (size_t u0 = 0; u0 < sb1 - sb0; u0 += GPC) {
+      for (size_t u0 = 0; u0 < sl; u0 += GPC) {
         const size_t u = u0 + grp;
-        const bool act = u < sb1 - sb0;
+        const bool act = u < sl;
         float acc[kEPT];
 #pragma unroll
         for (int j = 0; j < kEPT; ++j) acc[j] = 0.f;
         if (act) {
-          for (int s = 0; s < N; ++s) {
-            const char* src = in + size_t(s) * S;
-            uint4 c = *reinterpret_cast<const uint4*>(src + u * B + lane * kEPT);
-            fp8::Meta meta = *reinterpret_cast<const fp8::Meta*>(src + mo + 4 * u);
-            float v[kEPT];
-            dequantize16(c, meta, v);
+          uint4 cs[kMaxRanks];
+          fp8::Meta ms[kMaxRanks];
 #pragma unroll
-            for (int j = 0; j < kEPT; ++j) acc[j] = s == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
+          for (int s = 0; s < kMaxRanks; ++s)
+            if (s < N) getUnit<B>(in + size_t(s) * S, mo, u, lane, cs[s], ms[s]);
+#pragma unroll
+          for (int s = 0; s < kMaxRanks; ++s) {
+            if (s < N) {
+              float v[kEPT];
+              dequantize16(cs[s], ms[s], v);
+#pragma unroll
+              for (int j = 0; j < kEPT; ++j) acc[j] = s == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
+            }
           }
           if (p.avg) {
 #pragma unroll
@@ -93,30 +117,41 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
         fp8::Meta meta;
         uint4 c = quantize16(acc, G, meta);
         if (act) {
-          for (int q = 0; q < N; ++q) {
-            char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + size_t(N + p.rank) * S;
-            *reinterpret_cast<uint4*>(dst + u * B + lane * kEPT) = c;
-            if (lane == 0) *reinterpret_cast<fp8::Meta*>(dst + mo + 4 * u) = meta;
+          for (int k = 1; k <= N; ++k) {  // peers first, own inbox last
+            const int q = (p.rank + k) % N;
+            putUnit<B>(p.staging[q] + size_t(cta) * p.ctaBytes + size_t(N + p.rank) * S, mo, u,
+                       lane, c, meta);
           }
         }
       }
     }
     signalAll(p, 1, epoch);
     if (!waitAll(p, 1, epoch, deadline)) return;
-    // C: dequantize every shard into the output.
-    for (int q = 0; q < N; ++q) {
-      size_t sb0, sb1;
-      fp8::shardBlocks(nb, N, q, sb0, sb1);
-      const char* src = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N + q) * S;
-      for (size_t u = grp; u < sb1 - sb0; u += GPC) {  // no shuffles: per-group loop is fine
-        size_t i0;
-        int n = laneCount(p.count, tb0 + sb0 + u, B, lane, i0);
-        if (n == 0) continue;
-        uint4 c = *reinterpret_cast<const uint4*>(src + u * B + lane * kEPT);
-        fp8::Meta meta = *reinterpret_cast<const fp8::Meta*>(src + mo + 4 * u);
-        float v[kEPT];
-        dequantize16(c, meta, v);
-        store16(recv, i0, n, v);
+    // C: dequantize every shard into the output; unit u of all shards is loaded before any of
+    // them is decoded and stored.
+    {
+      const char* g = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N) * S;
+      for (size_t u = grp; u < len0; u += GPC) {  // no shuffles: per-group loop is fine
+        uint4 cs[kMaxRanks];
+        fp8::Meta ms[kMaxRanks];
+#pragma unroll
+        for (int q = 0; q < kMaxRanks; ++q) {
+          size_t q0, ql;
+          shard(q, q0, ql);
+          if (q < N && u < ql) getUnit<B>(g + size_t(q) * S, mo, u, lane, cs[q], ms[q]);
+        }
+#pragma unroll
+        for (int q = 0; q < kMaxRanks; ++q) {
+          size_t q0, ql;
+          shard(q, q0, ql);
+          if (!(q < N && u < ql)) continue;
+          size_t i0;
+          const int n = laneCount(p.count, tb0 + q0 + u, B, lane, i0);
+          if (n == 0) continue;
+          float v[kEPT];
+          dequantize16(cs[q], ms[q], v);
+          store16(recv, i0, n, v);
+        }
       }
     }
   }

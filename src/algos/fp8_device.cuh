@@ -82,6 +82,47 @@ __device__ __forceinline__ void load16(const T* p, size_t i0, int n, float v[kEP
   }
 }
 
+/// Converts the raw 16-byte words of 16 consecutive elements to floats.
+template <class T>
+__device__ __forceinline__ void unpack16(const uint4 (&w)[Vec<T>::kLoads], float v[kEPT]) {
+#pragma unroll
+  for (int l = 0; l < Vec<T>::kLoads; ++l) {
+    uint32_t u[4] = {w[l].x, w[l].y, w[l].z, w[l].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (sizeof(T) == 4) {
+        v[l * 4 + k] = __uint_as_float(u[k]);
+      } else {
+        v[l * 8 + 2 * k] = math::load(T{uint16_t(u[k] & 0xffffu)});
+        v[l * 8 + 2 * k + 1] = math::load(T{uint16_t(u[k] >> 16)});
+      }
+    }
+  }
+}
+
+/// load16 of two independent units; when both are full and aligned every 16-byte load of both is
+/// issued before any conversion (twice the bytes in flight of one load16).
+template <class T>
+__device__ __forceinline__ void load16x2(const T* pa, size_t ia, int na, float va[kEPT],
+                                         const T* pb, size_t ib, int nb, float vb[kEPT]) {
+  const T* qa = pa + ia;
+  const T* qb = pb + ib;
+  if (na == kEPT && nb == kEPT &&
+      ((reinterpret_cast<uintptr_t>(qa) | reinterpret_cast<uintptr_t>(qb)) & 15u) == 0) {
+    uint4 wa[Vec<T>::kLoads], wb[Vec<T>::kLoads];
+#pragma unroll
+    for (int l = 0; l < Vec<T>::kLoads; ++l) {
+      wa[l] = reinterpret_cast<const uint4*>(qa)[l];
+      wb[l] = reinterpret_cast<const uint4*>(qb)[l];
+    }
+    unpack16<T>(wa, va);
+    unpack16<T>(wb, vb);
+  } else {
+    load16(pa, ia, na, va);
+    load16(pb, ib, nb, vb);
+  }
+}
+
 template <class T>
 __device__ __forceinline__ uint32_t bits16(float x) {
   if constexpr (sizeof(T) == 4) return __float_as_uint(x);
@@ -135,12 +176,18 @@ __device__ __forceinline__ uint32_t fixSpecial(float x, uint32_t hw, bool inf) {
 /// the 16 codes and the block meta (identical in all lanes of the group). Blocks without NaN/Inf
 /// (the common case) skip the per-element special-value handling.
 __device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, fp8::Meta& metaOut) {
-  uint32_t amax = 0, special = 0;
-  bool inf = false;
+  // Largest magnitude over all 16 values (NaN/Inf included: they have the largest bit patterns).
+  // Without NaN/Inf (amaxAll < Inf) it equals fp8::amaxUpdate's finite maximum and there is no
+  // Inf; otherwise (rare) the lane recomputes both with the host's amaxUpdate.
+  uint32_t amax = 0;
 #pragma unroll
-  for (int j = 0; j < kEPT; ++j) {
-    fp8::amaxUpdate(v[j], amax, inf);
-    special |= (__float_as_uint(v[j]) & 0x7fffffffu) >= 0x7f800000u ? 1u : 0u;
+  for (int j = 0; j < kEPT; ++j) amax = max(amax, __float_as_uint(v[j]) & 0x7fffffffu);
+  const bool special = amax >= 0x7f800000u;
+  bool inf = false;
+  if (special) {
+    amax = 0;
+#pragma unroll
+    for (int j = 0; j < kEPT; ++j) fp8::amaxUpdate(v[j], amax, inf);
   }
   int infI = inf ? 1 : 0;
   for (int off = group >> 1; off > 0; off >>= 1) {
@@ -173,25 +220,44 @@ __device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, fp8:
 /// Decodes 16 codes of a block with `meta` into v (exact e4m3 value times d, rounded once).
 __device__ __forceinline__ void dequantize16(uint4 c, fp8::Meta meta, float v[kEPT]) {
   float d = fp8::metaDequantMul(meta);
-  bool inf = (meta & fp8::kMetaInf) != 0;
   uint32_t w[4] = {c.x, c.y, c.z, c.w};
+  if ((meta & fp8::kMetaInf) == 0) {  // common case: hardware decode, one multiply per element
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < 4; ++k) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      unsigned short pair = (w[k] >> (16 * h)) & 0xffffu;
-      uint32_t hh;
-      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hh) : "h"(pair));
+      for (int h = 0; h < 2; ++h) {
+        unsigned short pair = (w[k] >> (16 * h)) & 0xffffu;
+        uint32_t hh;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hh) : "h"(pair));
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        uint8_t code = uint8_t(pair >> (8 * e));
-        float x = __half2float(__ushort_as_half(uint16_t(hh >> (16 * e))));
-        float r = __fmul_rn(x, d);
-        if (inf) r = fp8::decode(code, d, true);
-        v[4 * k + 2 * h + e] = r;
+        for (int e = 0; e < 2; ++e) {
+          float x = __half2float(__ushort_as_half(uint16_t(hh >> (16 * e))));
+          v[4 * k + 2 * h + e] = __fmul_rn(x, d);
+        }
       }
     }
+  } else {  // INF block: the host decoder, code by code
+#pragma unroll
+    for (int j = 0; j < kEPT; ++j)
+      v[j] = fp8::decode(uint8_t(w[j >> 2] >> (8 * (j & 3))), d, true);
   }
+}
+
+/// Stores one unit's 16 codes (and, from lane 0 of the group, the block meta) at unit u of a
+/// packed run whose metas start at offset mo.
+template <int B>
+__device__ __forceinline__ void putUnit(char* run, size_t mo, size_t u, int lane, uint4 c,
+                                        fp8::Meta meta) {
+  *reinterpret_cast<uint4*>(run + u * B + lane * kEPT) = c;
+  if (lane == 0) *reinterpret_cast<fp8::Meta*>(run + mo + 4 * u) = meta;
+}
+
+/// Loads one unit's 16 codes and its block meta from unit u of a packed run.
+template <int B>
+__device__ __forceinline__ void getUnit(const char* run, size_t mo, size_t u, int lane, uint4& c,
+                                        fp8::Meta& meta) {
+  c = *reinterpret_cast<const uint4*>(run + u * B + lane * kEPT);
+  meta = *reinterpret_cast<const fp8::Meta*>(run + mo + 4 * u);
 }
 
 __device__ __forceinline__ uint64_t* flagAt(uint64_t* base, int phase, int cta, int src) {
@@ -242,6 +308,12 @@ __device__ __forceinline__ void endCall(const Params& p, uint64_t lastEpoch) {
   if (threadIdx.x == 0) p.counters[blockIdx.x] = lastEpoch;
 }
 
+/// Most CTAs of a call: kMaxCtas and at most one per SM (co-residency; both ranks must compute
+/// the same number, i.e. have GPUs with the same SM count).
+inline int ctaCap(const DeviceCtx& ctx) {
+  return ctx.smCount > 0 && ctx.smCount < kMaxCtas ? ctx.smCount : kMaxCtas;
+}
+
 /// Host side: fills the shared fields of Params. `slotsPerTile(tb)` is the staging bytes one CTA
 /// needs for a tile of tb codec blocks; the largest tb that fits ctaBytes is taken. Returns false
 /// when peer memory is not usable or not even one block fits.
@@ -262,9 +334,20 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
   size_t tb = p.ctaBytes / (B + 2);
   while (tb > 0 && need(tb, B) > p.ctaBytes) tb = tb > 64 ? tb - tb / 64 : tb - 1;
   if (tb == 0) return false;
-  p.tileBlocks = tb;
+  // Balanced tiling: the fewest rounds of `cap` CTAs that fit, then tiles of equal size, so every
+  // CTA does the same number of tiles (no last round run by a few CTAs) and small messages still
+  // spread over all CTAs; at least one full round of unit groups per tile (kThreads*kEPT/B
+  // blocks) where the staging allows. Results do not depend on the tiling (fp8_codec.h).
   p.nbAll = (a.count + B - 1) / B;
-  p.nTiles = (p.nbAll + tb - 1) / tb;
+  const size_t cap = size_t(ctaCap(ctx));
+  size_t rounds = (p.nbAll + tb * cap - 1) / (tb * cap);
+  if (rounds == 0) rounds = 1;
+  size_t bal = (p.nbAll + rounds * cap - 1) / (rounds * cap);
+  const size_t minTb = size_t(kThreads) * kEPT / B;
+  if (bal < minTb) bal = minTb;
+  if (bal > tb) bal = tb;
+  p.tileBlocks = bal;
+  p.nTiles = (p.nbAll + bal - 1) / bal;
   for (int r = 0; r < ctx.size; ++r) {
     p.staging[r] = pm.region(r, StagingRegion::kFp8);
     p.flags[r] = reinterpret_cast<uint64_t*>(pm.signalRegion(r, SignalRegion::kFp8));
@@ -278,8 +361,7 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
 /// CTAs of a call: one per tile, at most kMaxCtas and at most one per SM (co-residency; both
 /// ranks must compute the same number, i.e. have GPUs with the same SM count).
 inline int gridFor(const Params& p, const DeviceCtx& ctx) {
-  size_t cap = size_t(kMaxCtas);
-  if (ctx.smCount > 0 && size_t(ctx.smCount) < cap) cap = size_t(ctx.smCount);
+  const size_t cap = size_t(ctaCap(ctx));
   return int(p.nTiles < cap ? p.nTiles : cap);
 }
 

@@ -5,7 +5,8 @@
 // CTA c of the other ranks. Per tile with epoch e, buffer b = e % 2:
 //   A: AllGather: quantize the own tile once and write it into every rank's inbox [b][source=me];
 //      ReduceScatter / AllToAll: quantize segment q's tile and write it into rank q's inbox
-//      [b][source=me]. Then signal flag[0] = e to every rank and wait flag[0] >= e from all.
+//      [b][source=me] (each round: unit u of two segments, peers' first, so remote and local
+//      stores interleave). Then signal flag[0] = e to every rank and wait flag[0] >= e from all.
 //   B: AllGather / AllToAll: dequantize inbox [b][s] into output segment s, for every s.
 //      ReduceScatter: reduce inbox [b][0..N-1] in rank order (float, AVG divides) into the output.
 // Reuse: rank W writes q's inbox buffer b at epoch e after waiting for q's flag[0] of epoch e-1,
@@ -42,43 +43,69 @@ __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
     const size_t tb0 = tile * p.tileBlocks;
     const size_t nb = p.tileBlocks < p.nbAll - tb0 ? p.tileBlocks : p.nbAll - tb0;
     const size_t slotOff = size_t(cta) * p.ctaBytes + buf * size_t(N) * S;
-    // A: quantize and push.
-    const int nSrcSeg = M == kAllGather ? 1 : N;
-    for (int q = 0; q < nSrcSeg; ++q) {
-      const T* seg = send + (M == kAllGather ? 0 : size_t(q) * p.count);
+    // A: quantize and push; two units per round with all their loads in flight together.
+    // AllGather: units u and u + GPC of the own segment, each stored into every rank's inbox
+    // (peers first). ReduceScatter / AllToAll: unit u of segments qa and qb (the peers' segments
+    // first, the own one last), so remote and local stores interleave over the whole phase.
+    if constexpr (M == kAllGather) {
+      for (size_t u0 = 0; u0 < nb; u0 += 2 * GPC) {
+        const size_t ua = u0 + grp, ub = ua + GPC;
+        const bool actA = ua < nb, actB = ub < nb;
+        size_t ia = 0, ib = 0;
+        const int na = actA ? laneCount(p.count, tb0 + ua, B, lane, ia) : 0;
+        const int nbk = actB ? laneCount(p.count, tb0 + ub, B, lane, ib) : 0;
+        float va[kEPT], vb[kEPT];
+        load16x2(send, ia, na, va, send, ib, nbk, vb);
+        fp8::Meta ma, mb;
+        const uint4 ca = quantize16(va, G, ma);
+        const uint4 cb = quantize16(vb, G, mb);
+        for (int k = 1; k <= N; ++k) {
+          char* dst = p.staging[(p.rank + k) % N] + slotOff + size_t(p.rank) * S;
+          if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
+          if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
+        }
+      }
+    } else {
       for (size_t u0 = 0; u0 < nb; u0 += GPC) {
         const size_t u = u0 + grp;
         const bool act = u < nb;
         size_t i0 = 0;
-        int n = act ? laneCount(p.count, tb0 + u, B, lane, i0) : 0;
-        float v[kEPT];
-        load16(seg, i0, n, v);
-        fp8::Meta meta;
-        uint4 c = quantize16(v, G, meta);
-        if (!act) continue;
-        const int d0 = M == kAllGather ? 0 : q, d1 = M == kAllGather ? N : q + 1;
-        for (int d = d0; d < d1; ++d) {
-          char* dst = p.staging[d] + slotOff + size_t(p.rank) * S;
-          *reinterpret_cast<uint4*>(dst + u * B + lane * kEPT) = c;
-          if (lane == 0) *reinterpret_cast<fp8::Meta*>(dst + mo + 4 * u) = meta;
+        const int n = act ? laneCount(p.count, tb0 + u, B, lane, i0) : 0;
+        for (int k = 0; k < N; k += 2) {
+          const int qa = (p.rank + 1 + k) % N, qb = (p.rank + 2 + k) % N;
+          const bool hasB = k + 1 < N;
+          float va[kEPT], vb[kEPT];
+          load16x2(send + size_t(qa) * p.count, i0, n, va, send + size_t(qb) * p.count, i0,
+                   hasB ? n : 0, vb);
+          fp8::Meta ma, mb;
+          const uint4 ca = quantize16(va, G, ma);
+          const uint4 cb = quantize16(vb, G, mb);
+          if (act)
+            putUnit<B>(p.staging[qa] + slotOff + size_t(p.rank) * S, mo, u, lane, ca, ma);
+          if (act && hasB)
+            putUnit<B>(p.staging[qb] + slotOff + size_t(p.rank) * S, mo, u, lane, cb, mb);
         }
       }
     }
     signalAll(p, 0, epoch);
     if (!waitAll(p, 0, epoch, deadline)) return;
-    // B: unpack (and reduce) from the local inbox.
+    // B: unpack (and reduce) from the local inbox; every source's unit is loaded first.
     const char* in = p.staging[p.rank] + slotOff;
     for (size_t u = grp; u < nb; u += GPC) {  // no shuffles below: per-group loop
       size_t i0;
-      int n = laneCount(p.count, tb0 + u, B, lane, i0);
+      const int n = laneCount(p.count, tb0 + u, B, lane, i0);
       if (n == 0) continue;
+      uint4 cs[kMaxRanks];
+      fp8::Meta ms[kMaxRanks];
+#pragma unroll
+      for (int s = 0; s < kMaxRanks; ++s)
+        if (s < N) getUnit<B>(in + size_t(s) * S, mo, u, lane, cs[s], ms[s]);
       float acc[kEPT];
-      for (int s = 0; s < N; ++s) {
-        const char* src = in + size_t(s) * S;
-        uint4 c = *reinterpret_cast<const uint4*>(src + u * B + lane * kEPT);
-        fp8::Meta meta = *reinterpret_cast<const fp8::Meta*>(src + mo + 4 * u);
+#pragma unroll
+      for (int s = 0; s < kMaxRanks; ++s) {
+        if (s >= N) continue;
         float v[kEPT];
-        dequantize16(c, meta, v);
+        dequantize16(cs[s], ms[s], v);
         if constexpr (M == kReduceScatter) {
 #pragma unroll
           for (int j = 0; j < kEPT; ++j) acc[j] = s == 0 ? v[j] : __fadd_rn(acc[j], v[j]);

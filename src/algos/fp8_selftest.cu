@@ -1,6 +1,8 @@
 // Device-side codec checks (see fp8_selftest.h). Test support only; not used by the collectives.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "algos/fp8_device.cuh"
 #include "algos/fp8_selftest.h"
 #include "core/error.h"
@@ -51,6 +53,103 @@ __global__ void roundTripKernel(const float* in, size_t nb, uint8_t* codes, Meta
   if (lane == 0) metas[blk] = meta;
   fp8dev::dequantize16(c, meta, v);
   fp8dev::store16(out, i0, fp8dev::kEPT, v);
+}
+
+// Phase-timing kernels: the collectives' building blocks on one device, grid-stride over
+// rounds of 2 * GPC blocks per CTA (CTA-uniform trip count, so all lanes reach the shuffles).
+template <int B>
+__global__ void __launch_bounds__(fp8dev::kThreads, 1)
+    quantPassKernel(const bf16_t* in, size_t count, size_t nb, uint8_t* codes, Meta* metas) {
+  constexpr int G = B / fp8dev::kEPT, GPC = fp8dev::kThreads / G;
+  const int lane = threadIdx.x % G, grp = threadIdx.x / G;
+  for (size_t r0 = size_t(blockIdx.x) * 2 * GPC; r0 < nb; r0 += size_t(gridDim.x) * 2 * GPC) {
+    const size_t ua = r0 + grp, ub = ua + GPC;
+    size_t ia = 0, ib = 0;
+    const int na = ua < nb ? fp8dev::laneCount(count, ua, B, lane, ia) : 0;
+    const int nbk = ub < nb ? fp8dev::laneCount(count, ub, B, lane, ib) : 0;
+    float va[fp8dev::kEPT], vb[fp8dev::kEPT];
+    fp8dev::load16x2(in, ia, na, va, in, ib, nbk, vb);
+    Meta ma, mb;
+    const uint4 ca = fp8dev::quantize16(va, G, ma);
+    const uint4 cb = fp8dev::quantize16(vb, G, mb);
+    if (ua < nb) {
+      *reinterpret_cast<uint4*>(codes + ua * B + lane * fp8dev::kEPT) = ca;
+      if (lane == 0) metas[ua] = ma;
+    }
+    if (ub < nb) {
+      *reinterpret_cast<uint4*>(codes + ub * B + lane * fp8dev::kEPT) = cb;
+      if (lane == 0) metas[ub] = mb;
+    }
+  }
+}
+
+template <int B>
+__global__ void __launch_bounds__(fp8dev::kThreads, 1)
+    dequantPassKernel(const uint8_t* codes, const Meta* metas, size_t count, size_t nb,
+                      bf16_t* out) {
+  constexpr int G = B / fp8dev::kEPT, GPC = fp8dev::kThreads / G;
+  const int lane = threadIdx.x % G, grp = threadIdx.x / G;
+  for (size_t r0 = size_t(blockIdx.x) * 2 * GPC; r0 < nb; r0 += size_t(gridDim.x) * 2 * GPC) {
+    const size_t u[2] = {r0 + grp, r0 + grp + GPC};
+    uint4 c[2];
+    Meta m[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      if (u[k] < nb) {
+        c[k] = *reinterpret_cast<const uint4*>(codes + u[k] * B + lane * fp8dev::kEPT);
+        m[k] = metas[u[k]];
+      }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (u[k] >= nb) continue;
+      size_t i0;
+      const int n = fp8dev::laneCount(count, u[k], B, lane, i0);
+      if (n == 0) continue;
+      float v[fp8dev::kEPT];
+      fp8dev::dequantize16(c[k], m[k], v);
+      fp8dev::store16(out, i0, n, v);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(fp8dev::kThreads, 1)
+    peerWriteKernel(const uint4* src, uint4* dst, size_t n16) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+    dst[i] = a;
+    dst[i + stride] = b;
+    dst[i + 2 * stride] = c;
+    dst[i + 3 * stride] = d;
+  }
+  for (; i < n16; i += stride) dst[i] = src[i];
+}
+
+int passGrid() {
+  int dev = 0, sms = 0;
+  FP8_CK(cudaGetDevice(&dev));
+  FP8_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms > 0 && sms < fp8dev::kMaxCtas ? sms : fp8dev::kMaxCtas;
+}
+
+template <class Launch>
+double timeLaunches(int iters, Launch launch) {
+  cudaEvent_t e0, e1;
+  FP8_CK(cudaEventCreate(&e0));
+  FP8_CK(cudaEventCreate(&e1));
+  launch();  // warm-up
+  FP8_CK(cudaGetLastError());
+  FP8_CK(cudaEventRecord(e0));
+  for (int i = 0; i < iters; ++i) launch();
+  FP8_CK(cudaEventRecord(e1));
+  FP8_CK(cudaEventSynchronize(e1));
+  FP8_CK(cudaGetLastError());
+  float ms = 0;
+  FP8_CK(cudaEventElapsedTime(&ms, e0, e1));
+  FP8_CK(cudaEventDestroy(e0));
+  FP8_CK(cudaEventDestroy(e1));
+  return 1000.0 * double(ms) / double(iters);
 }
 
 template <class T>
@@ -106,6 +205,107 @@ void deviceRoundTrip(const float* in, size_t nb, int B, uint8_t* codes, Meta* me
   FP8_CK(cudaMemcpy(codes, dc.p, n, cudaMemcpyDeviceToHost));
   FP8_CK(cudaMemcpy(metas, dm.p, nb * sizeof(Meta), cudaMemcpyDeviceToHost));
   FP8_CK(cudaMemcpy(out, dout.p, n * 4, cudaMemcpyDeviceToHost));
+}
+
+double timeQuantizePass(size_t count, int B, int iters) {
+  CCLX_ARG_CHECK(B == 32 || B == 64 || B == 128 || B == 256, "block size %d", B);
+  const size_t nb = (count + B - 1) / B;
+  DevArr<bf16_t> in(count);
+  DevArr<uint8_t> codes(nb * B);
+  DevArr<Meta> metas(nb);
+  FP8_CK(cudaMemset(in.p, 0x3c, count * sizeof(bf16_t)));
+  const int grid = passGrid();
+  auto go = [&] {
+    switch (B) {
+      case 32: quantPassKernel<32><<<grid, fp8dev::kThreads>>>(in.p, count, nb, codes.p, metas.p); break;
+      case 64: quantPassKernel<64><<<grid, fp8dev::kThreads>>>(in.p, count, nb, codes.p, metas.p); break;
+      case 128: quantPassKernel<128><<<grid, fp8dev::kThreads>>>(in.p, count, nb, codes.p, metas.p); break;
+      default: quantPassKernel<256><<<grid, fp8dev::kThreads>>>(in.p, count, nb, codes.p, metas.p); break;
+    }
+  };
+  return timeLaunches(iters, go);
+}
+
+double timeDequantizePass(size_t count, int B, int iters) {
+  CCLX_ARG_CHECK(B == 32 || B == 64 || B == 128 || B == 256, "block size %d", B);
+  const size_t nb = (count + B - 1) / B;
+  DevArr<bf16_t> out(count);
+  DevArr<uint8_t> codes(nb * B);
+  DevArr<Meta> metas(nb);
+  FP8_CK(cudaMemset(codes.p, 0x38, nb * B));
+  FP8_CK(cudaMemset(metas.p, 0x3c, nb * sizeof(Meta)));
+  const int grid = passGrid();
+  auto go = [&] {
+    switch (B) {
+      case 32: dequantPassKernel<32><<<grid, fp8dev::kThreads>>>(codes.p, metas.p, count, nb, out.p); break;
+      case 64: dequantPassKernel<64><<<grid, fp8dev::kThreads>>>(codes.p, metas.p, count, nb, out.p); break;
+      case 128: dequantPassKernel<128><<<grid, fp8dev::kThreads>>>(codes.p, metas.p, count, nb, out.p); break;
+      default: dequantPassKernel<256><<<grid, fp8dev::kThreads>>>(codes.p, metas.p, count, nb, out.p); break;
+    }
+  };
+  return timeLaunches(iters, go);
+}
+
+double timePeerWrite(size_t bytes, int iters, bool bothWays) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2) return -1;
+  int a01 = 0, a10 = 0;
+  FP8_CK(cudaDeviceCanAccessPeer(&a01, 0, 1));
+  FP8_CK(cudaDeviceCanAccessPeer(&a10, 1, 0));
+  if (!a01 || !a10) return -1;
+  const size_t n16 = (bytes + 15) / 16;
+  uint4* src[2] = {};
+  uint4* dst[2] = {};
+  cudaStream_t st[2] = {};
+  cudaEvent_t ev[2][2] = {};
+  int grid[2] = {};
+  for (int d = 0; d < 2; ++d) {
+    FP8_CK(cudaSetDevice(d));
+    cudaError_t e = cudaDeviceEnablePeerAccess(1 - d, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+    else FP8_CK(e);
+    FP8_CK(cudaMalloc(&src[d], n16 * 16));
+    FP8_CK(cudaMalloc(&dst[d], n16 * 16));
+    FP8_CK(cudaMemset(src[d], 0x11, n16 * 16));
+    FP8_CK(cudaStreamCreateWithFlags(&st[d], cudaStreamNonBlocking));
+    FP8_CK(cudaEventCreate(&ev[d][0]));
+    FP8_CK(cudaEventCreate(&ev[d][1]));
+    grid[d] = passGrid();
+  }
+  const int nd = bothWays ? 2 : 1;
+  for (int rep = 0; rep < 2; ++rep) {  // rep 0: warm-up
+    for (int d = 0; d < nd; ++d) {
+      FP8_CK(cudaSetDevice(d));
+      FP8_CK(cudaDeviceSynchronize());
+    }
+    for (int d = 0; d < nd; ++d) {
+      FP8_CK(cudaSetDevice(d));
+      FP8_CK(cudaEventRecord(ev[d][0], st[d]));
+      for (int i = 0; i < (rep ? iters : 1); ++i)
+        peerWriteKernel<<<grid[d], fp8dev::kThreads, 0, st[d]>>>(src[d], dst[1 - d], n16);
+      FP8_CK(cudaGetLastError());
+      FP8_CK(cudaEventRecord(ev[d][1], st[d]));
+    }
+  }
+  double us = 0;
+  for (int d = 0; d < nd; ++d) {
+    FP8_CK(cudaSetDevice(d));
+    FP8_CK(cudaEventSynchronize(ev[d][1]));
+    float ms = 0;
+    FP8_CK(cudaEventElapsedTime(&ms, ev[d][0], ev[d][1]));
+    us = std::max(us, 1000.0 * double(ms) / double(iters));
+  }
+  for (int d = 0; d < 2; ++d) {
+    FP8_CK(cudaSetDevice(d));
+    FP8_CK(cudaDeviceSynchronize());
+    (void)cudaFree(src[d]);
+    (void)cudaFree(dst[d]);
+    (void)cudaStreamDestroy(st[d]);
+    (void)cudaEventDestroy(ev[d][0]);
+    (void)cudaEventDestroy(ev[d][1]);
+  }
+  FP8_CK(cudaSetDevice(0));
+  return us;
 }
 
 }  // namespace fp8

@@ -23,5 +23,18 @@ void deviceCvt(const float* in, size_t n, uint8_t* out);
 /// them with the device dequantizer. Host arrays: in[nb*B], codes[nb*B], metas[nb], out[nb*B].
 void deviceRoundTrip(const float* in, size_t nb, int B, uint8_t* codes, Meta* metas, float* out);
 
+/// Phase timing (tests/cpp/test_gpu_fp8.cc): microseconds per pass, averaged over `iters`
+/// back-to-back launches timed with CUDA events on the current device, with the collectives'
+/// grid (min(SMs, 128) CTAs of 512 threads, grid-stride, two units per thread per round).
+/// Quantize: bf16 [count] -> codes + metas. Dequantize: codes + metas -> bf16 [count].
+double timeQuantizePass(size_t count, int B, int iters);
+double timeDequantizePass(size_t count, int B, int iters);
+
+/// Devices 0 and 1 of this process (peer access enabled here): a kernel on each copies `bytes`
+/// from its own memory into the other device's memory with 16-byte stores (both directions at
+/// once when `bothWays`, else 0 -> 1 only), same grid as above. Returns microseconds per pass
+/// (the slower device), or -1 when there are not two devices with peer access.
+double timePeerWrite(size_t bytes, int iters, bool bothWays);
+
 }  // namespace fp8
 }  // namespace cclx

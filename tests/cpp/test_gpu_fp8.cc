@@ -73,6 +73,19 @@ size_t runGpu(Comm& c, CollType t, DataType dt, RedOpKind op, size_t count, bool
   return wrong;
 }
 
+/// Prints (in the parent) every line of a runRanks log that carries `tag`, starting at the tag.
+void echoTagged(const std::string& log, const char* tag) {
+  size_t pos = 0;
+  while (pos < log.size()) {
+    size_t end = log.find('\n', pos);
+    if (end == std::string::npos) end = log.size();
+    size_t t = log.find(tag, pos);
+    if (t != std::string::npos && t < end) printf("%s\n", log.substr(t, end - t).c_str());
+    pos = end + 1;
+  }
+  fflush(stdout);
+}
+
 }  // namespace
 
 TEST(GpuFp8, DeviceCodecEqualsHostCodec) {
@@ -146,7 +159,8 @@ TEST(GpuFp8, CollectivesEqualHostModel) {
           if (op == RedOpKind::AVG && t != CollType::AllReduce && t != CollType::ReduceScatter)
             continue;
           // Odd sizes, one tile, several tiles; for bf16 SUM also more tiles than CTAs (several
-          // rounds per CTA: 64 CTAs x ~256K (allreduce) / ~129K (others) elements per tile).
+          // rounds per CTA: with 32 MiB of FP8 staging a tile holds at most ~127K (allreduce) /
+          // ~63K (others) elements, so 20M / 9M elements need two rounds of 128 CTAs).
           std::vector<size_t> sizes = {1, 1003, 70001, 1000003};
           if (dt == DataType::bf16 && op == RedOpKind::SUM)
             sizes.push_back(t == CollType::AllReduce ? 20000037 : 9000037);
@@ -258,7 +272,89 @@ TEST(GpuFp8, TimingPrint) {
     CK(cudaStreamDestroy(s));
     c->finalize();
   }, std::chrono::seconds(600));
+  echoTagged(res.log, "[fp8 timing]");
   ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// Where the time of a bf16 FP8 allreduce goes (no assertion; lines "[fp8 phase]"): the whole
+// allreduce (eager and CUDA-graph replayed), a quantize-only and a dequantize-only pass over the
+// message with the collectives' code and grid, and plain SM peer writes of one FP8 shard (what
+// each link direction carries in each of the allreduce's two exchange phases on 2 ranks).
+TEST(GpuFp8, PhaseTiming) {
+  GPU_REQUIRE(2);
+  const size_t kSizes[] = {size_t(16) << 20, size_t(64) << 20, size_t(256) << 20};
+  const int B = 128, iters = 20;
+  auto res1 = test::runRanks(1, [&](int, int, std::shared_ptr<Store>) {
+    CK(cudaSetDevice(0));
+    for (size_t bytes : kSizes) {
+      const size_t count = bytes / 2;
+      const double q = fp8::timeQuantizePass(count, B, iters);
+      const double d = fp8::timeDequantizePass(count, B, iters);
+      const size_t shard = fp8::packedBytes((count + B - 1) / B / 2, B);
+      const double w2 = fp8::timePeerWrite(shard, iters, true);
+      const double w1 = fp8::timePeerWrite(shard, iters, false);
+      printf("[fp8 phase] bf16 %zu MiB: quantize-only %.1f us (%.0f GB/s in+out), "
+             "dequantize-only %.1f us (%.0f GB/s in+out)\n",
+             bytes >> 20, q, double(bytes + count + count / B * 4) / (q * 1e3), d,
+             double(bytes + count + count / B * 4) / (d * 1e3));
+      printf("[fp8 phase] bf16 %zu MiB: peer write of one shard (%zu B): both ways %.1f us "
+             "(%.0f GB/s per direction), one way %.1f us (%.0f GB/s)\n",
+             bytes >> 20, shard, w2, double(shard) / (w2 * 1e3), w1, double(shard) / (w1 * 1e3));
+    }
+  });
+  echoTagged(res1.log, "[fp8 phase]");
+  ASSERT_TRUE(res1.ok()) << res1.log;
+  auto res2 = test::runRanks(2, [&](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    Dev a(kSizes[2]);
+    CK(cudaMemset(a.p, 0x3c, kSizes[2]));
+    CollOptions co;
+    co.stream = s;
+    for (size_t bytes : kSizes) {
+      const size_t count = bytes / 2;
+      auto call = [&] { c->allReduce(a.p, a.p, count, DataType::bf16, RedOpKind::SUM, co); };
+      for (int i = 0; i < 3; ++i) call();
+      CK(cudaStreamSynchronize(s));
+      CK(cudaEventRecord(e0, s));
+      for (int i = 0; i < iters; ++i) call();
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float eager = 0;
+      CK(cudaEventElapsedTime(&eager, e0, e1));
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < iters; ++i) call();
+      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaGraphInstantiate(&ge, g, 0));
+      CK(cudaGraphLaunch(ge, s));  // warm-up replay
+      CK(cudaStreamSynchronize(s));
+      CK(cudaEventRecord(e0, s));
+      CK(cudaGraphLaunch(ge, s));
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float graph = 0;
+      CK(cudaEventElapsedTime(&graph, e0, e1));
+      CK(cudaGraphExecDestroy(ge));
+      CK(cudaGraphDestroy(g));
+      if (rank == 0)
+        printf("[fp8 phase] bf16 %zu MiB: full fp8 allreduce eager %.1f us, graph %.1f us "
+               "(algbw %.0f GB/s)\n",
+               bytes >> 20, 1000.0 * eager / iters, 1000.0 * graph / iters,
+               double(bytes) / (1000.0 * graph / iters * 1e3));
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaStreamDestroy(s));
+    c->finalize();
+  }, std::chrono::seconds(600));
+  echoTagged(res2.log, "[fp8 phase]");
+  ASSERT_TRUE(res2.ok()) << res2.log;
 }
 
 #else
