@@ -33,7 +33,7 @@
 namespace cclx {
 namespace {
 
-constexpr int kUnroll = 4;  // independent 16-byte vectors in flight per thread
+constexpr int kUnroll = 2;  // independent 16-byte vectors in flight per thread (4 spills at 512 threads)
 
 struct TreeParams {
   dev::PeerPtrs peers;  // staging: tree region bases; signal: tree flag region bases

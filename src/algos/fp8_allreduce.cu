@@ -95,18 +95,20 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
 #pragma unroll
         for (int j = 0; j < kEPT; ++j) acc[j] = 0.f;
         if (act) {
-          uint4 cs[kMaxRanks];
-          fp8::Meta ms[kMaxRanks];
+          for (int s0 = 0; s0 < N; s0 += 2) {  // sources in order; two loads in flight
+            const bool two = s0 + 1 < N;
+            uint4 c0, c1 = make_uint4(0, 0, 0, 0);
+            fp8::Meta m0, m1 = 0;
+            getUnit<B>(in + size_t(s0) * S, mo, u, lane, c0, m0);
+            if (two) getUnit<B>(in + size_t(s0 + 1) * S, mo, u, lane, c1, m1);
+            float v[kEPT];
+            dequantize16(c0, m0, v);
 #pragma unroll
-          for (int s = 0; s < kMaxRanks; ++s)
-            if (s < N) getUnit<B>(in + size_t(s) * S, mo, u, lane, cs[s], ms[s]);
+            for (int j = 0; j < kEPT; ++j) acc[j] = s0 == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
+            if (two) {
+              dequantize16(c1, m1, v);
 #pragma unroll
-          for (int s = 0; s < kMaxRanks; ++s) {
-            if (s < N) {
-              float v[kEPT];
-              dequantize16(cs[s], ms[s], v);
-#pragma unroll
-              for (int j = 0; j < kEPT; ++j) acc[j] = s == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
+              for (int j = 0; j < kEPT; ++j) acc[j] = __fadd_rn(acc[j], v[j]);
             }
           }
           if (p.avg) {
@@ -127,30 +129,30 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
     }
     signalAll(p, 1, epoch);
     if (!waitAll(p, 1, epoch, deadline)) return;
-    // C: dequantize every shard into the output; unit u of all shards is loaded before any of
-    // them is decoded and stored.
+    // C: dequantize every shard into the output; unit u of two shards is loaded before either
+    // is decoded and stored.
     {
       const char* g = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N) * S;
       for (size_t u = grp; u < len0; u += GPC) {  // no shuffles: per-group loop is fine
-        uint4 cs[kMaxRanks];
-        fp8::Meta ms[kMaxRanks];
+        for (int q0 = 0; q0 < N; q0 += 2) {  // two shards' loads in flight
+          size_t b0[2], bl[2];
+          uint4 c[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+          fp8::Meta m[2] = {0, 0};
 #pragma unroll
-        for (int q = 0; q < kMaxRanks; ++q) {
-          size_t q0, ql;
-          shard(q, q0, ql);
-          if (q < N && u < ql) getUnit<B>(g + size_t(q) * S, mo, u, lane, cs[q], ms[q]);
-        }
+          for (int k = 0; k < 2; ++k) {
+            shard(q0 + k, b0[k], bl[k]);
+            if (q0 + k < N && u < bl[k]) getUnit<B>(g + size_t(q0 + k) * S, mo, u, lane, c[k], m[k]);
+          }
 #pragma unroll
-        for (int q = 0; q < kMaxRanks; ++q) {
-          size_t q0, ql;
-          shard(q, q0, ql);
-          if (!(q < N && u < ql)) continue;
-          size_t i0;
-          const int n = laneCount(p.count, tb0 + q0 + u, B, lane, i0);
-          if (n == 0) continue;
-          float v[kEPT];
-          dequantize16(cs[q], ms[q], v);
-          store16(recv, i0, n, v);
+          for (int k = 0; k < 2; ++k) {
+            if (!(q0 + k < N && u < bl[k])) continue;
+            size_t i0;
+            const int n = laneCount(p.count, tb0 + b0[k] + u, B, lane, i0);
+            if (n == 0) continue;
+            float v[kEPT];
+            dequantize16(c[k], m[k], v);
+            store16(recv, i0, n, v);
+          }
         }
       }
     }

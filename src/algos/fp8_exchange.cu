@@ -89,28 +89,31 @@ __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
     }
     signalAll(p, 0, epoch);
     if (!waitAll(p, 0, epoch, deadline)) return;
-    // B: unpack (and reduce) from the local inbox; every source's unit is loaded first.
+    // B: unpack (and reduce) from the local inbox; two sources' units are loaded at a time.
     const char* in = p.staging[p.rank] + slotOff;
     for (size_t u = grp; u < nb; u += GPC) {  // no shuffles below: per-group loop
       size_t i0;
       const int n = laneCount(p.count, tb0 + u, B, lane, i0);
       if (n == 0) continue;
-      uint4 cs[kMaxRanks];
-      fp8::Meta ms[kMaxRanks];
-#pragma unroll
-      for (int s = 0; s < kMaxRanks; ++s)
-        if (s < N) getUnit<B>(in + size_t(s) * S, mo, u, lane, cs[s], ms[s]);
       float acc[kEPT];
+      for (int s0 = 0; s0 < N; s0 += 2) {  // sources in order; two loads in flight
+        const bool two = s0 + 1 < N;
+        uint4 c[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        fp8::Meta m[2] = {0, 0};
+        getUnit<B>(in + size_t(s0) * S, mo, u, lane, c[0], m[0]);
+        if (two) getUnit<B>(in + size_t(s0 + 1) * S, mo, u, lane, c[1], m[1]);
 #pragma unroll
-      for (int s = 0; s < kMaxRanks; ++s) {
-        if (s >= N) continue;
-        float v[kEPT];
-        dequantize16(cs[s], ms[s], v);
-        if constexpr (M == kReduceScatter) {
+        for (int k = 0; k < 2; ++k) {
+          if (k == 1 && !two) continue;
+          const int s = s0 + k;
+          float v[kEPT];
+          dequantize16(c[k], m[k], v);
+          if constexpr (M == kReduceScatter) {
 #pragma unroll
-          for (int j = 0; j < kEPT; ++j) acc[j] = s == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
-        } else {
-          store16(recv + size_t(s) * p.count, i0, n, v);
+            for (int j = 0; j < kEPT; ++j) acc[j] = s == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
+          } else {
+            store16(recv + size_t(s) * p.count, i0, n, v);
+          }
         }
       }
       if constexpr (M == kReduceScatter) {
