@@ -104,6 +104,7 @@ Config Config::fromEnv() {
     c.spinIterations = int(parseInt("CCLX_SPIN_ITERATIONS", v, 0, 1 << 30));
 
   if (const char* v = envOrNull("CCLX_NCCL_PATH")) c.ncclPath = v;
+  if (const char* v = envOrNull("CCLX_NCCL_PIP_DIR")) c.ncclPipDir = v;
   if (const char* v = envOrNull("CCLX_ALLREDUCE_ALGO")) {
     std::string s = lower(v);
     if (s != "auto" && s != "flat" && s != "tree" && s != "nccl")

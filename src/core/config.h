@@ -29,6 +29,7 @@ struct Config {
 
   // GPU: NCCL and the direct-access (DDA) allreduce.
   std::string ncclPath;                 // CCLX_NCCL_PATH: libnccl.so to dlopen first
+  std::string ncclPipDir;               // CCLX_NCCL_PIP_DIR: lib dir of the nvidia-nccl pip package
   std::string allreduceAlgo = "auto";   // CCLX_ALLREDUCE_ALGO=auto|flat|tree|nccl
   bool ddaEnable = true;                // CCLX_DDA_ENABLE=0 disables DDA entirely
   size_t ddaFlatMaxBytes = 0;           // CCLX_DDA_FLAT_MAX_BYTES (0 = tuned table)

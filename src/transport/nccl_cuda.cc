@@ -90,7 +90,9 @@ struct Loader {
   }
 
   Loader() {
-    const std::string& forced = config().ncclPath;
+    // Fresh read: the Python package may set CCLX_NCCL_PIP_DIR after the first config() use.
+    const Config cfg = Config::fromEnv();
+    const std::string& forced = cfg.ncclPath;
     if (!forced.empty()) {
       // An explicit path is binding: no silent fallback to another library.
       if (!tryPath(forced, "CCLX_NCCL_PATH")) error = "CCLX_NCCL_PATH=" + forced + ":" + error;
@@ -99,8 +101,8 @@ struct Loader {
     if (tryHandle(dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD), "libnccl.so.2", "already loaded"))
       return;
     // Hand-off from the Python layer: the lib directory of the nvidia-nccl pip package.
-    if (const char* pip = std::getenv("CCLX_NCCL_PIP_DIR"); pip && *pip)
-      if (tryPath(std::string(pip) + "/libnccl.so.2", "nvidia-nccl pip package")) return;
+    if (!cfg.ncclPipDir.empty())
+      if (tryPath(cfg.ncclPipDir + "/libnccl.so.2", "nvidia-nccl pip package")) return;
     if (tryPath("libnccl.so.2", "system")) return;
     tryPath("libnccl.so", "system");
   }
