@@ -37,7 +37,7 @@ class RelaxedCapture {
 
 // Built-in thresholds (bytes per rank) by world size; CCLX_DDA_*_MAX_BYTES override them.
 size_t flatTable(int n) { return n <= 2 ? (512u << 10) : n <= 4 ? (256u << 10) : (128u << 10); }
-size_t treeTable(int n) { return n <= 2 ? (32u << 20) : n <= 4 ? (16u << 20) : (8u << 20); }
+size_t treeTable(int n) { return n <= 2 ? (64u << 20) : n <= 4 ? (16u << 20) : (8u << 20); }
 
 class CudaBackend final : public Backend {
  public:
