@@ -7,50 +7,33 @@
 // *other* rank src and block b (a rank's own data never goes through staging). A message is cut
 // into chunks of at most N*G*capV vectors; each chunk into N slices (balanced, 16-byte boundaries,
 // so count < N works: some slices are empty), each slice into G block parts (each <= capV).
-// Each block part is further cut into S sub-steps (S = 1..4, from the first chunk's bytes per rank,
-// so each is >= 256 KiB per rank when S > 1; the same on every rank); sub-step j only ever touches sub-region
-// j of an inbox (indices stay relative to the part's start), so no staging is added. Sub-step j
-// of chunk c uses sequence number q(j) = base + j + 1, base = the block's device counter + c * S;
-// the counter advances by nChunks * S per call, so values on each flag row only increase.
-// A signal point is __syncthreads then thread t < N st.release.sys to rank t's row; a wait point
-// is thread t < N ld.acquire.sys on the local row then __syncthreads_or. Per chunk, block b runs
-// stages j = 0..S+1:
-//   a. j < S: push sub-step j of its part of every slice s != rank of `send` into rank s's RS
-//      inbox [rank][b];
-//   b. wait for RS q(j-1) (1 <= j <= S) and AG q(j-2) (j >= 2) from every rank;
-//   c. 1 <= j <= S: reduce sub-step j-1 of its part of slice `rank` in rank order 0..N-1 (rank
-//      r's contribution from its RS inbox [r][b], its own straight from `send`), push the result
-//      into every other rank's AG inbox [rank][b] and write it straight to `recv`;
-//   d. j >= 2: copy sub-step j-2 of every slice s != rank from its AG inbox [s][b] to `recv`;
-//   e. signal AG q(j-1) (1 <= j <= S) and RS q(j) (j < S).
-// Every wait of stage j is for a signal given in stage j-1 of the peers (no deadlock), and every
-// block runs every stage even when its parts are empty. The push of sub-step j+1 is issued while
-// the flags of stage j are in flight, so NVLink is not left idle in the waits.
-// Inbox reuse (within a call and across calls alike: the sequence numbers continue, kernels of
-// one rank run in launch order): rank r writes s's RS inbox in chunk c+1 only after r's last wait
-// of chunk c (AG q(S-1) from s), which s signals after its last reduce (read) of chunk c; r writes
-// s's AG inbox in chunk c+1 only after its stage-1 wait of chunk c+1 (RS q(0) or later from s),
-// which s signals after all its AG copies (reads) of chunk c. Within a chunk every sub-region is
-// written once. A flag value >= q is only ever stored after the value q by the same thread.
-// In place (send == recv): a vector of slice s != rank is read from `send` in stage a and written
-// to `recv` in stage d two stages later by the same block (the sub-step ranges of one chunk are
-// disjoint, and other chunks are disjoint ranges); a vector of the own slice is read from `send`
-// and written to `recv` in stage c by the same thread, the write after all of its reads (peers
-// never read this rank's `send`). Each thread moves kUnroll independent vectors per iteration
-// (all loads, then all stores) for memory-level parallelism; the one partial vector at the end
-// of the message (if any) lies in exactly one sub-step of one part and is handled by thread 0 of
-// its block with byte-exact accesses. Waits carry a %globaltimer deadline; on expiry the block
-// records the missing rank and stops (writes no more).
+// Per chunk, block b with sequence number q (its device counter + chunk index + 1; values only
+// increase, never reset):
+//   1. pushes its part of every slice s != rank of `send` into rank s's RS inbox [rank][b], then
+//      blockBarrier on the RS flag row (release.sys after __syncthreads, acquire.sys wait);
+//   2. reduces its part of slice `rank` in rank order 0..N-1, taking rank r's contribution from
+//      its RS inbox [r][b] and its own straight from `send`; pushes the result into every other
+//      rank's AG inbox [rank][b] and writes it straight to `recv`; then blockBarrier on the AG row;
+//   3. copies its part of every slice s != rank from its AG inbox [s][b] to `recv`.
+// Every block takes part in every barrier even when its parts are empty, so the chain below holds
+// for all blocks. Inbox reuse: rank r pushes chunk k+1 into s's RS inbox only after it passed the
+// AG barrier of chunk k, which s's block b entered only after reducing (reading) that inbox; r's
+// AG inbox is overwritten for chunk k+1 only after s received r's chunk k+1 RS signal, which r
+// gives after copying its chunk k AG inbox out. The same holds across calls (the sequence numbers
+// continue). In place (send == recv): a vector of slice s != rank is read from `send` in step 1
+// and written to `recv` in step 3 by the same block, with the barrier between; a vector of the own
+// slice is read from `send` and written to `recv` in step 2 by the same thread, the write after
+// all of its reads (peers never read this rank's `send`). Each thread moves kUnroll independent
+// vectors per iteration (all loads, then all stores) for memory-level parallelism; the one partial
+// vector at the end of the message (if any) is handled by thread 0 of its block with byte-exact
+// accesses. Waits carry a %globaltimer deadline; on expiry the block records the missing rank and
+// stops (writes no more).
 #include "algos/dda_common.cuh"
-
-#include <algorithm>
 
 namespace cclx {
 namespace {
 
 constexpr int kUnroll = 2;  // independent 16-byte vectors in flight per thread (4 spills at 512 threads)
-constexpr int kMaxSteps = 4;                       // pipeline sub-steps per chunk, at most
-constexpr size_t kMinStepBytes = size_t(256) << 10;  // per rank and sub-step, at least
 
 struct TreeParams {
   dev::PeerPtrs peers;  // staging: tree region bases; signal: tree flag region bases
@@ -62,7 +45,6 @@ struct TreeParams {
   uint32_t* err;
   uint64_t timeoutNs;
   int rank, size;
-  int steps;            // pipeline sub-steps per chunk (1..kMaxSteps), the same on every rank
   RedOpKind op;
   double factor;
   bool aligned;         // send and recv both 16-byte aligned
@@ -142,71 +124,40 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
     const int slot = src < owner ? src : src - 1;
     return reinterpret_cast<uint4*>(p.peers.staging[owner] + off + (size_t(slot) * G + b) * inbox);
   };
-  const int S = p.steps;                              // pipeline sub-steps per chunk
   // This thread handles the partial last vector when it lies in `part`.
   auto tailHere = [&](Range part) {
     return tailBytes != 0 && threadIdx.x == 0 && fullV >= part.lo && fullV < part.hi;
   };
 
-  // Sub-range j (of S) of a block part; inbox indices stay relative to the part's start, so
-  // sub-step j only ever touches sub-region j of an inbox.
-  auto partOf = [&](size_t cv0, size_t cV, int s) {
-    Range sl = split(cv0, cV, N, s);
-    return split(sl.lo, sl.hi - sl.lo, G, b);
-  };
-  auto subOf = [&](Range part, int j) { return split(part.lo, part.hi - part.lo, S, j); };
-  // One signal point: thread t < N releases the AG and/or RS flag of rank t's row for this block
-  // (after __syncthreads, so it covers every earlier access of the block).
-  auto signalAt = [&](bool ag, uint64_t qAG, bool rs, uint64_t qRS) {
-    __syncthreads();
-    const int t = threadIdx.x;
-    if (t < N) {
-      if (ag) dev::stReleaseSys(rowsAG[t] + me, qAG);
-      if (rs) dev::stReleaseSys(rowsRS[t] + me, qRS);
-    }
-  };
-  // One wait point: thread t < N acquires rank t's RS and/or AG flag in the local row; then
-  // __syncthreads. Returns false in every thread on timeout.
-  auto waitAt = [&](bool rs, uint64_t qRS, bool ag, uint64_t qAG) {
-    const int t = threadIdx.x;
-    int failed = 0;
-    if (t < N) {
-      if (rs) failed = !dev::waitFlagGE(rowsRS[me] + t, qRS, deadline, p.err, t);
-      if (ag && !failed) failed = !dev::waitFlagGE(rowsAG[me] + t, qAG, deadline, p.err, t);
-    }
-    return __syncthreads_or(failed) == 0;
-  };
-
-  bool ok = true;
-  for (size_t c = 0; c < nChunks && ok; ++c) {
-    const uint64_t base = seq0 + c * uint64_t(S);  // sub-step j of this chunk uses q = base + j + 1
+  size_t c = 0;
+  for (; c < nChunks; ++c) {
+    const uint64_t q = seq0 + c + 1;
     const size_t cv0 = c * chunkV;
     const size_t cV = min(chunkV, totalV - cv0);
-    // Push sub-step j of my part of every other slice s to rank s's RS inbox [me][b].
-    auto pushRS = [&](int j) {
-      for (int s = 0; s < N; ++s) {
-        if (s == me) continue;
-        const Range part = partOf(cv0, cV, s);
-        const Range sub = subOf(part, j);
-        uint4* dst = box(s, 0, me);
-        forGroups(sub.lo, min(sub.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
-          uint4 x[kUnroll];
+    // 1. push my part of every other slice s to rank s's RS inbox [me][b].
+    for (int s = 0; s < N; ++s) {
+      if (s == me) continue;
+      Range sl = split(cv0, cV, N, s);
+      Range part = split(sl.lo, sl.hi - sl.lo, G, b);
+      uint4* dst = box(s, 0, me);
+      forGroups(part.lo, min(part.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
+        uint4 x[kUnroll];
 #pragma unroll
-          for (int k = 0; k < kUnroll; ++k)
-            if (v0 + k * st < hi) x[k] = ldUser<Al>(p.send, v0 + k * st);
+        for (int k = 0; k < kUnroll; ++k)
+          if (v0 + k * st < hi) x[k] = ldUser<Al>(p.send, v0 + k * st);
 #pragma unroll
-          for (int k = 0; k < kUnroll; ++k)
-            if (v0 + k * st < hi) dst[v0 + k * st - part.lo] = x[k];
-        });
-        if (tailHere(sub)) dst[fullV - part.lo] = ldTail(p.send, fullV, tailBytes);
-      }
-    };
-    // Reduce sub-step j of my part of slice `me` (own data from send), write it to recv and push
-    // it to every other rank's AG inbox [me][b].
-    auto reduceAG = [&](int j) {
-      const Range part = partOf(cv0, cV, me);
-      const Range sub = subOf(part, j);
-      forGroups(sub.lo, min(sub.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
+        for (int k = 0; k < kUnroll; ++k)
+          if (v0 + k * st < hi) dst[v0 + k * st - part.lo] = x[k];
+      });
+      if (tailHere(part)) dst[fullV - part.lo] = ldTail(p.send, fullV, tailBytes);
+    }
+    if (!dev::blockBarrier(rowsRS, me, N, q, deadline, p.err)) break;
+    // 2. reduce my part of slice `me` (own data from send), write it to recv and push it to every
+    //    other rank's AG inbox [me][b].
+    {
+      Range sl = split(cv0, cV, N, me);
+      Range part = split(sl.lo, sl.hi - sl.lo, G, b);
+      forGroups(part.lo, min(part.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
         Acc acc[kUnroll];
         for (int r = 0; r < N; ++r) {
           uint4 x[kUnroll];
@@ -248,7 +199,7 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
           }
         }
       });
-      if (tailHere(sub)) {
+      if (tailHere(part)) {
         Acc acc;
         for (int r = 0; r < N; ++r) {
           uint4 x = r == me ? ldTail(p.send, fullV, tailBytes)
@@ -264,43 +215,27 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
           else box(r, agOff, me)[fullV - part.lo] = out;
         }
       }
-    };
-    // Copy sub-step j of my part of every other slice s from my AG inbox [s][b] to recv.
-    auto copyAG = [&](int j) {
-      for (int s = 0; s < N; ++s) {
-        if (s == me) continue;
-        const Range part = partOf(cv0, cV, s);
-        const Range sub = subOf(part, j);
-        const uint4* src = box(me, agOff, s);
-        forGroups(sub.lo, min(sub.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
-          uint4 x[kUnroll];
+    }
+    if (!dev::blockBarrier(rowsAG, me, N, q, deadline, p.err)) break;
+    // 3. copy my part of every other slice s from my AG inbox [s][b] to recv.
+    for (int s = 0; s < N; ++s) {
+      if (s == me) continue;
+      Range sl = split(cv0, cV, N, s);
+      Range part = split(sl.lo, sl.hi - sl.lo, G, b);
+      const uint4* src = box(me, agOff, s);
+      forGroups(part.lo, min(part.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
+        uint4 x[kUnroll];
 #pragma unroll
-          for (int k = 0; k < kUnroll; ++k)
-            if (v0 + k * st < hi) x[k] = __ldcg(src + (v0 + k * st - part.lo));
+        for (int k = 0; k < kUnroll; ++k)
+          if (v0 + k * st < hi) x[k] = __ldcg(src + (v0 + k * st - part.lo));
 #pragma unroll
-          for (int k = 0; k < kUnroll; ++k)
-            if (v0 + k * st < hi) stUser<Al>(p.recv, v0 + k * st, x[k]);
-        });
-        if (tailHere(sub)) stTail(p.recv, fullV, tailBytes, __ldcg(src + (fullV - part.lo)));
-      }
-    };
-    // Software pipeline over S sub-steps: stage j pushes RS(j), waits for RS(j - 1) and
-    // AG(j - 2), reduces + pushes AG(j - 1), copies AG(j - 2) out, then signals AG(j - 1) and
-    // RS(j). Every wait of stage j is for a signal of stage j - 1 of the peers.
-    for (int j = 0; j <= S + 1; ++j) {
-      if (j < S) pushRS(j);
-      const bool wRS = j >= 1 && j <= S, wAG = j >= 2;
-      if ((wRS || wAG) && !waitAt(wRS, base + j, wAG, base + j - 1)) {
-        ok = false;
-        break;
-      }
-      if (wRS) reduceAG(j - 1);
-      if (wAG) copyAG(j - 2);
-      const bool sRS = j < S;
-      if (wRS || sRS) signalAt(wRS, base + j, sRS, base + j + 1);
+        for (int k = 0; k < kUnroll; ++k)
+          if (v0 + k * st < hi) stUser<Al>(p.recv, v0 + k * st, x[k]);
+      });
+      if (tailHere(part)) stTail(p.recv, fullV, tailBytes, __ldcg(src + (fullV - part.lo)));
     }
   }
-  *seqOut = seq0 + nChunks * uint64_t(S);
+  *seqOut = seq0 + nChunks;
 }
 
 template <class T>
@@ -360,10 +295,6 @@ void ddaTreeLaunch(const DdaArgs& a, DeviceCtx& ctx, void* stream) {
   p.factor = a.op.factor;
   p.aligned = ((reinterpret_cast<uintptr_t>(a.send) | reinterpret_cast<uintptr_t>(a.recv)) & 15) == 0;
   size_t totalV = (p.bytes + 15) / 16;
-  // Sub-steps from the first chunk's size per rank (identical on every rank: it depends only on
-  // bytes, size, grid and region size).
-  const size_t perRankBytes = std::min(totalV, size_t(ctx.size) * G * p.capV) / ctx.size * 16;
-  p.steps = int(std::clamp<size_t>(perRankBytes / kMinStepBytes, 1, kMaxSteps));
   size_t perBlock = std::min(totalV, size_t(ctx.size) * G * p.capV) / (size_t(ctx.size) * G) + 1;
   int threads = int(std::min<size_t>(512, std::max<size_t>(64, (perBlock + 31) / 32 * 32)));
   auto s = static_cast<cudaStream_t>(stream);
