@@ -2,21 +2,30 @@
 //
 // The message is cut into tiles of `tileBlocks` codec blocks; CTA c handles tiles c, c + grid,
 // ... and pairs only with CTA c of the other ranks. Each tile's blocks are split into N shards
-// (fp8::shardBlocks); rank q owns shard q. Per tile, with epoch e:
-//   A: quantize the whole tile; write shard q's codes+metas into rank q's A-inbox [source=me]
-//      (each round: unit u of two shards, peers' shards first, so remote and local stores
-//      interleave); signal flag[0] = e to every rank; wait flag[0] >= e from every rank.
-//   B: reduce the own shard from the local A-inbox (ranks 0..N-1 in order, float, AVG divides),
-//      requantize, write into every rank's G-inbox [source=me]; signal/wait flag[1] = e.
-//   C: dequantize every shard from the local G-inbox into the output.
-// The order of stores inside a phase is free: only the flag after the phase's __syncthreads()
-// publishes them. Tiles are balanced over the CTAs (makeParams); every rank computes the same
-// tiling and grid from the same inputs.
+// (fp8::shardBlocks); rank q owns shard q. Each rank's staging holds, per CTA, an A-inbox and a
+// G-inbox with one slot per peer (slotOf: the N - 1 other ranks in rank order); the own shard
+// never passes through staging. Per tile, with epoch e:
+//   A: quantize the peers' shards; write shard q's codes+metas into rank q's A-inbox [slot of
+//      me]; signal flag[0] = e to every rank; wait flag[0] >= e from every rank.
+//   B: reduce the own shard over ranks 0..N-1 in order (float, AVG divides): the peers' codes
+//      from the local A-inbox, the own codes quantized again from `send` in registers, with the
+//      same lanes, groups and zero fill as phase A, hence the bits a peer would have received;
+//      requantize, write into every peer's G-inbox [slot of me] and, decoded, into the own
+//      output; signal/wait flag[1] = e.
+//   C: dequantize the peers' shards from the local G-inbox into the output.
+// Every rank decodes the same requantized codes+metas for a shard, so all outputs are identical
+// and equal to the host twin's. The order of stores inside a phase is free: only the flag after
+// the phase's __syncthreads() publishes them. Tiles are balanced over the CTAs (makeParams);
+// every rank computes the same tiling and grid from the same inputs.
+// In place (send == recv): a tile's elements are read and written only by its CTA; phase A reads
+// them before phase B; in phase B a thread writes exactly the 16 elements it read itself before;
+// phase C writes only the peers' shards, which no later step of the tile reads.
 // Reuse of the (single-buffered) inboxes within a call: rank W writes q's A-inbox for tile i+1
 // only after its phase C of tile i, which waited for q's flag[1] of tile i, published after q's
 // last read of its A-inbox (phase B of tile i). W writes q's G-inbox for tile i+1 only after
-// waiting for q's flag[0] of tile i+1, published after q's phase C of tile i. Across calls (of
-// any FP8 collective) beginCall() waits for the peers' "done" flag of the previous call.
+// waiting for q's flag[0] of tile i+1, published after q's phase C of tile i. Each (source,
+// receiver) pair has its own slot, so the argument holds slot by slot. Across calls (of any FP8
+// collective) beginCall() waits for the peers' "done" flag of the previous call.
 // Flags are written with st.release.sys after __syncthreads() and read with ld.acquire.sys
 // followed by __syncthreads() (dda_sync.cuh). CTAs never wait on other CTAs of the same GPU;
 // the grid is at most 128 CTAs of 512 threads and at most one per SM, so all are co-resident.
@@ -29,6 +38,11 @@
 namespace cclx {
 namespace fp8dev {
 namespace {
+
+/// Inbox slot of source `src` at receiver `dst` (src != dst): the N - 1 peers in rank order.
+__device__ __forceinline__ size_t slotOf(int src, int dst) {
+  return size_t(src < dst ? src : src - 1);
+}
 
 template <class T, int B>
 __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
@@ -46,9 +60,6 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
     const uint64_t epoch = e0 + 1 + it;
     const size_t tb0 = tile * p.tileBlocks;
     const size_t nb = p.tileBlocks < p.nbAll - tb0 ? p.tileBlocks : p.nbAll - tb0;
-    // A: quantize, push shard q to rank q. Each round handles unit u of two shards at once (the
-    // peers' shards first, the own shard last), so remote and local stores interleave and every
-    // direction of the link is busy for the whole phase; both units' loads are in flight together.
     // Shard q = blocks [q*sq + min(q, sr), +sq + (q < sr)) of the tile (= fp8::shardBlocks).
     const size_t sq = nb / size_t(N), sr = nb % size_t(N);
     auto shard = [&](int q, size_t& b0, size_t& len) {
@@ -56,34 +67,36 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
       len = sq + (size_t(q) < sr ? 1 : 0);
     };
     const size_t len0 = sq + (sr > 0 ? 1 : 0);  // shard 0 is the longest
-    for (size_t u0 = 0; u0 < len0; u0 += GPC) {
-      const size_t u = u0 + grp;
-      for (int k = 0; k < N; k += 2) {
-        const int qa = (p.rank + 1 + k) % N, qb = (p.rank + 2 + k) % N;
-        const bool hasB = k + 1 < N;
-        size_t a0, al, b0, bl;
-        shard(qa, a0, al);
-        shard(qb, b0, bl);
-        const bool actA = u < al, actB = hasB && u < bl;
+    // A: quantize the peers' shards and push shard q to rank q's A-inbox (the own shard is
+    // quantized again in phase B). Each round handles units u and u + GPC of one peer shard, so
+    // both units' loads are in flight together; peers are visited in turn.
+    for (size_t u0 = 0; u0 < len0; u0 += 2 * size_t(GPC)) {
+      const size_t ua = u0 + grp, ub = u0 + GPC + grp;
+      for (int k = 1; k < N; ++k) {
+        const int q = (p.rank + k) % N;
+        size_t b0, bl;
+        shard(q, b0, bl);
+        const bool actA = ua < bl, actB = ub < bl;
         size_t ia = 0, ib = 0;
-        const int na = actA ? laneCount(p.count, tb0 + a0 + u, B, lane, ia) : 0;
-        const int nbk = actB ? laneCount(p.count, tb0 + b0 + u, B, lane, ib) : 0;
+        const int na = actA ? laneCount(p.count, tb0 + b0 + ua, B, lane, ia) : 0;
+        const int nbk = actB ? laneCount(p.count, tb0 + b0 + ub, B, lane, ib) : 0;
         float va[kEPT], vb[kEPT];
         load16x2(send, ia, na, va, send, ib, nbk, vb);
         fp8::Meta ma, mb;
         const uint4 ca = quantize16(va, G, ma);
         const uint4 cb = quantize16(vb, G, mb);
-        if (actA)
-          putUnit<B>(p.staging[qa] + size_t(cta) * p.ctaBytes + size_t(p.rank) * S, mo, u, lane,
-                     ca, ma);
-        if (actB)
-          putUnit<B>(p.staging[qb] + size_t(cta) * p.ctaBytes + size_t(p.rank) * S, mo, u, lane,
-                     cb, mb);
+        char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + slotOf(p.rank, q) * S;
+        if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
+        if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
       }
     }
     signalAll(p, 0, epoch);
     if (!waitAll(p, 0, epoch, deadline)) return;
-    // B: reduce the own shard (all sources' codes loaded first), requantize, push to every rank.
+    // B: reduce the own shard: the peers' codes come from the local A-inbox, the own codes are
+    // quantized here from `send` exactly as phase A quantizes a shard for a peer (same elements
+    // per lane, same zero fill, same group), so they are the bits a peer would have received.
+    // Sources are added in rank order. The requantized result goes to every peer's G-inbox and,
+    // decoded like phase C decodes it, straight to the own output.
     {
       size_t sb0, sl;
       shard(p.rank, sb0, sl);
@@ -91,16 +104,23 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
       for (size_t u0 = 0; u0 < sl; u0 += GPC) {
         const size_t u = u0 + grp;
         const bool act = u < sl;
+        size_t io = 0;
+        const int no = act ? laneCount(p.count, tb0 + sb0 + u, B, lane, io) : 0;
+        float vo[kEPT];
+        load16(send, io, no, vo);
+        fp8::Meta mOwn;
+        const uint4 cOwn = quantize16(vo, G, mOwn);  // all lanes (shuffles)
         float acc[kEPT];
 #pragma unroll
         for (int j = 0; j < kEPT; ++j) acc[j] = 0.f;
         if (act) {
           for (int s0 = 0; s0 < N; s0 += 2) {  // sources in order; two loads in flight
             const bool two = s0 + 1 < N;
-            uint4 c0, c1 = make_uint4(0, 0, 0, 0);
-            fp8::Meta m0, m1 = 0;
-            getUnit<B>(in + size_t(s0) * S, mo, u, lane, c0, m0);
-            if (two) getUnit<B>(in + size_t(s0 + 1) * S, mo, u, lane, c1, m1);
+            uint4 c0 = cOwn, c1 = cOwn;
+            fp8::Meta m0 = mOwn, m1 = mOwn;
+            if (s0 != p.rank) getUnit<B>(in + slotOf(s0, p.rank) * S, mo, u, lane, c0, m0);
+            if (two && s0 + 1 != p.rank)
+              getUnit<B>(in + slotOf(s0 + 1, p.rank) * S, mo, u, lane, c1, m1);
             float v[kEPT];
             dequantize16(c0, m0, v);
 #pragma unroll
@@ -119,38 +139,48 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
         fp8::Meta meta;
         uint4 c = quantize16(acc, G, meta);
         if (act) {
-          for (int k = 1; k <= N; ++k) {  // peers first, own inbox last
+          for (int k = 1; k < N; ++k) {
             const int q = (p.rank + k) % N;
-            putUnit<B>(p.staging[q] + size_t(cta) * p.ctaBytes + size_t(N + p.rank) * S, mo, u,
-                       lane, c, meta);
+            putUnit<B>(p.staging[q] + size_t(cta) * p.ctaBytes +
+                           (size_t(N - 1) + slotOf(p.rank, q)) * S,
+                       mo, u, lane, c, meta);
+          }
+          if (no > 0) {
+            float v[kEPT];
+            dequantize16(c, meta, v);
+            store16(recv, io, no, v);
           }
         }
       }
     }
     signalAll(p, 1, epoch);
     if (!waitAll(p, 1, epoch, deadline)) return;
-    // C: dequantize every shard into the output; unit u of two shards is loaded before either
-    // is decoded and stored.
+    // C: dequantize the peers' shards from the local G-inbox into the output; units u and
+    // u + GPC of one shard are loaded before either is decoded and stored.
     {
-      const char* g = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N) * S;
-      for (size_t u = grp; u < len0; u += GPC) {  // no shuffles: per-group loop is fine
-        for (int q0 = 0; q0 < N; q0 += 2) {  // two shards' loads in flight
-          size_t b0[2], bl[2];
+      const char* g = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N - 1) * S;
+      for (size_t u0 = grp; u0 < len0; u0 += 2 * size_t(GPC)) {  // no shuffles: per-group loop
+        for (int k = 1; k < N; ++k) {
+          const int q = (p.rank + k) % N;
+          size_t b0, bl;
+          shard(q, b0, bl);
+          const char* src = g + slotOf(q, p.rank) * S;
           uint4 c[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
           fp8::Meta m[2] = {0, 0};
 #pragma unroll
-          for (int k = 0; k < 2; ++k) {
-            shard(q0 + k, b0[k], bl[k]);
-            if (q0 + k < N && u < bl[k]) getUnit<B>(g + size_t(q0 + k) * S, mo, u, lane, c[k], m[k]);
+          for (int h = 0; h < 2; ++h) {
+            const size_t u = u0 + size_t(h) * GPC;
+            if (u < bl) getUnit<B>(src, mo, u, lane, c[h], m[h]);
           }
 #pragma unroll
-          for (int k = 0; k < 2; ++k) {
-            if (!(q0 + k < N && u < bl[k])) continue;
+          for (int h = 0; h < 2; ++h) {
+            const size_t u = u0 + size_t(h) * GPC;
+            if (!(u < bl)) continue;
             size_t i0;
-            const int n = laneCount(p.count, tb0 + b0[k] + u, B, lane, i0);
+            const int n = laneCount(p.count, tb0 + b0 + u, B, lane, i0);
             if (n == 0) continue;
             float v[kEPT];
-            dequantize16(c[k], m[k], v);
+            dequantize16(c[h], m[h], v);
             store16(recv, i0, n, v);
           }
         }
@@ -160,11 +190,11 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   endCall(p, e0 + it);
 }
 
-/// Staging one CTA needs for a tile of tb blocks: A-inbox and G-inbox, one shard per source.
+/// Staging one CTA needs for a tile of tb blocks: A-inbox and G-inbox, one shard per peer.
 struct AllReduceNeed {
   int n;
   size_t operator()(size_t tb, size_t B) const {
-    return 2 * size_t(n) * fp8::packedBytes((tb + n - 1) / n, B);
+    return 2 * size_t(n - 1) * fp8::packedBytes((tb + n - 1) / n, B);
   }
 };
 

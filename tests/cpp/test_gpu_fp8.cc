@@ -159,11 +159,11 @@ TEST(GpuFp8, CollectivesEqualHostModel) {
           if (op == RedOpKind::AVG && t != CollType::AllReduce && t != CollType::ReduceScatter)
             continue;
           // Odd sizes, one tile, several tiles; for bf16 SUM also more tiles than CTAs (several
-          // rounds per CTA: with 32 MiB of FP8 staging a tile holds at most ~127K (allreduce) /
-          // ~63K (others) elements, so 20M / 9M elements need two rounds of 128 CTAs).
+          // rounds per CTA: with 32 MiB of FP8 staging a tile holds at most ~254K (allreduce on
+          // 2 ranks) / ~63K (others) elements, so 40M / 9M elements need two rounds of 128 CTAs).
           std::vector<size_t> sizes = {1, 1003, 70001, 1000003};
           if (dt == DataType::bf16 && op == RedOpKind::SUM)
-            sizes.push_back(t == CollType::AllReduce ? 20000037 : 9000037);
+            sizes.push_back(t == CollType::AllReduce ? 40000037 : 9000037);
           for (size_t n : sizes)
             for (bool ip : {false, true}) {
               char tag[160];
