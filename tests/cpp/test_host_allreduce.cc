@@ -18,13 +18,6 @@ using cclx::test::runRanks;
 
 namespace {
 
-// A failed check ends its rank; the others then fail by timeout instead of waiting 10 min.
-Options testOpts() {
-  Options o;
-  o.timeout = std::chrono::seconds(20);
-  return o;
-}
-
 // Small staging slots make every size above a few KiB go through several chunks.
 void useSmallSlots() {
   setenv("CCLX_SHM_CHUNK_BYTES", "4096", 1);

@@ -18,13 +18,6 @@ using cclx::test::runRanks;
 
 namespace {
 
-// A failed check ends its rank; the others then fail by timeout instead of waiting 10 min.
-Options testOpts() {
-  Options o;
-  o.timeout = std::chrono::seconds(20);
-  return o;
-}
-
 std::shared_ptr<Comm> smallSlotComm(int rank, int size, std::shared_ptr<Store> store) {
   setenv("CCLX_SHM_CHUNK_BYTES", "4096", 1);
   reloadConfig();

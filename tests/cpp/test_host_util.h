@@ -7,6 +7,7 @@
 
 #include <cclx/cclx.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,14 @@
 #include <vector>
 
 namespace hosttest {
+
+/// Comm options for host tests: a failed check ends its rank, and the others then fail by
+/// timeout after 20 s instead of waiting the default 10 minutes.
+inline cclx::Options testOpts() {
+  cclx::Options o;
+  o.timeout = std::chrono::seconds(20);
+  return o;
+}
 
 using cclx::DataType;
 using cclx::RedOpKind;
