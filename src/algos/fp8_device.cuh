@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "algos/dda_sync.cuh"
@@ -27,10 +28,13 @@ namespace fp8dev {
 constexpr int kThreads = 512;    // threads per CTA
 constexpr int kEPT = 16;         // elements per thread per unit
 constexpr int kMaxCtas = 128;    // CTAs per call at most (each pairs with the same index on peers)
+constexpr int kWarps = kThreads / 32;
 // Flags in the FP8 signal region: uint64 [phase][cta][source]; phase 0/1 = data phases of a
-// tile, phase 2 = "done": the CTA finished every read of the call (value = its last epoch).
+// tile, phase 2 = "done": the CTA finished every read of the call (value = its last epoch),
+// phase 3 = "consumed": the consumer team finished reading a tile's inbox buffer.
 constexpr int kPhaseDone = 2;
-constexpr int kPhases = 3;
+constexpr int kPhaseConsumed = 3;
+constexpr int kPhases = 4;
 
 /// Everything a kernel needs. All FP8 collectives share the staging region, the flags and the
 /// per-CTA epoch counters: CTA c of every call owns bytes [c * ctaBytes, (c + 1) * ctaBytes) of
@@ -49,6 +53,7 @@ struct Params {
   uint64_t* counters;          // kMaxCtas epoch counters (device-local)
   uint32_t* err;
   uint64_t timeoutNs;
+  int producerThreads;         // threads [0, producerThreads) quantize and push, the rest decode
 };
 
 template <class T> struct Vec;
@@ -289,6 +294,52 @@ __device__ __forceinline__ bool waitAll(const Params& p, int phase, uint64_t val
   return s_fail == 0;
 }
 
+/// A team: whole warps [first, first + threads) of the CTA with their own named barrier (ids 1
+/// and 2; 0 is __syncthreads). The FP8 kernels split each CTA into a producer team (quantize,
+/// push to peers) and a consumer team (decode the local inboxes), so NVLink transfers of one
+/// tile overlap the local decoding of an earlier one. The two teams meet only at the start and
+/// the end of a call (__syncthreads) and otherwise talk through the flags.
+struct Team {
+  int id, first, threads;
+  __device__ int tid() const { return int(threadIdx.x) - first; }
+};
+
+__device__ __forceinline__ void teamSync(const Team& t) {
+  asm volatile("bar.sync %0, %1;" ::"r"(t.id), "r"(t.threads) : "memory");
+}
+
+/// Barrier of the team that also ORs `v` over its threads.
+__device__ __forceinline__ bool teamAny(const Team& t, bool v) {
+  int r;
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\tsetp.ne.s32 p, %1, 0;\n\t"
+      "bar.red.or.pred q, %2, %3, p;\n\tselp.s32 %0, 1, 0, q;\n\t}"
+      : "=r"(r)
+      : "r"(v ? 1 : 0), "r"(t.id), "r"(t.threads)
+      : "memory");
+  return r != 0;
+}
+
+/// signalAll for a team: after the team's stores (local and remote) or reads, thread t < size of
+/// the team publishes `value` in rank t's flag [phase][cta][rank] (release, system scope).
+__device__ __forceinline__ void teamSignal(const Params& p, const Team& tm, int phase,
+                                           uint64_t value) {
+  teamSync(tm);
+  const int t = tm.tid();
+  if (t < p.size) dev::stReleaseSys(flagAt(p.flags[t], phase, blockIdx.x, p.rank), value);
+}
+
+/// waitAll for a team: thread t < size of the team waits (acquire, system scope) until rank t
+/// published at least `value` in the local flag [phase][cta][t], then the team synchronizes.
+/// False in every thread of the team on timeout.
+__device__ __forceinline__ bool teamWait(const Params& p, const Team& tm, int phase,
+                                         uint64_t value, uint64_t deadline) {
+  const int t = tm.tid();
+  bool failed = t < p.size && !dev::waitFlagGE(flagAt(p.flags[p.rank], phase, blockIdx.x, t),
+                                               value, deadline, p.err, t);
+  return !teamAny(tm, failed);
+}
+
 /// Valid elements of lane `lane` (of its group) in codec block `gb` of a segment of n elements.
 __device__ __forceinline__ int laneCount(size_t n, size_t gb, int B, int lane, size_t& i0) {
   i0 = gb * size_t(B) + size_t(lane) * kEPT;
@@ -318,7 +369,8 @@ inline int ctaCap(const DeviceCtx& ctx) {
 /// needs for a tile of tb codec blocks; the largest tb that fits ctaBytes is taken. Returns false
 /// when peer memory is not usable or not even one block fits.
 template <class NeedFn>
-inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Params& p) {
+inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Params& p,
+                       int defaultProducerWarps = kWarps / 2) {
   if (!ctx.peerUsable() || ctx.size < 2 || ctx.size > kMaxRanks) return false;
   const PeerMem& pm = *ctx.peer;
   const size_t B = size_t(ctx.cfg.fp8BlockSize);
@@ -334,16 +386,20 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
   size_t tb = p.ctaBytes / (B + 2);
   while (tb > 0 && need(tb, B) > p.ctaBytes) tb = tb > 64 ? tb - tb / 64 : tb - 1;
   if (tb == 0) return false;
-  // Balanced tiling: the fewest rounds of `cap` CTAs that fit, then tiles of equal size, so every
-  // CTA does the same number of tiles (no last round run by a few CTAs) and small messages still
-  // spread over all CTAs; at least one full round of unit groups per tile (kThreads*kEPT/B
-  // blocks) where the staging allows. Results do not depend on the tiling (fp8_codec.h).
+  // Balanced tiling: rounds of `cap` CTAs with tiles of equal size, so every CTA does the same
+  // number of tiles (no last round run by a few CTAs) and small messages still spread over all
+  // CTAs. Rounds: at least what the staging needs, and at least cfg.fp8TilesPerCta (the producer
+  // team runs ahead of the consumer team, so a deeper pipeline overlaps more) while a tile keeps
+  // one round of a half-CTA team's unit groups (minTb blocks) where the staging allows. Results
+  // do not depend on the tiling (fp8_codec.h).
   p.nbAll = (a.count + B - 1) / B;
   const size_t cap = size_t(ctaCap(ctx));
+  const size_t minTb = size_t(kThreads / 2) * kEPT / B;
+  const size_t depth = size_t(ctx.cfg.fp8TilesPerCta > 0 ? ctx.cfg.fp8TilesPerCta : 1);
   size_t rounds = (p.nbAll + tb * cap - 1) / (tb * cap);
+  rounds = std::max(rounds, std::min(depth, p.nbAll / (minTb * cap)));
   if (rounds == 0) rounds = 1;
   size_t bal = (p.nbAll + rounds * cap - 1) / (rounds * cap);
-  const size_t minTb = size_t(kThreads) * kEPT / B;
   if (bal < minTb) bal = minTb;
   if (bal > tb) bal = tb;
   p.tileBlocks = bal;
@@ -355,6 +411,8 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
   p.counters = ctx.counters + kCounterFp8;
   p.err = ctx.errorFlagDev;
   p.timeoutNs = timeoutNs(a);
+  p.producerThreads =
+      32 * (ctx.cfg.fp8ProducerWarps > 0 ? ctx.cfg.fp8ProducerWarps : defaultProducerWarps);
   return true;
 }
 

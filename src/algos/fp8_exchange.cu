@@ -1,19 +1,26 @@
 // FP8 all-gather, reduce-scatter and all-to-all on peer memory: one kernel each (one template),
-// push model. Count is per rank segment; codec blocks are aligned to each segment's start.
+// push model, two teams per CTA. Count is per rank segment; codec blocks are aligned to each
+// segment's start.
 //
-// CTA c handles tiles c, c + grid, ... (tileBlocks codec blocks of the segment) and pairs only with
-// CTA c of the other ranks. Per tile with epoch e, buffer b = e % 2:
-//   A: AllGather: quantize the own tile once and write it into every rank's inbox [b][source=me];
-//      ReduceScatter / AllToAll: quantize segment q's tile and write it into rank q's inbox
-//      [b][source=me] (each round: unit u of two segments, peers' first, so remote and local
-//      stores interleave). Then signal flag[0] = e to every rank and wait flag[0] >= e from all.
-//   B: AllGather / AllToAll: dequantize inbox [b][s] into output segment s, for every s.
-//      ReduceScatter: reduce inbox [b][0..N-1] in rank order (float, AVG divides) into the output.
-// Reuse: rank W writes q's inbox buffer b at epoch e after waiting for q's flag[0] of epoch e-1,
-// which q published after its phase B of epoch e-2 (the last reader of buffer b). Across calls
-// beginCall() waits for the peers' "done" flag of their previous call. Flags: st.release.sys after
-// __syncthreads(), ld.acquire.sys then __syncthreads() (dda_sync.cuh). CTAs never wait on CTAs of
-// the same GPU; at most 128 CTAs of 512 threads and one per SM, all co-resident.
+// CTA c handles tiles c, c + grid, ... (tileBlocks codec blocks of the segment; its i-th tile has
+// epoch e_i = counter[c] + 1 + i) and pairs only with CTA c of the other ranks. Each rank's
+// staging holds, per CTA, two inbox buffers (b = e_i % 2) with one slot per source rank.
+//   A (producer): after flag[3] >= e_(i-2) from every rank (every consumer finished reading
+//      buffer b, tile i - 2), quantize and write into the inboxes [b][source = me]:
+//      AllGather: the own tile once, stored into every rank's inbox (peers first);
+//      ReduceScatter / AllToAll: segment q's tile into rank q's inbox (each round: unit u of two
+//      segments, peers' first, so remote and local stores interleave).
+//      Then flag[0] = e_i to every rank.
+//   B (consumer): after flag[0] >= e_i from every rank: AllGather / AllToAll dequantize inbox
+//      [b][s] into output segment s for every s; ReduceScatter reduces inbox [b][0..N-1] in rank
+//      order (float, AVG divides) into the output. Then flag[3] ("consumed") = e_i to every rank.
+// The producer runs up to two tiles ahead of the consumer, so NVLink pushes overlap the local
+// decoding. The first two tiles of a call need no wait: beginCall() waited for the peers' "done"
+// flag of their previous FP8 call, published after both teams' last reads. In place, a tile's
+// output is written by the consumer only after flag[0] of that tile from every rank, i.e. after
+// every producer read its input. Flags: st.release.sys after the team's named barrier,
+// ld.acquire.sys then the team's barrier (fp8_device.cuh). CTAs never wait on CTAs of the same
+// GPU; at most 128 CTAs of 512 threads and one per SM, all co-resident.
 #include <cuda_runtime.h>
 
 #include "algos/fp8_algos.h"
@@ -26,106 +33,158 @@ namespace {
 
 enum Mode : int { kAllGather = 0, kReduceScatter = 1, kAllToAll = 2 };
 
+struct ExTile {
+  size_t tb0, nb;
+  __device__ ExTile(const Params& p, size_t tile) {
+    tb0 = tile * p.tileBlocks;
+    nb = p.tileBlocks < p.nbAll - tb0 ? p.tileBlocks : p.nbAll - tb0;
+  }
+};
+
+/// Inbox [epoch % 2][src] of rank `owner` for this CTA.
+__device__ __forceinline__ char* exBox(const Params& p, size_t S, int owner, uint64_t epoch,
+                                       int src) {
+  return p.staging[owner] + size_t(blockIdx.x) * p.ctaBytes +
+         (size_t(epoch & 1u) * size_t(p.size) + size_t(src)) * S;
+}
+
+/// A: quantize and push; two units per round with all their loads in flight together.
 template <class T, int B, int M>
-__global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
-  constexpr int G = B / kEPT, GPC = kThreads / G;
-  const int lane = threadIdx.x % G, grp = threadIdx.x / G, N = p.size, cta = blockIdx.x;
-  const uint64_t e0 = p.counters[cta];
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
-  const size_t S = fp8::packedBytes(p.tileBlocks, B), mo = fp8::metaOffset(p.tileBlocks, B);
+__device__ void exPhaseA(const Params& p, const Team& tm, const ExTile& t, uint64_t epoch,
+                         size_t S, size_t mo) {
+  constexpr int G = B / kEPT;
+  const int GPC = tm.threads / G, lane = tm.tid() % G, grp = tm.tid() / G, N = p.size;
   const T* send = reinterpret_cast<const T*>(p.send);
-  T* recv = reinterpret_cast<T*>(p.recv);
-  if (!beginCall(p, e0, deadline)) return;
-  uint64_t it = 0;
-  for (size_t tile = cta; tile < p.nTiles; tile += gridDim.x, ++it) {
-    const uint64_t epoch = e0 + 1 + it;
-    const size_t buf = size_t(epoch & 1u);
-    const size_t tb0 = tile * p.tileBlocks;
-    const size_t nb = p.tileBlocks < p.nbAll - tb0 ? p.tileBlocks : p.nbAll - tb0;
-    const size_t slotOff = size_t(cta) * p.ctaBytes + buf * size_t(N) * S;
-    // A: quantize and push; two units per round with all their loads in flight together.
-    // AllGather: units u and u + GPC of the own segment, each stored into every rank's inbox
-    // (peers first). ReduceScatter / AllToAll: unit u of segments qa and qb (the peers' segments
-    // first, the own one last), so remote and local stores interleave over the whole phase.
-    if constexpr (M == kAllGather) {
-      for (size_t u0 = 0; u0 < nb; u0 += 2 * GPC) {
-        const size_t ua = u0 + grp, ub = ua + GPC;
-        const bool actA = ua < nb, actB = ub < nb;
-        size_t ia = 0, ib = 0;
-        const int na = actA ? laneCount(p.count, tb0 + ua, B, lane, ia) : 0;
-        const int nbk = actB ? laneCount(p.count, tb0 + ub, B, lane, ib) : 0;
+  if constexpr (M == kAllGather) {
+    for (size_t u0 = 0; u0 < t.nb; u0 += 2 * size_t(GPC)) {
+      const size_t ua = u0 + grp, ub = ua + GPC;
+      const bool actA = ua < t.nb, actB = ub < t.nb;
+      size_t ia = 0, ib = 0;
+      const int na = actA ? laneCount(p.count, t.tb0 + ua, B, lane, ia) : 0;
+      const int nbk = actB ? laneCount(p.count, t.tb0 + ub, B, lane, ib) : 0;
+      float va[kEPT], vb[kEPT];
+      load16x2(send, ia, na, va, send, ib, nbk, vb);
+      fp8::Meta ma, mb;
+      const uint4 ca = quantize16(va, G, ma);
+      const uint4 cb = quantize16(vb, G, mb);
+      for (int k = 1; k <= N; ++k) {
+        char* dst = exBox(p, S, (p.rank + k) % N, epoch, p.rank);
+        if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
+        if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
+      }
+    }
+  } else {
+    for (size_t u0 = 0; u0 < t.nb; u0 += GPC) {
+      const size_t u = u0 + grp;
+      const bool act = u < t.nb;
+      size_t i0 = 0;
+      const int n = act ? laneCount(p.count, t.tb0 + u, B, lane, i0) : 0;
+      for (int k = 0; k < N; k += 2) {
+        const int qa = (p.rank + 1 + k) % N, qb = (p.rank + 2 + k) % N;
+        const bool hasB = k + 1 < N;
         float va[kEPT], vb[kEPT];
-        load16x2(send, ia, na, va, send, ib, nbk, vb);
+        load16x2(send + size_t(qa) * p.count, i0, n, va, send + size_t(qb) * p.count, i0,
+                 hasB ? n : 0, vb);
         fp8::Meta ma, mb;
         const uint4 ca = quantize16(va, G, ma);
         const uint4 cb = quantize16(vb, G, mb);
-        for (int k = 1; k <= N; ++k) {
-          char* dst = p.staging[(p.rank + k) % N] + slotOff + size_t(p.rank) * S;
-          if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
-          if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
-        }
-      }
-    } else {
-      for (size_t u0 = 0; u0 < nb; u0 += GPC) {
-        const size_t u = u0 + grp;
-        const bool act = u < nb;
-        size_t i0 = 0;
-        const int n = act ? laneCount(p.count, tb0 + u, B, lane, i0) : 0;
-        for (int k = 0; k < N; k += 2) {
-          const int qa = (p.rank + 1 + k) % N, qb = (p.rank + 2 + k) % N;
-          const bool hasB = k + 1 < N;
-          float va[kEPT], vb[kEPT];
-          load16x2(send + size_t(qa) * p.count, i0, n, va, send + size_t(qb) * p.count, i0,
-                   hasB ? n : 0, vb);
-          fp8::Meta ma, mb;
-          const uint4 ca = quantize16(va, G, ma);
-          const uint4 cb = quantize16(vb, G, mb);
-          if (act)
-            putUnit<B>(p.staging[qa] + slotOff + size_t(p.rank) * S, mo, u, lane, ca, ma);
-          if (act && hasB)
-            putUnit<B>(p.staging[qb] + slotOff + size_t(p.rank) * S, mo, u, lane, cb, mb);
-        }
-      }
-    }
-    signalAll(p, 0, epoch);
-    if (!waitAll(p, 0, epoch, deadline)) return;
-    // B: unpack (and reduce) from the local inbox; two sources' units are loaded at a time.
-    const char* in = p.staging[p.rank] + slotOff;
-    for (size_t u = grp; u < nb; u += GPC) {  // no shuffles below: per-group loop
-      size_t i0;
-      const int n = laneCount(p.count, tb0 + u, B, lane, i0);
-      if (n == 0) continue;
-      float acc[kEPT];
-      for (int s0 = 0; s0 < N; s0 += 2) {  // sources in order; two loads in flight
-        const bool two = s0 + 1 < N;
-        uint4 c[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-        fp8::Meta m[2] = {0, 0};
-        getUnit<B>(in + size_t(s0) * S, mo, u, lane, c[0], m[0]);
-        if (two) getUnit<B>(in + size_t(s0 + 1) * S, mo, u, lane, c[1], m[1]);
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          if (k == 1 && !two) continue;
-          const int s = s0 + k;
-          float v[kEPT];
-          dequantize16(c[k], m[k], v);
-          if constexpr (M == kReduceScatter) {
-#pragma unroll
-            for (int j = 0; j < kEPT; ++j) acc[j] = s == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
-          } else {
-            store16(recv + size_t(s) * p.count, i0, n, v);
-          }
-        }
-      }
-      if constexpr (M == kReduceScatter) {
-        if (p.avg) {
-#pragma unroll
-          for (int j = 0; j < kEPT; ++j) acc[j] = __fdiv_rn(acc[j], float(N));
-        }
-        store16(recv, i0, n, acc);
+        if (act) putUnit<B>(exBox(p, S, qa, epoch, p.rank), mo, u, lane, ca, ma);
+        if (act && hasB) putUnit<B>(exBox(p, S, qb, epoch, p.rank), mo, u, lane, cb, mb);
       }
     }
   }
-  endCall(p, e0 + it);
+}
+
+/// B: unpack (and reduce) from the local inbox; per round two units of two sources are loaded
+/// before any is decoded.
+template <class T, int B, int M>
+__device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint64_t epoch,
+                         size_t S, size_t mo) {
+  constexpr int G = B / kEPT;
+  const int GPC = tm.threads / G, lane = tm.tid() % G, grp = tm.tid() / G, N = p.size;
+  T* recv = reinterpret_cast<T*>(p.recv);
+  const char* in = exBox(p, S, p.rank, epoch, 0);  // source s: + s * S
+  for (size_t u0 = grp; u0 < t.nb; u0 += 2 * size_t(GPC)) {  // no shuffles: per-group loop
+    const size_t u[2] = {u0, u0 + GPC};
+    size_t i0[2] = {0, 0};
+    int n[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) n[h] = u[h] < t.nb ? laneCount(p.count, t.tb0 + u[h], B, lane, i0[h]) : 0;
+    if (n[0] == 0) continue;  // then n[1] == 0 too (later blocks)
+    float acc[2][kEPT];
+    for (int s0 = 0; s0 < N; s0 += 2) {  // sources in order; two at a time
+      uint4 c[2][2];
+      fp8::Meta m[2][2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          c[k][h] = make_uint4(0, 0, 0, 0);
+          m[k][h] = 0;
+          if (s0 + k < N && n[h] > 0) getUnit<B>(in + size_t(s0 + k) * S, mo, u[h], lane, c[k][h], m[k][h]);
+        }
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int s = s0 + k;
+        if (s >= N) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (n[h] == 0) continue;
+          float v[kEPT];
+          dequantize16(c[k][h], m[k][h], v);
+          if constexpr (M == kReduceScatter) {
+#pragma unroll
+            for (int j = 0; j < kEPT; ++j) acc[h][j] = s == 0 ? v[j] : __fadd_rn(acc[h][j], v[j]);
+          } else {
+            store16(recv + size_t(s) * p.count, i0[h], n[h], v);
+          }
+        }
+      }
+    }
+    if constexpr (M == kReduceScatter) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (n[h] == 0) continue;
+        if (p.avg) {
+#pragma unroll
+          for (int j = 0; j < kEPT; ++j) acc[h][j] = __fdiv_rn(acc[h][j], float(N));
+        }
+        store16(recv, i0[h], n[h], acc[h]);
+      }
+    }
+  }
+}
+
+template <class T, int B, int M>
+__global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
+  const int cta = blockIdx.x;
+  const uint64_t e0 = p.counters[cta];
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  const size_t S = fp8::packedBytes(p.tileBlocks, B), mo = fp8::metaOffset(p.tileBlocks, B);
+  const size_t nIt = (p.nTiles - size_t(cta) + gridDim.x - 1) / gridDim.x;  // tiles of this CTA
+  if (!beginCall(p, e0, deadline)) return;
+  bool ok = true;
+  if (int(threadIdx.x) < p.producerThreads) {
+    const Team tm{1, 0, p.producerThreads};
+    for (size_t i = 0; i < nIt && ok; ++i) {
+      const uint64_t e = e0 + 1 + i;
+      if (i >= 2) ok = teamWait(p, tm, kPhaseConsumed, e - 2, deadline);
+      if (!ok) break;
+      exPhaseA<T, B, M>(p, tm, ExTile(p, size_t(cta) + i * gridDim.x), e, S, mo);
+      teamSignal(p, tm, 0, e);
+    }
+  } else {
+    const Team tm{2, p.producerThreads, kThreads - p.producerThreads};
+    for (size_t i = 0; i < nIt && ok; ++i) {
+      const uint64_t e = e0 + 1 + i;
+      ok = teamWait(p, tm, 0, e, deadline);
+      if (!ok) break;
+      exPhaseB<T, B, M>(p, tm, ExTile(p, size_t(cta) + i * gridDim.x), e, S, mo);
+      teamSignal(p, tm, kPhaseConsumed, e);
+    }
+  }
+  if (__syncthreads_or(!ok)) return;  // a timeout: no "done", the error words say who is missing
+  endCall(p, e0 + nIt);
 }
 
 /// Staging one CTA needs for a tile of tb blocks: two buffers of one packed run per source.

@@ -133,6 +133,10 @@ Config Config::fromEnv() {
       CCLX_THROW(cclxInvalidArgument, "CCLX_FP8_BLOCK_SIZE=%d is not a power of two", b);
     c.fp8BlockSize = b;
   }
+  if (const char* v = envOrNull("CCLX_FP8_PRODUCER_WARPS"))
+    c.fp8ProducerWarps = int(parseInt("CCLX_FP8_PRODUCER_WARPS", v, 0, 15));
+  if (const char* v = envOrNull("CCLX_FP8_TILES_PER_CTA"))
+    c.fp8TilesPerCta = int(parseInt("CCLX_FP8_TILES_PER_CTA", v, 1, 64));
   return c;
 }
 

@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 #include "algos/fp8_selftest.h"
+#include "core/config.h"
 #include "test_fp8_util.h"
 #include "test_gpu_util.h"
 
@@ -175,6 +177,43 @@ TEST(GpuFp8, CollectivesEqualHostModel) {
         }
     CK(cudaStreamDestroy(s));
     c->finalize();
+  }, std::chrono::seconds(600));
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// The producer/consumer split of a CTA and the pipeline depth are tuning knobs: results must not
+// depend on them. Extreme splits (one producer warp, one consumer warp) and deep pipelines, on
+// messages that give every CTA several tiles (so every buffer-reuse wait is taken).
+TEST(GpuFp8, TeamSplitsAndPipelineDepths) {
+  GPU_REQUIRE(2);
+  auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const char* cases[][2] = {{"1", "16"}, {"15", "3"}, {"5", "64"}};
+    int k = 0;
+    for (auto& cs : cases) {
+      setenv("CCLX_FP8_PRODUCER_WARPS", cs[0], 1);
+      setenv("CCLX_FP8_TILES_PER_CTA", cs[1], 1);
+      reloadConfig();
+      Options o = fp8Opts();
+      o.name = std::string("split") + cs[0] + "x" + cs[1];
+      auto c = gputest::makeGpuComm(rank, size, store, o);
+      for (CollType t : {CollType::AllReduce, CollType::AllGather, CollType::ReduceScatter,
+                         CollType::AllToAll})
+        for (size_t n : {size_t(70001), size_t(t == CollType::AllReduce ? 40000037 : 9000037)})
+          for (bool ip : {false, true}) {
+            char tag[160];
+            snprintf(tag, sizeof tag, "warps=%s tiles=%s %s/%zu%s", cs[0], cs[1], collName(t), n,
+                     ip ? "/inplace" : "");
+            size_t wrong = runGpu(*c, t, DataType::bf16, RedOpKind::SUM, n, ip, 900 + k++, s, tag);
+            MP_CHECK(wrong == 0, "%s: %zu elements differ from the host model", tag, wrong);
+          }
+      c->finalize();
+    }
+    unsetenv("CCLX_FP8_PRODUCER_WARPS");
+    unsetenv("CCLX_FP8_TILES_PER_CTA");
+    reloadConfig();
+    CK(cudaStreamDestroy(s));
   }, std::chrono::seconds(600));
   ASSERT_TRUE(res.ok()) << res.log;
 }
