@@ -91,5 +91,49 @@ __device__ __forceinline__ bool blockBarrier(uint64_t* const* rows, int rank, in
   return __syncthreads_or(failed) == 0;  // the acquires happen before the block's reads
 }
 
+/// A team: whole warps [first, first + threads) of a block with their own named barrier (ids 1
+/// and 2; 0 is __syncthreads). Kernels that pipeline split a block into a producer and a
+/// consumer team that meet only at the start and the end of a call (__syncthreads) and
+/// otherwise talk through flags.
+struct Team {
+  int id, first, threads;
+  __device__ int tid() const { return int(threadIdx.x) - first; }
+};
+
+__device__ __forceinline__ void teamSync(const Team& t) {
+  asm volatile("bar.sync %0, %1;" ::"r"(t.id), "r"(t.threads) : "memory");
+}
+
+/// Barrier of the team that also ORs `v` over its threads.
+__device__ __forceinline__ bool teamAny(const Team& t, bool v) {
+  int r;
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\tsetp.ne.s32 p, %1, 0;\n\t"
+      "bar.red.or.pred q, %2, %3, p;\n\tselp.s32 %0, 1, 0, q;\n\t}"
+      : "=r"(r)
+      : "r"(v ? 1 : 0), "r"(t.id), "r"(t.threads)
+      : "memory");
+  return r != 0;
+}
+
+/// Flag rows for a team, as blockBarrier's halves: teamSignalRows publishes `value` in slot
+/// [rank] of every rank's row after the team's barrier (release, system scope; the team's
+/// earlier stores and reads happen before it); teamWaitRows waits until every rank t published
+/// at least `value` in slot [t] of the local row, then the team synchronizes (acquire). False in
+/// every thread of the team on timeout.
+__device__ __forceinline__ void teamSignalRows(const Team& tm, uint64_t* const* rows, int rank,
+                                               int size, uint64_t value) {
+  teamSync(tm);
+  const int t = tm.tid();
+  if (t < size) stReleaseSys(rows[t] + rank, value);
+}
+__device__ __forceinline__ bool teamWaitRows(const Team& tm, uint64_t* const* rows, int rank,
+                                             int size, uint64_t value, uint64_t deadlineNs,
+                                             uint32_t* err) {
+  const int t = tm.tid();
+  bool failed = t < size && !waitFlagGE(rows[rank] + t, value, deadlineNs, err, t);
+  return !teamAny(tm, failed);
+}
+
 }  // namespace dev
 }  // namespace cclx

@@ -277,6 +277,10 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   endCall(p, e0 + nIt);
 }
 
+// Producer warps of a 16-warp CTA: the producer does every NVLink transfer (phases A and B),
+// the consumer only decodes (phase C).
+constexpr int kArProducerWarps = 12;
+
 /// Staging one CTA needs for a tile of tb blocks: two A-inboxes and two G-inboxes, one shard per
 /// peer each.
 struct AllReduceNeed {
@@ -306,11 +310,11 @@ class Fp8AllReduce : public DeviceAlgo {
       return false;
     if (a.op.kind != RedOpKind::SUM && a.op.kind != RedOpKind::AVG) return false;
     Params p;
-    return makeParams(a, ctx, AllReduceNeed{ctx.size}, p);
+    return makeParams(a, ctx, AllReduceNeed{ctx.size}, p, kArProducerWarps);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     Params p;
-    CCLX_REQUIRE(makeParams(a, ctx, AllReduceNeed{ctx.size}, p), cclxInternalError,
+    CCLX_REQUIRE(makeParams(a, ctx, AllReduceNeed{ctx.size}, p, kArProducerWarps), cclxInternalError,
                  "fp8 allreduce launched without usable peer memory");
     if (p.nTiles == 0) return;
     auto st = static_cast<cudaStream_t>(stream);

@@ -294,31 +294,12 @@ __device__ __forceinline__ bool waitAll(const Params& p, int phase, uint64_t val
   return s_fail == 0;
 }
 
-/// A team: whole warps [first, first + threads) of the CTA with their own named barrier (ids 1
-/// and 2; 0 is __syncthreads). The FP8 kernels split each CTA into a producer team (quantize,
-/// push to peers) and a consumer team (decode the local inboxes), so NVLink transfers of one
-/// tile overlap the local decoding of an earlier one. The two teams meet only at the start and
-/// the end of a call (__syncthreads) and otherwise talk through the flags.
-struct Team {
-  int id, first, threads;
-  __device__ int tid() const { return int(threadIdx.x) - first; }
-};
-
-__device__ __forceinline__ void teamSync(const Team& t) {
-  asm volatile("bar.sync %0, %1;" ::"r"(t.id), "r"(t.threads) : "memory");
-}
-
-/// Barrier of the team that also ORs `v` over its threads.
-__device__ __forceinline__ bool teamAny(const Team& t, bool v) {
-  int r;
-  asm volatile(
-      "{\n\t.reg .pred p, q;\n\tsetp.ne.s32 p, %1, 0;\n\t"
-      "bar.red.or.pred q, %2, %3, p;\n\tselp.s32 %0, 1, 0, q;\n\t}"
-      : "=r"(r)
-      : "r"(v ? 1 : 0), "r"(t.id), "r"(t.threads)
-      : "memory");
-  return r != 0;
-}
+/// The FP8 kernels split each CTA into a producer team (quantize, push to peers) and a consumer
+/// team (decode the local inboxes), so NVLink transfers of one tile overlap the local decoding of
+/// an earlier one (dev::Team, dda_sync.cuh).
+using dev::Team;
+using dev::teamAny;
+using dev::teamSync;
 
 /// signalAll for a team: after the team's stores (local and remote) or reads, thread t < size of
 /// the team publishes `value` in rank t's flag [phase][cta][rank] (release, system scope).

@@ -36,6 +36,8 @@ struct Config {
   size_t ddaTreeMaxBytes = 0;           // CCLX_DDA_TREE_MAX_BYTES (0 = tuned table)
   size_t ddaStagingBytes = 64ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
   int ddaMaxBlocks = 0;                 // CCLX_DDA_MAX_BLOCKS (0 = tuned)
+  int ddaTreeProducerWarps = 0;         // CCLX_DDA_TREE_PRODUCER_WARPS (1..15 of 16; 0 = tuned)
+  int ddaTreeChunks = 4;                // CCLX_DDA_TREE_CHUNKS: pipeline depth wanted per block
 
   // Low-precision (FP8) collectives.
   bool lpAllReduce = false;      // CCLX_LOW_PRECISION_ENABLE / _ALLREDUCE

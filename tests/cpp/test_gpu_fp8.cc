@@ -187,6 +187,7 @@ TEST(GpuFp8, CollectivesEqualHostModel) {
 TEST(GpuFp8, TeamSplitsAndPipelineDepths) {
   GPU_REQUIRE(2);
   auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    CK(cudaSetDevice(rank));  // the comms below use device `rank`; the stream must live there
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const char* cases[][2] = {{"1", "16"}, {"15", "3"}, {"5", "64"}};
