@@ -116,24 +116,5 @@ __device__ __forceinline__ bool teamAny(const Team& t, bool v) {
   return r != 0;
 }
 
-/// Flag rows for a team, as blockBarrier's halves: teamSignalRows publishes `value` in slot
-/// [rank] of every rank's row after the team's barrier (release, system scope; the team's
-/// earlier stores and reads happen before it); teamWaitRows waits until every rank t published
-/// at least `value` in slot [t] of the local row, then the team synchronizes (acquire). False in
-/// every thread of the team on timeout.
-__device__ __forceinline__ void teamSignalRows(const Team& tm, uint64_t* const* rows, int rank,
-                                               int size, uint64_t value) {
-  teamSync(tm);
-  const int t = tm.tid();
-  if (t < size) stReleaseSys(rows[t] + rank, value);
-}
-__device__ __forceinline__ bool teamWaitRows(const Team& tm, uint64_t* const* rows, int rank,
-                                             int size, uint64_t value, uint64_t deadlineNs,
-                                             uint32_t* err) {
-  const int t = tm.tid();
-  bool failed = t < size && !waitFlagGE(rows[rank] + t, value, deadlineNs, err, t);
-  return !teamAny(tm, failed);
-}
-
 }  // namespace dev
 }  // namespace cclx

@@ -53,7 +53,7 @@ struct Params {
   uint64_t* counters;          // kMaxCtas epoch counters (device-local)
   uint32_t* err;
   uint64_t timeoutNs;
-  int producerThreads;         // threads [0, producerThreads) quantize and push, the rest decode
+  int producerThreads;         // teams: threads [0, producerThreads) quantize and push, the rest decode
 };
 
 template <class T> struct Vec;
@@ -349,9 +349,11 @@ inline int ctaCap(const DeviceCtx& ctx) {
 /// Host side: fills the shared fields of Params. `slotsPerTile(tb)` is the staging bytes one CTA
 /// needs for a tile of tb codec blocks; the largest tb that fits ctaBytes is taken. Returns false
 /// when peer memory is not usable or not even one block fits.
+/// `teams`: the kernel splits each CTA into a producer and a consumer team and pipelines its
+/// tiles (the exchange kernels); otherwise the whole CTA runs every phase of a tile (allreduce).
 template <class NeedFn>
 inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Params& p,
-                       int defaultProducerWarps = kWarps / 2) {
+                       bool teams) {
   if (!ctx.peerUsable() || ctx.size < 2 || ctx.size > kMaxRanks) return false;
   const PeerMem& pm = *ctx.peer;
   const size_t B = size_t(ctx.cfg.fp8BlockSize);
@@ -369,14 +371,14 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
   if (tb == 0) return false;
   // Balanced tiling: rounds of `cap` CTAs with tiles of equal size, so every CTA does the same
   // number of tiles (no last round run by a few CTAs) and small messages still spread over all
-  // CTAs. Rounds: at least what the staging needs, and at least cfg.fp8TilesPerCta (the producer
-  // team runs ahead of the consumer team, so a deeper pipeline overlaps more) while a tile keeps
-  // one round of a half-CTA team's unit groups (minTb blocks) where the staging allows. Results
-  // do not depend on the tiling (fp8_codec.h).
+  // CTAs. Rounds: at least what the staging needs and, with teams, at least cfg.fp8TilesPerCta
+  // (the producer runs ahead of the consumer) while a tile keeps one round of the unit groups of
+  // the threads that walk it (minTb blocks) where the staging allows. Results do not depend on
+  // the tiling (fp8_codec.h).
   p.nbAll = (a.count + B - 1) / B;
   const size_t cap = size_t(ctaCap(ctx));
-  const size_t minTb = size_t(kThreads / 2) * kEPT / B;
-  const size_t depth = size_t(ctx.cfg.fp8TilesPerCta > 0 ? ctx.cfg.fp8TilesPerCta : 1);
+  const size_t minTb = size_t(teams ? kThreads / 2 : kThreads) * kEPT / B;
+  const size_t depth = teams ? size_t(std::max(ctx.cfg.fp8TilesPerCta, 1)) : 1;
   size_t rounds = (p.nbAll + tb * cap - 1) / (tb * cap);
   rounds = std::max(rounds, std::min(depth, p.nbAll / (minTb * cap)));
   if (rounds == 0) rounds = 1;
@@ -393,7 +395,7 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
   p.err = ctx.errorFlagDev;
   p.timeoutNs = timeoutNs(a);
   p.producerThreads =
-      32 * (ctx.cfg.fp8ProducerWarps > 0 ? ctx.cfg.fp8ProducerWarps : defaultProducerWarps);
+      teams ? 32 * (ctx.cfg.fp8ProducerWarps > 0 ? ctx.cfg.fp8ProducerWarps : kWarps / 2) : kThreads;
   return true;
 }
 

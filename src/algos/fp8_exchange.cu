@@ -9,18 +9,22 @@
 //      buffer b, tile i - 2), quantize and write into the inboxes [b][source = me]:
 //      AllGather: the own tile once, stored into every rank's inbox (peers first);
 //      ReduceScatter / AllToAll: segment q's tile into rank q's inbox (each round: unit u of two
-//      segments, peers' first, so remote and local stores interleave).
-//      Then flag[0] = e_i to every rank.
+//      segments, peers' first, so remote and local stores interleave); AllToAll decodes the own
+//      segment's codes in registers straight into the output instead (the same bits the
+//      consumer would decode). Then flag[0] = e_i to every rank.
 //   B (consumer): after flag[0] >= e_i from every rank: AllGather / AllToAll dequantize inbox
-//      [b][s] into output segment s for every s; ReduceScatter reduces inbox [b][0..N-1] in rank
-//      order (float, AVG divides) into the output. Then flag[3] ("consumed") = e_i to every rank.
+//      [b][s] into output segment s for every s (AllToAll: s != me); ReduceScatter reduces inbox
+//      [b][0..N-1] in rank order (float, AVG divides) into the output. Then flag[3]
+//      ("consumed") = e_i to every rank.
 // The producer runs up to two tiles ahead of the consumer, so NVLink pushes overlap the local
 // decoding. The first two tiles of a call need no wait: beginCall() waited for the peers' "done"
 // flag of their previous FP8 call, published after both teams' last reads. In place, a tile's
 // output is written by the consumer only after flag[0] of that tile from every rank, i.e. after
-// every producer read its input. Flags: st.release.sys after the team's named barrier,
-// ld.acquire.sys then the team's barrier (fp8_device.cuh). CTAs never wait on CTAs of the same
-// GPU; at most 128 CTAs of 512 threads and one per SM, all co-resident.
+// every producer read its input; the AllToAll producer writes an own-segment element right
+// after reading that element itself (no peer reads this rank's input). Flags: st.release.sys
+// after the team's named barrier, ld.acquire.sys then the team's barrier (fp8_device.cuh). CTAs
+// never wait on CTAs of the same GPU; at most 128 CTAs of 512 threads and one per SM, all
+// co-resident.
 #include <cuda_runtime.h>
 
 #include "algos/fp8_algos.h"
@@ -55,6 +59,7 @@ __device__ void exPhaseA(const Params& p, const Team& tm, const ExTile& t, uint6
   constexpr int G = B / kEPT;
   const int GPC = tm.threads / G, lane = tm.tid() % G, grp = tm.tid() / G, N = p.size;
   const T* send = reinterpret_cast<const T*>(p.send);
+  T* recv = reinterpret_cast<T*>(p.recv);
   if constexpr (M == kAllGather) {
     for (size_t u0 = 0; u0 < t.nb; u0 += 2 * size_t(GPC)) {
       const size_t ua = u0 + grp, ub = ua + GPC;
@@ -88,8 +93,21 @@ __device__ void exPhaseA(const Params& p, const Team& tm, const ExTile& t, uint6
         fp8::Meta ma, mb;
         const uint4 ca = quantize16(va, G, ma);
         const uint4 cb = quantize16(vb, G, mb);
-        if (act) putUnit<B>(exBox(p, S, qa, epoch, p.rank), mo, u, lane, ca, ma);
-        if (act && hasB) putUnit<B>(exBox(p, S, qb, epoch, p.rank), mo, u, lane, cb, mb);
+        // AllToAll: the own segment never passes through staging; its decoded codes go straight
+        // to the output (the bits the consumer would have decoded from the own inbox).
+        auto put = [&](int q, uint4 c, fp8::Meta m) {
+          if (M == kAllToAll && q == p.rank) {
+            if (n > 0) {
+              float v[kEPT];
+              dequantize16(c, m, v);
+              store16(recv + size_t(q) * p.count, i0, n, v);
+            }
+          } else {
+            putUnit<B>(exBox(p, S, q, epoch, p.rank), mo, u, lane, c, m);
+          }
+        };
+        if (act) put(qa, ca, ma);
+        if (act && hasB) put(qb, cb, mb);
       }
     }
   }
@@ -104,6 +122,8 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
   const int GPC = tm.threads / G, lane = tm.tid() % G, grp = tm.tid() / G, N = p.size;
   T* recv = reinterpret_cast<T*>(p.recv);
   const char* in = exBox(p, S, p.rank, epoch, 0);  // source s: + s * S
+  // AllToAll: the producer already wrote the own segment.
+  auto skip = [&](int s) { return M == kAllToAll && s == p.rank; };
   for (size_t u0 = grp; u0 < t.nb; u0 += 2 * size_t(GPC)) {  // no shuffles: per-group loop
     const size_t u[2] = {u0, u0 + GPC};
     size_t i0[2] = {0, 0};
@@ -121,12 +141,13 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
         for (int h = 0; h < 2; ++h) {
           c[k][h] = make_uint4(0, 0, 0, 0);
           m[k][h] = 0;
-          if (s0 + k < N && n[h] > 0) getUnit<B>(in + size_t(s0 + k) * S, mo, u[h], lane, c[k][h], m[k][h]);
+          if (s0 + k < N && n[h] > 0 && !skip(s0 + k))
+            getUnit<B>(in + size_t(s0 + k) * S, mo, u[h], lane, c[k][h], m[k][h]);
         }
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
         const int s = s0 + k;
-        if (s >= N) continue;
+        if (s >= N || skip(s)) continue;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (n[h] == 0) continue;
@@ -218,11 +239,11 @@ class Fp8Exchange : public DeviceAlgo {
     if (M == kReduceScatter && a.op.kind != RedOpKind::SUM && a.op.kind != RedOpKind::AVG)
       return false;
     Params p;
-    return makeParams(a, ctx, ExchangeNeed{ctx.size}, p);
+    return makeParams(a, ctx, ExchangeNeed{ctx.size}, p, true);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     Params p;
-    CCLX_REQUIRE(makeParams(a, ctx, ExchangeNeed{ctx.size}, p), cclxInternalError,
+    CCLX_REQUIRE(makeParams(a, ctx, ExchangeNeed{ctx.size}, p, true), cclxInternalError,
                  "fp8 %s launched without usable peer memory", collName(a.type));
     if (p.nTiles == 0) return;
     auto st = static_cast<cudaStream_t>(stream);

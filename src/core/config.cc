@@ -118,10 +118,6 @@ Config Config::fromEnv() {
   readSize("CCLX_DDA_STAGING_BYTES", c.ddaStagingBytes);
   if (const char* v = envOrNull("CCLX_DDA_MAX_BLOCKS"))
     c.ddaMaxBlocks = int(parseInt("CCLX_DDA_MAX_BLOCKS", v, 0, 1024));
-  if (const char* v = envOrNull("CCLX_DDA_TREE_PRODUCER_WARPS"))
-    c.ddaTreeProducerWarps = int(parseInt("CCLX_DDA_TREE_PRODUCER_WARPS", v, 0, 15));
-  if (const char* v = envOrNull("CCLX_DDA_TREE_CHUNKS"))
-    c.ddaTreeChunks = int(parseInt("CCLX_DDA_TREE_CHUNKS", v, 1, 64));
 
   bool lpAll = false;
   readBool("CCLX_LOW_PRECISION_ENABLE", lpAll);

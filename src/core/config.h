@@ -36,8 +36,6 @@ struct Config {
   size_t ddaTreeMaxBytes = 0;           // CCLX_DDA_TREE_MAX_BYTES (0 = tuned table)
   size_t ddaStagingBytes = 64ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
   int ddaMaxBlocks = 0;                 // CCLX_DDA_MAX_BLOCKS (0 = tuned)
-  int ddaTreeProducerWarps = 0;         // CCLX_DDA_TREE_PRODUCER_WARPS (1..15 of 16; 0 = tuned)
-  int ddaTreeChunks = 4;                // CCLX_DDA_TREE_CHUNKS: pipeline depth wanted per block
 
   // Low-precision (FP8) collectives.
   bool lpAllReduce = false;      // CCLX_LOW_PRECISION_ENABLE / _ALLREDUCE
@@ -46,8 +44,8 @@ struct Config {
   bool lpAllToAll = false;       // CCLX_LOW_PRECISION_ENABLE / _ALLTOALL
   size_t lpMinBytes = 16ull << 20;  // CCLX_LOW_PRECISION_MIN_BYTES
   int fp8BlockSize = 128;           // CCLX_FP8_BLOCK_SIZE (32..256, power of two)
-  int fp8ProducerWarps = 0;         // CCLX_FP8_PRODUCER_WARPS (1..15 of 16; 0 = per collective)
-  int fp8TilesPerCta = 4;           // CCLX_FP8_TILES_PER_CTA: pipeline depth wanted per CTA
+  int fp8ProducerWarps = 0;         // CCLX_FP8_PRODUCER_WARPS (1..15 of 16; 0 = 8)
+  int fp8TilesPerCta = 1;           // CCLX_FP8_TILES_PER_CTA: pipeline depth wanted per CTA
 
   /// Reads the environment. Throws cclx::Error(cclxInvalidArgument) on a malformed value.
   static Config fromEnv();

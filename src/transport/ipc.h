@@ -11,7 +11,7 @@
 //
 // Signal area layout (bytes, kSignalBytes total, zeroed before the handles are published):
 //   [0,       64 KiB)   barrier kernel flags: uint64 [kMaxRanks] (index = source rank)
-//   [64 KiB, 256 KiB)   DDA tree flags: uint64 [3 rows][kMaxBlocks][kMaxRanks]
+//   [64 KiB, 256 KiB)   DDA tree flags: uint64 [2 phases][kMaxBlocks][kMaxRanks]
 //   [256 KiB, 512 KiB)  FP8 collectives (free layout, owned by fp8_*.cu)
 //   [512 KiB,   1 MiB)  reserved
 // Flags only ever increase (no resets): a waiter compares against the value it expects.

@@ -21,8 +21,7 @@ const char* kVars[] = {"CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX
                        "CCLX_LOW_PRECISION_ENABLE", "CCLX_LOW_PRECISION_ALLREDUCE",
                        "CCLX_LOW_PRECISION_ALLGATHER", "CCLX_LOW_PRECISION_REDUCESCATTER",
                        "CCLX_LOW_PRECISION_ALLTOALL", "CCLX_LOW_PRECISION_MIN_BYTES",
-                       "CCLX_FP8_BLOCK_SIZE", "CCLX_FP8_PRODUCER_WARPS", "CCLX_FP8_TILES_PER_CTA",
-                       "CCLX_DDA_TREE_PRODUCER_WARPS", "CCLX_DDA_TREE_CHUNKS"};
+                       "CCLX_FP8_BLOCK_SIZE", "CCLX_FP8_PRODUCER_WARPS", "CCLX_FP8_TILES_PER_CTA"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -63,9 +62,7 @@ TEST_F(ConfigTest, Defaults) {
   EXPECT_FALSE(c.lpAllReduce || c.lpAllGather || c.lpReduceScatter || c.lpAllToAll);
   EXPECT_EQ(c.fp8BlockSize, 128);
   EXPECT_EQ(c.fp8ProducerWarps, 0);
-  EXPECT_EQ(c.fp8TilesPerCta, 4);
-  EXPECT_EQ(c.ddaTreeProducerWarps, 0);
-  EXPECT_EQ(c.ddaTreeChunks, 4);
+  EXPECT_EQ(c.fp8TilesPerCta, 1);
 }
 
 TEST_F(ConfigTest, ParsesValues) {
@@ -82,8 +79,6 @@ TEST_F(ConfigTest, ParsesValues) {
   set("CCLX_FP8_BLOCK_SIZE", "64");
   set("CCLX_FP8_PRODUCER_WARPS", "12");
   set("CCLX_FP8_TILES_PER_CTA", "8");
-  set("CCLX_DDA_TREE_PRODUCER_WARPS", "10");
-  set("CCLX_DDA_TREE_CHUNKS", "2");
   set("CCLX_LOW_PRECISION_MIN_BYTES", "1048576");
   cclx::Config c = cclx::Config::fromEnv();
   EXPECT_EQ(c.logLevel, cclx::LogLevel::INFO);
@@ -99,8 +94,6 @@ TEST_F(ConfigTest, ParsesValues) {
   EXPECT_EQ(c.fp8BlockSize, 64);
   EXPECT_EQ(c.fp8ProducerWarps, 12);
   EXPECT_EQ(c.fp8TilesPerCta, 8);
-  EXPECT_EQ(c.ddaTreeProducerWarps, 10);
-  EXPECT_EQ(c.ddaTreeChunks, 2);
   EXPECT_EQ(c.lpMinBytes, 1048576u);
 }
 
@@ -141,8 +134,6 @@ TEST_F(ConfigTest, RejectsMalformedValues) {
   rejected("CCLX_FP8_BLOCK_SIZE", "512");
   rejected("CCLX_FP8_PRODUCER_WARPS", "16");
   rejected("CCLX_FP8_TILES_PER_CTA", "0");
-  rejected("CCLX_DDA_TREE_PRODUCER_WARPS", "16");
-  rejected("CCLX_DDA_TREE_CHUNKS", "65");
   rejected("CCLX_LOW_PRECISION_ENABLE", "y e s");
 }
 

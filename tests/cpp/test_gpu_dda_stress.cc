@@ -72,8 +72,7 @@ TEST(GpuDdaStress, BackToBackWithoutHostSync) {
     auto c = makeGpuComm(rank, size, store);
     backToBack(*c, rank, size, "flat", DataType::bf16, 1001, 100000);
     backToBack(*c, rank, size, "tree", DataType::f32, 100003, 5000);
-    // Several chunks per call: the pipelined tree (producer and consumer warps), whose buffer
-    // reuse spans calls.
+    // Large messages (the whole staging of a block part in use), back to back.
     backToBack(*c, rank, size, "tree", DataType::bf16, (size_t(1) << 23) + 5, 400);
     backToBack(*c, rank, size, "tree", DataType::f32, 1000003, 2000);
     backToBack(*c, rank, size, "flat", DataType::f32, 3, 20000);
@@ -86,7 +85,7 @@ TEST(GpuDdaStress, GraphCaptureAndReplay) {
   GPU_REQUIRE(2);
   auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = makeGpuComm(rank, size, store);
-    const size_t nf = 4097, nt = 2000003;  // tree: several chunks
+    const size_t nf = 4097, nt = 2000003;
     Inputs inF(DataType::bf16, RedOpKind::SUM, nf, 4, rank, size, 500);
     Inputs inT(DataType::f32, RedOpKind::SUM, nt, 4, rank, size, 600);
     char *srcF, *srcT, *dstF, *dstT, *eager;
