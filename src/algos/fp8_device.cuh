@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "algos/dda_sync.cuh"
 #include "algos/fp8_codec.h"
@@ -61,6 +62,34 @@ template <> struct Vec<float> { static constexpr int kLoads = 4; };
 template <> struct Vec<bf16_t> { static constexpr int kLoads = 2; };
 template <> struct Vec<f16_t> { static constexpr int kLoads = 2; };
 
+/// 16-bit float bits -> float in hardware (bf16: a shift; f16: exact widening). Equal to
+/// math::load for every non-NaN input; a NaN stays a NaN (its payload may not). Loaded values
+/// only feed the quantizer, which treats every NaN alike.
+template <class T>
+__device__ __forceinline__ float toF32(uint16_t bits) {
+  if constexpr (std::is_same_v<T, f16_t>) return __half2float(__ushort_as_half(bits));
+  else return math::load(T{bits});
+}
+template <class T>
+__device__ __forceinline__ float toF32(T v) {
+  if constexpr (sizeof(T) == 4) return v;
+  else return toF32<T>(v.bits);
+}
+
+/// Two floats -> two 16-bit floats in one hardware conversion (cvt.rn.{bf16,f16}x2.f32: round to
+/// nearest even, subnormals kept, overflow to Inf), lo in the low half. Equal to
+/// math::f32ToBf16 / f32ToF16 for every non-NaN float; a NaN gives a NaN (the canonical one).
+/// fp8_selftest checks every float on the device.
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, f16_t>)
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 /// Loads elements [i0, i0 + n) (n <= 16) of p as floats; missing ones are 0.
 template <class T>
 __device__ __forceinline__ void load16(const T* p, size_t i0, int n, float v[kEPT]) {
@@ -76,14 +105,14 @@ __device__ __forceinline__ void load16(const T* p, size_t i0, int n, float v[kEP
         if constexpr (sizeof(T) == 4) {
           v[l * 4 + k] = __uint_as_float(u[k]);
         } else {
-          v[l * 8 + 2 * k] = math::load(T{uint16_t(u[k] & 0xffffu)});
-          v[l * 8 + 2 * k + 1] = math::load(T{uint16_t(u[k] >> 16)});
+          v[l * 8 + 2 * k] = toF32<T>(uint16_t(u[k] & 0xffffu));
+          v[l * 8 + 2 * k + 1] = toF32<T>(uint16_t(u[k] >> 16));
         }
       }
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < kEPT; ++j) v[j] = j < n ? math::load(q[j]) : 0.f;
+    for (int j = 0; j < kEPT; ++j) v[j] = j < n ? toF32(q[j]) : 0.f;
   }
 }
 
@@ -98,8 +127,8 @@ __device__ __forceinline__ void unpack16(const uint4 (&w)[Vec<T>::kLoads], float
       if constexpr (sizeof(T) == 4) {
         v[l * 4 + k] = __uint_as_float(u[k]);
       } else {
-        v[l * 8 + 2 * k] = math::load(T{uint16_t(u[k] & 0xffffu)});
-        v[l * 8 + 2 * k + 1] = math::load(T{uint16_t(u[k] >> 16)});
+        v[l * 8 + 2 * k] = toF32<T>(uint16_t(u[k] & 0xffffu));
+        v[l * 8 + 2 * k + 1] = toF32<T>(uint16_t(u[k] >> 16));
       }
     }
   }
@@ -128,11 +157,6 @@ __device__ __forceinline__ void load16x2(const T* pa, size_t ia, int na, float v
   }
 }
 
-template <class T>
-__device__ __forceinline__ uint32_t bits16(float x) {
-  if constexpr (sizeof(T) == 4) return __float_as_uint(x);
-  else return math::store<T>(x).bits;
-}
 
 /// Stores n <= 16 floats to elements [i0, i0 + n) of p.
 template <class T>
@@ -146,27 +170,27 @@ __device__ __forceinline__ void store16(T* p, size_t i0, int n, const float v[kE
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         if constexpr (sizeof(T) == 4) u[k] = __float_as_uint(v[l * 4 + k]);
-        else u[k] = bits16<T>(v[l * 8 + 2 * k]) | (bits16<T>(v[l * 8 + 2 * k + 1]) << 16);
+        else u[k] = pack2<T>(v[l * 8 + 2 * k], v[l * 8 + 2 * k + 1]);
       }
       q4[l] = make_uint4(u[0], u[1], u[2], u[3]);
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < kEPT; ++j)
-      if (j < n) q[j] = math::store<T>(v[j]);
+    for (int j = 0; j < kEPT; ++j) {
+      if (j >= n) continue;
+      if constexpr (sizeof(T) == 4) q[j] = v[j];
+      else q[j] = T{uint16_t(pack2<T>(v[j], 0.f) & 0xffffu)};
+    }
   }
 }
 
-/// Hardware float pair -> e4m3 pair (RNE, satfinite); lo lands in the low byte. Inputs below
-/// 2^-126 (float subnormals, which round to zero in e4m3 anyway) are mapped to a signed zero
-/// explicitly, so the result never depends on how the hardware treats float subnormals.
+/// Hardware float pair -> e4m3 pair (RNE, satfinite); lo lands in the low byte. Float
+/// subnormals give a zero of their sign (they are far below e4m3's smallest subnormal), as in
+/// fp8::f32ToE4m3: fp8_selftest compares the two for every non-NaN float on the device.
 __device__ __forceinline__ uint32_t cvtPair(float lo, float hi) {
   unsigned short r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-  uint32_t bl = __float_as_uint(lo), bh = __float_as_uint(hi), out = r;
-  if ((bl & 0x7f800000u) == 0) out = (out & 0xff00u) | ((bl >> 24) & 0x80u);
-  if ((bh & 0x7f800000u) == 0) out = (out & 0x00ffu) | (((bh >> 24) & 0x80u) << 8);
-  return out;
+  return r;
 }
 
 /// Device twin of fp8::encode for one value given its hardware code.

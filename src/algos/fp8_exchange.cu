@@ -8,20 +8,20 @@
 //   A (producer): after flag[3] >= e_(i-2) from every rank (every consumer finished reading
 //      buffer b, tile i - 2), quantize and write into the inboxes [b][source = me]:
 //      AllGather: the own tile once, stored into every rank's inbox (peers first);
-//      ReduceScatter / AllToAll: segment q's tile into rank q's inbox (each round: unit u of two
-//      segments, peers' first, so remote and local stores interleave); AllToAll decodes the own
-//      segment's codes in registers straight into the output instead (the same bits the
-//      consumer would decode). Then flag[0] = e_i to every rank.
-//   B (consumer): after flag[0] >= e_i from every rank: AllGather / AllToAll dequantize inbox
-//      [b][s] into output segment s for every s (AllToAll: s != me); ReduceScatter reduces inbox
-//      [b][0..N-1] in rank order (float, AVG divides) into the output. Then flag[3]
-//      ("consumed") = e_i to every rank.
+//      ReduceScatter / AllToAll: segment q's tile into rank q's inbox (each round: units u and
+//      u + GPC of every segment, peers' first); AllToAll pushes only the peers' segments. Then flag[0] = e_i to every rank.
+//   B (consumer): AllToAll first quantizes the own segment's tile and decodes it in registers
+//      straight into the output (the bits a peer's copy decodes to; no wait needed, so it
+//      overlaps the peers' pushes). After flag[0] >= e_i from every rank: AllGather / AllToAll
+//      dequantize inbox [b][s] into output segment s for every s (AllToAll: s != me);
+//      ReduceScatter reduces inbox [b][0..N-1] in rank order (float, AVG divides) into the
+//      output. Then flag[3] ("consumed") = e_i to every rank.
 // The producer runs up to two tiles ahead of the consumer, so NVLink pushes overlap the local
 // decoding. The first two tiles of a call need no wait: beginCall() waited for the peers' "done"
 // flag of their previous FP8 call, published after both teams' last reads. In place, a tile's
 // output is written by the consumer only after flag[0] of that tile from every rank, i.e. after
-// every producer read its input; the AllToAll producer writes an own-segment element right
-// after reading that element itself (no peer reads this rank's input). Flags: st.release.sys
+// every producer read its input; an AllToAll own-segment element is read and then written by
+// the same consumer thread, and no producer or peer reads it. Flags: st.release.sys
 // after the team's named barrier, ld.acquire.sys then the team's barrier (fp8_device.cuh). CTAs
 // never wait on CTAs of the same GPU; at most 128 CTAs of 512 threads and one per SM, all
 // co-resident.
@@ -52,63 +52,68 @@ __device__ __forceinline__ char* exBox(const Params& p, size_t S, int owner, uin
          (size_t(epoch & 1u) * size_t(p.size) + size_t(src)) * S;
 }
 
-/// A: quantize and push; two units per round with all their loads in flight together.
+/// A: quantize and push; each round handles units u and u + GPC, both loads in flight together.
+/// Destinations peers first, then (AllGather, ReduceScatter) the own inbox: AllGather quantizes
+/// its tile once for all of them, ReduceScatter quantizes segment q for rank q, AllToAll pushes
+/// only the peers' segments (the consumer handles the own one, exOwnSegment).
 template <class T, int B, int M>
 __device__ void exPhaseA(const Params& p, const Team& tm, const ExTile& t, uint64_t epoch,
                          size_t S, size_t mo) {
   constexpr int G = B / kEPT;
   const int GPC = tm.threads / G, lane = tm.tid() % G, grp = tm.tid() / G, N = p.size;
+  const int nDst = M == kAllToAll ? N - 1 : N;
   const T* send = reinterpret_cast<const T*>(p.send);
-  T* recv = reinterpret_cast<T*>(p.recv);
-  if constexpr (M == kAllGather) {
-    for (size_t u0 = 0; u0 < t.nb; u0 += 2 * size_t(GPC)) {
-      const size_t ua = u0 + grp, ub = ua + GPC;
-      const bool actA = ua < t.nb, actB = ub < t.nb;
-      size_t ia = 0, ib = 0;
-      const int na = actA ? laneCount(p.count, t.tb0 + ua, B, lane, ia) : 0;
-      const int nbk = actB ? laneCount(p.count, t.tb0 + ub, B, lane, ib) : 0;
-      float va[kEPT], vb[kEPT];
-      load16x2(send, ia, na, va, send, ib, nbk, vb);
-      fp8::Meta ma, mb;
-      const uint4 ca = quantize16(va, G, ma);
-      const uint4 cb = quantize16(vb, G, mb);
-      for (int k = 1; k <= N; ++k) {
-        char* dst = exBox(p, S, (p.rank + k) % N, epoch, p.rank);
-        if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
-        if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
-      }
-    }
-  } else {
-    for (size_t u0 = 0; u0 < t.nb; u0 += GPC) {
-      const size_t u = u0 + grp;
-      const bool act = u < t.nb;
-      size_t i0 = 0;
-      const int n = act ? laneCount(p.count, t.tb0 + u, B, lane, i0) : 0;
-      for (int k = 0; k < N; k += 2) {
-        const int qa = (p.rank + 1 + k) % N, qb = (p.rank + 2 + k) % N;
-        const bool hasB = k + 1 < N;
+  for (size_t u0 = 0; u0 < t.nb; u0 += 2 * size_t(GPC)) {
+    const size_t ua = u0 + grp, ub = ua + GPC;
+    const bool actA = ua < t.nb, actB = ub < t.nb;
+    size_t ia = 0, ib = 0;
+    const int na = actA ? laneCount(p.count, t.tb0 + ua, B, lane, ia) : 0;
+    const int nbk = actB ? laneCount(p.count, t.tb0 + ub, B, lane, ib) : 0;
+    uint4 ca, cb;
+    fp8::Meta ma, mb;
+    for (int k = 1; k <= nDst; ++k) {
+      const int q = (p.rank + k) % N;
+      if (M != kAllGather || k == 1) {
+        const T* seg = M == kAllGather ? send : send + size_t(q) * p.count;
         float va[kEPT], vb[kEPT];
-        load16x2(send + size_t(qa) * p.count, i0, n, va, send + size_t(qb) * p.count, i0,
-                 hasB ? n : 0, vb);
-        fp8::Meta ma, mb;
-        const uint4 ca = quantize16(va, G, ma);
-        const uint4 cb = quantize16(vb, G, mb);
-        // AllToAll: the own segment never passes through staging; its decoded codes go straight
-        // to the output (the bits the consumer would have decoded from the own inbox).
-        auto put = [&](int q, uint4 c, fp8::Meta m) {
-          if (M == kAllToAll && q == p.rank) {
-            if (n > 0) {
-              float v[kEPT];
-              dequantize16(c, m, v);
-              store16(recv + size_t(q) * p.count, i0, n, v);
-            }
-          } else {
-            putUnit<B>(exBox(p, S, q, epoch, p.rank), mo, u, lane, c, m);
-          }
-        };
-        if (act) put(qa, ca, ma);
-        if (act && hasB) put(qb, cb, mb);
+        load16x2(seg, ia, na, va, seg, ib, nbk, vb);
+        ca = quantize16(va, G, ma);
+        cb = quantize16(vb, G, mb);
       }
+      char* dst = exBox(p, S, q, epoch, p.rank);
+      if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
+      if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
+    }
+  }
+}
+
+/// AllToAll, consumer team: the own segment never passes through staging. Its units are
+/// quantized exactly as the producer quantizes a segment for a peer (same lanes, groups and
+/// zero fill) and decoded in registers straight into the output, i.e. the bits a peer's copy
+/// decodes to. This runs before the team waits for the peers' tile, so it overlaps their pushes.
+template <class T, int B>
+__device__ void exOwnSegment(const Params& p, const Team& tm, const ExTile& t) {
+  constexpr int G = B / kEPT;
+  const int GPC = tm.threads / G, lane = tm.tid() % G, grp = tm.tid() / G;
+  const T* src = reinterpret_cast<const T*>(p.send) + size_t(p.rank) * p.count;
+  T* dst = reinterpret_cast<T*>(p.recv) + size_t(p.rank) * p.count;
+  for (size_t u0 = 0; u0 < t.nb; u0 += 2 * size_t(GPC)) {  // uniform trip count: shuffles
+    const size_t ua = u0 + grp, ub = ua + GPC;
+    size_t ia = 0, ib = 0;
+    const int na = ua < t.nb ? laneCount(p.count, t.tb0 + ua, B, lane, ia) : 0;
+    const int nbk = ub < t.nb ? laneCount(p.count, t.tb0 + ub, B, lane, ib) : 0;
+    float va[kEPT], vb[kEPT];
+    load16x2(src, ia, na, va, src, ib, nbk, vb);
+    fp8::Meta ma, mb;
+    const uint4 ca = quantize16(va, G, ma);
+    const uint4 cb = quantize16(vb, G, mb);
+    if (na > 0) {
+      dequantize16(ca, ma, va);
+      store16(dst, ia, na, va);
+    }
+    if (nbk > 0) {
+      dequantize16(cb, mb, vb);
+      store16(dst, ib, nbk, vb);
     }
   }
 }
@@ -198,9 +203,11 @@ __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
     const Team tm{2, p.producerThreads, kThreads - p.producerThreads};
     for (size_t i = 0; i < nIt && ok; ++i) {
       const uint64_t e = e0 + 1 + i;
+      const ExTile t(p, size_t(cta) + i * gridDim.x);
+      if constexpr (M == kAllToAll) exOwnSegment<T, B>(p, tm, t);
       ok = teamWait(p, tm, 0, e, deadline);
       if (!ok) break;
-      exPhaseB<T, B, M>(p, tm, ExTile(p, size_t(cta) + i * gridDim.x), e, S, mo);
+      exPhaseB<T, B, M>(p, tm, t, e, S, mo);
       teamSignal(p, tm, kPhaseConsumed, e);
     }
   }

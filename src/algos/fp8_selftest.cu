@@ -31,6 +31,39 @@ __global__ void cvtCheckKernel(unsigned long long* count, uint32_t* first) {
   }
 }
 
+// The 16-bit conversions of the collectives' loads and stores (fp8dev::pack2, fp8dev::toF32)
+// against the software ones of dtype_math.h: every float -> bf16 and -> f16 (a NaN must give a
+// NaN), and every f16 -> float. count[0..2] = bf16 / f16 / widening mismatches.
+__device__ __forceinline__ bool nan16(uint32_t h, uint32_t expMask) {
+  return (h & 0x7fffu) > expMask;
+}
+__global__ void cvt16CheckKernel(unsigned long long* count, uint32_t* first) {
+  uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t u = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < (1ull << 32); u += stride) {
+    const uint32_t a = uint32_t(u);
+    const float x = __uint_as_float(a);
+    const bool nan = (a & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t b = fp8dev::pack2<bf16_t>(x, 0.f) & 0xffffu;
+    const uint32_t h = fp8dev::pack2<f16_t>(0.f, x) >> 16;
+    if (nan ? !nan16(b, 0x7f80u) : b != math::f32ToBf16(x)) {
+      atomicAdd(&count[0], 1ull);
+      atomicMin(&first[0], a);
+    }
+    if (nan ? !nan16(h, 0x7c00u) : h != math::f32ToF16(x)) {
+      atomicAdd(&count[1], 1ull);
+      atomicMin(&first[1], a);
+    }
+    if (u < 65536) {
+      const float w = fp8dev::toF32<f16_t>(uint16_t(u)), ref = math::f16ToF32(uint16_t(u));
+      const bool bad = nan16(a, 0x7c00u) ? !(w != w) : __float_as_uint(w) != __float_as_uint(ref);
+      if (bad) {
+        atomicAdd(&count[2], 1ull);
+        atomicMin(&first[2], a);
+      }
+    }
+  }
+}
+
 __global__ void cvtKernel(const float* in, size_t n, uint8_t* out) {
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = uint8_t(fp8dev::cvtPair(in[i], 0.f) & 0xffu);
@@ -173,6 +206,21 @@ uint64_t deviceCvtMismatches(uint32_t* first) {
   FP8_CK(cudaMemcpy(&c, count.p, 8, cudaMemcpyDeviceToHost));
   FP8_CK(cudaMemcpy(first, f.p, 4, cudaMemcpyDeviceToHost));
   return c;
+}
+
+uint64_t deviceCvt16Mismatches(uint64_t counts[3], uint32_t firsts[3]) {
+  DevArr<unsigned long long> count(3);
+  DevArr<uint32_t> f(3);
+  FP8_CK(cudaMemset(count.p, 0, 3 * 8));
+  FP8_CK(cudaMemset(f.p, 0xff, 3 * 4));
+  cvt16CheckKernel<<<4096, 256>>>(count.p, f.p);
+  FP8_CK(cudaGetLastError());
+  FP8_CK(cudaDeviceSynchronize());
+  unsigned long long c[3] = {};
+  FP8_CK(cudaMemcpy(c, count.p, 3 * 8, cudaMemcpyDeviceToHost));
+  FP8_CK(cudaMemcpy(firsts, f.p, 3 * 4, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 3; ++i) counts[i] = c[i];
+  return c[0] + c[1] + c[2];
 }
 
 void deviceCvt(const float* in, size_t n, uint8_t* out) {

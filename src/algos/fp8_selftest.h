@@ -16,6 +16,12 @@ namespace fp8 {
 /// the first mismatching pattern (0xffffffff if none). Throws cclx::Error on CUDA failures.
 uint64_t deviceCvtMismatches(uint32_t* first);
 
+/// The collectives' hardware 16-bit conversions against the software ones (dtype_math.h): every
+/// float -> bf16 (counts[0]) and -> f16 (counts[1]), where a NaN must give a NaN and every other
+/// input the same bits, and every f16 -> float (counts[2]). firsts[i] gets the first bad input
+/// pattern (0xffffffff if none). Returns the total. Throws cclx::Error on CUDA failures.
+uint64_t deviceCvt16Mismatches(uint64_t counts[3], uint32_t firsts[3]);
+
 /// Hardware cvt of each input (host in, host out), to compare with the host's f32ToE4m3.
 void deviceCvt(const float* in, size_t n, uint8_t* out);
 

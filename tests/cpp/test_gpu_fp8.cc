@@ -98,6 +98,16 @@ TEST(GpuFp8, DeviceCodecEqualsHostCodec) {
     uint64_t bad = fp8::deviceCvtMismatches(&first);
     MP_CHECK(bad == 0, "hardware cvt differs from the software conversion on %llu floats, first 0x%08x",
              (unsigned long long)bad, first);
+    // The 16-bit loads and stores of the collectives (hardware cvt) == dtype_math.h, every input.
+    uint64_t c16[3] = {};
+    uint32_t f16[3] = {};
+    fp8::deviceCvt16Mismatches(c16, f16);
+    MP_CHECK(c16[0] == 0, "float -> bf16 differs on %llu floats, first 0x%08x",
+             (unsigned long long)c16[0], f16[0]);
+    MP_CHECK(c16[1] == 0, "float -> f16 differs on %llu floats, first 0x%08x",
+             (unsigned long long)c16[1], f16[1]);
+    MP_CHECK(c16[2] == 0, "f16 -> float differs on %llu halves, first 0x%04x",
+             (unsigned long long)c16[2], f16[2]);
     // Host software conversion == device hardware conversion on specials and random values.
     std::vector<float> v = {0.f, -0.f, 448.f, 464.f, 465.f, -1e30f, 1e-45f, 0.0009765625f,
                             std::numeric_limits<float>::infinity()};
