@@ -23,9 +23,8 @@
 // continue). In place (send == recv): a vector of slice s != rank is read from `send` in step 1
 // and written to `recv` in step 3 by the same block, with the barrier between; a vector of the own
 // slice is read from `send` and written to `recv` in step 2 by the same thread, the write after
-// all of its reads (peers never read this rank's `send`). Each thread moves kUnrollCopy (steps 1, 3)
-// or kUnroll (step 2) independent vectors per iteration (all loads, then all stores) for
-// memory-level parallelism; the one partial
+// all of its reads (peers never read this rank's `send`). Each thread moves kUnroll independent
+// vectors per iteration (all loads, then all stores) for memory-level parallelism; the one partial
 // vector at the end of the message (if any) is handled by thread 0 of its block with byte-exact
 // accesses. Waits carry a %globaltimer deadline; on expiry the block records the missing rank and
 // stops (writes no more).
@@ -34,8 +33,7 @@
 namespace cclx {
 namespace {
 
-constexpr int kUnroll = 2;      // reduce step: 16-byte vectors in flight per thread (4 spills at 512 threads)
-constexpr int kUnrollCopy = 4;  // copy steps (push, gather): no accumulators, so twice as many
+constexpr int kUnroll = 2;  // independent 16-byte vectors in flight per thread (4 spills at 512 threads)
 
 struct TreeParams {
   dev::PeerPtrs peers;  // staging: tree region bases; signal: tree flag region bases
@@ -92,12 +90,12 @@ __device__ __forceinline__ void stTail(char* base, size_t v, int valid, uint4 x)
   dev::storeUnit<16>(base + v * 16, valid, w);
 }
 
-/// Calls f(v0, stride, hi) for this thread's groups of U vectors v0 + k * stride (k < U; f skips
-/// those >= hi) covering lo + threadIdx.x + i * blockDim.x < hi.
-template <int U, class F>
+/// Calls f(v0, stride, hi) for this thread's groups of kUnroll vectors v0 + k * stride (k <
+/// kUnroll; f skips those >= hi) covering lo + threadIdx.x + i * blockDim.x < hi.
+template <class F>
 __device__ __forceinline__ void forGroups(size_t lo, size_t hi, F&& f) {
   const size_t bd = blockDim.x;
-  for (size_t v0 = lo + threadIdx.x; v0 < hi; v0 += U * bd) f(v0, bd, hi);
+  for (size_t v0 = lo + threadIdx.x; v0 < hi; v0 += kUnroll * bd) f(v0, bd, hi);
 }
 
 template <class T, RedOpKind Op, bool Al>
@@ -142,13 +140,13 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
       Range sl = split(cv0, cV, N, s);
       Range part = split(sl.lo, sl.hi - sl.lo, G, b);
       uint4* dst = box(s, 0, me);
-      forGroups<kUnrollCopy>(part.lo, min(part.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
-        uint4 x[kUnrollCopy];
+      forGroups(part.lo, min(part.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
+        uint4 x[kUnroll];
 #pragma unroll
-        for (int k = 0; k < kUnrollCopy; ++k)
+        for (int k = 0; k < kUnroll; ++k)
           if (v0 + k * st < hi) x[k] = ldUser<Al>(p.send, v0 + k * st);
 #pragma unroll
-        for (int k = 0; k < kUnrollCopy; ++k)
+        for (int k = 0; k < kUnroll; ++k)
           if (v0 + k * st < hi) dst[v0 + k * st - part.lo] = x[k];
       });
       if (tailHere(part)) dst[fullV - part.lo] = ldTail(p.send, fullV, tailBytes);
@@ -159,7 +157,7 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
     {
       Range sl = split(cv0, cV, N, me);
       Range part = split(sl.lo, sl.hi - sl.lo, G, b);
-      forGroups<kUnroll>(part.lo, min(part.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
+      forGroups(part.lo, min(part.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
         Acc acc[kUnroll];
         for (int r = 0; r < N; ++r) {
           uint4 x[kUnroll];
@@ -225,13 +223,13 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
       Range sl = split(cv0, cV, N, s);
       Range part = split(sl.lo, sl.hi - sl.lo, G, b);
       const uint4* src = box(me, agOff, s);
-      forGroups<kUnrollCopy>(part.lo, min(part.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
-        uint4 x[kUnrollCopy];
+      forGroups(part.lo, min(part.hi, fullV), [&](size_t v0, size_t st, size_t hi) {
+        uint4 x[kUnroll];
 #pragma unroll
-        for (int k = 0; k < kUnrollCopy; ++k)
+        for (int k = 0; k < kUnroll; ++k)
           if (v0 + k * st < hi) x[k] = __ldcg(src + (v0 + k * st - part.lo));
 #pragma unroll
-        for (int k = 0; k < kUnrollCopy; ++k)
+        for (int k = 0; k < kUnroll; ++k)
           if (v0 + k * st < hi) stUser<Al>(p.recv, v0 + k * st, x[k]);
       });
       if (tailHere(part)) stTail(p.recv, fullV, tailBytes, __ldcg(src + (fullV - part.lo)));

@@ -12,7 +12,9 @@
 //      same lanes, groups and zero fill as phase A, hence the bits a peer would have received;
 //      requantize, write into every peer's G-inbox [slot of me] and, decoded, into the own
 //      output; signal/wait flag[1] = e.
-//   C: dequantize the peers' shards from the local G-inbox into the output.
+//   C: dequantize the peers' shards from the local G-inbox into the output, in rounds
+//      interleaved with phase A of the CTA's next tile (so its pushes overlap the decoding);
+//      flag[0] of the next tile is signalled after both.
 // Every rank decodes the same requantized codes+metas for a shard, so all outputs are identical
 // and equal to the host twin's. The order of stores inside a phase is free: only the flag after
 // the phase's __syncthreads() publishes them. Tiles are balanced over the CTAs (makeParams);
@@ -21,9 +23,10 @@
 // them before phase B; in phase B a thread writes exactly the 16 elements it read itself before;
 // phase C writes only the peers' shards, which no later step of the tile reads.
 // Reuse of the (single-buffered) inboxes within a call: rank W writes q's A-inbox for tile i+1
-// only after its phase C of tile i, which waited for q's flag[1] of tile i, published after q's
-// last read of its A-inbox (phase B of tile i). W writes q's G-inbox for tile i+1 only after
-// waiting for q's flag[0] of tile i+1, published after q's phase C of tile i. Each (source,
+// only after waiting for q's flag[1] of tile i, published after q's last read of its A-inbox
+// (phase B of tile i). W writes q's G-inbox for tile i+1 only after waiting for q's flag[0] of
+// tile i+1, published after q's phase C of tile i. A of tile i+1 reads other elements than C of
+// tile i writes (another tile), so interleaving them is also safe in place. Each (source,
 // receiver) pair has its own slot, so the argument holds slot by slot. Across calls (of any FP8
 // collective) beginCall() waits for the peers' "done" flag of the previous call.
 // Flags are written with st.release.sys after __syncthreads() and read with ld.acquire.sys
@@ -44,6 +47,22 @@ __device__ __forceinline__ size_t slotOf(int src, int dst) {
   return size_t(src < dst ? src : src - 1);
 }
 
+/// One tile of the message: its first codec block and its shards (fp8::shardBlocks).
+struct ArTile {
+  size_t tb0, sq, sr, len0;  // shard q = blocks [q*sq + min(q, sr), +sq + (q < sr)); len0: longest
+  __device__ ArTile(const Params& p, size_t tile) {
+    tb0 = tile * p.tileBlocks;
+    const size_t nb = p.tileBlocks < p.nbAll - tb0 ? p.tileBlocks : p.nbAll - tb0;
+    sq = nb / size_t(p.size);
+    sr = nb % size_t(p.size);
+    len0 = sq + (sr > 0 ? 1 : 0);
+  }
+  __device__ void shard(int q, size_t& b0, size_t& len) const {
+    b0 = size_t(q) * sq + (size_t(q) < sr ? size_t(q) : sr);
+    len = sq + (size_t(q) < sr ? 1 : 0);
+  }
+};
+
 template <class T, int B>
 __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   constexpr int G = B / kEPT, GPC = kThreads / G;
@@ -52,44 +71,65 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   const size_t cap = (p.tileBlocks + N - 1) / N, S = fp8::packedBytes(cap, B);
   const size_t mo = fp8::metaOffset(cap, B);
+  const size_t nIt = (p.nTiles - size_t(cta) + gridDim.x - 1) / gridDim.x;  // tiles of this CTA
   const T* send = reinterpret_cast<const T*>(p.send);
   T* recv = reinterpret_cast<T*>(p.recv);
   if (!beginCall(p, e0, deadline)) return;
-  uint64_t it = 0;
-  for (size_t tile = cta; tile < p.nTiles; tile += gridDim.x, ++it) {
-    const uint64_t epoch = e0 + 1 + it;
-    const size_t tb0 = tile * p.tileBlocks;
-    const size_t nb = p.tileBlocks < p.nbAll - tb0 ? p.tileBlocks : p.nbAll - tb0;
-    // Shard q = blocks [q*sq + min(q, sr), +sq + (q < sr)) of the tile (= fp8::shardBlocks).
-    const size_t sq = nb / size_t(N), sr = nb % size_t(N);
-    auto shard = [&](int q, size_t& b0, size_t& len) {
-      b0 = size_t(q) * sq + (size_t(q) < sr ? size_t(q) : sr);
-      len = sq + (size_t(q) < sr ? 1 : 0);
-    };
-    const size_t len0 = sq + (sr > 0 ? 1 : 0);  // shard 0 is the longest
-    // A: quantize the peers' shards and push shard q to rank q's A-inbox (the own shard is
-    // quantized again in phase B). Each round handles units u and u + GPC of one peer shard, so
-    // both units' loads are in flight together; peers are visited in turn.
-    for (size_t u0 = 0; u0 < len0; u0 += 2 * size_t(GPC)) {
-      const size_t ua = u0 + grp, ub = u0 + GPC + grp;
-      for (int k = 1; k < N; ++k) {
-        const int q = (p.rank + k) % N;
-        size_t b0, bl;
-        shard(q, b0, bl);
-        const bool actA = ua < bl, actB = ub < bl;
-        size_t ia = 0, ib = 0;
-        const int na = actA ? laneCount(p.count, tb0 + b0 + ua, B, lane, ia) : 0;
-        const int nbk = actB ? laneCount(p.count, tb0 + b0 + ub, B, lane, ib) : 0;
-        float va[kEPT], vb[kEPT];
-        load16x2(send, ia, na, va, send, ib, nbk, vb);
-        fp8::Meta ma, mb;
-        const uint4 ca = quantize16(va, G, ma);
-        const uint4 cb = quantize16(vb, G, mb);
-        char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + slotOf(p.rank, q) * S;
-        if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
-        if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
+  // A, one round (CTA-uniform u0): quantize units u0 + grp and u0 + GPC + grp of every peer's
+  // shard (both units' loads in flight together) and push shard q to rank q's A-inbox.
+  auto pushA = [&](const ArTile& t, size_t u0) {
+    const size_t ua = u0 + grp, ub = u0 + GPC + grp;
+    for (int k = 1; k < N; ++k) {
+      const int q = (p.rank + k) % N;
+      size_t b0, bl;
+      t.shard(q, b0, bl);
+      const bool actA = ua < bl, actB = ub < bl;
+      size_t ia = 0, ib = 0;
+      const int na = actA ? laneCount(p.count, t.tb0 + b0 + ua, B, lane, ia) : 0;
+      const int nbk = actB ? laneCount(p.count, t.tb0 + b0 + ub, B, lane, ib) : 0;
+      float va[kEPT], vb[kEPT];
+      load16x2(send, ia, na, va, send, ib, nbk, vb);
+      fp8::Meta ma, mb;
+      const uint4 ca = quantize16(va, G, ma);
+      const uint4 cb = quantize16(vb, G, mb);
+      char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + slotOf(p.rank, q) * S;
+      if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
+      if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
+    }
+  };
+  // C, one round: dequantize units u0 + grp and u0 + GPC + grp of every peer's shard from the
+  // local G-inbox into the output (both loaded before either is decoded; no shuffles).
+  auto decodeC = [&](const ArTile& t, size_t u0) {
+    const char* g = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N - 1) * S;
+    for (int k = 1; k < N; ++k) {
+      const int q = (p.rank + k) % N;
+      size_t b0, bl;
+      t.shard(q, b0, bl);
+      const char* src = g + slotOf(q, p.rank) * S;
+      uint4 c[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+      fp8::Meta m[2] = {0, 0};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const size_t u = u0 + grp + size_t(h) * GPC;
+        if (u < bl) getUnit<B>(src, mo, u, lane, c[h], m[h]);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const size_t u = u0 + grp + size_t(h) * GPC;
+        if (!(u < bl)) continue;
+        size_t i0;
+        const int n = laneCount(p.count, t.tb0 + b0 + u, B, lane, i0);
+        if (n == 0) continue;
+        float v[kEPT];
+        dequantize16(c[h], m[h], v);
+        store16(recv, i0, n, v);
       }
     }
+  };
+  ArTile cur(p, size_t(cta));
+  for (size_t u0 = 0; u0 < cur.len0; u0 += 2 * size_t(GPC)) pushA(cur, u0);
+  for (size_t i = 0; i < nIt; ++i) {
+    const uint64_t epoch = e0 + 1 + i;
     signalAll(p, 0, epoch);
     if (!waitAll(p, 0, epoch, deadline)) return;
     // B: reduce the own shard: the peers' codes come from the local A-inbox, the own codes are
@@ -99,13 +139,13 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
     // decoded like phase C decodes it, straight to the own output.
     {
       size_t sb0, sl;
-      shard(p.rank, sb0, sl);
+      cur.shard(p.rank, sb0, sl);
       const char* in = p.staging[p.rank] + size_t(cta) * p.ctaBytes;
       for (size_t u0 = 0; u0 < sl; u0 += GPC) {
         const size_t u = u0 + grp;
         const bool act = u < sl;
         size_t io = 0;
-        const int no = act ? laneCount(p.count, tb0 + sb0 + u, B, lane, io) : 0;
+        const int no = act ? laneCount(p.count, cur.tb0 + sb0 + u, B, lane, io) : 0;
         float vo[kEPT];
         load16(send, io, no, vo);
         fp8::Meta mOwn;
@@ -155,39 +195,23 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
     }
     signalAll(p, 1, epoch);
     if (!waitAll(p, 1, epoch, deadline)) return;
-    // C: dequantize the peers' shards from the local G-inbox into the output; units u and
-    // u + GPC of one shard are loaded before either is decoded and stored.
-    {
-      const char* g = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N - 1) * S;
-      for (size_t u0 = grp; u0 < len0; u0 += 2 * size_t(GPC)) {  // no shuffles: per-group loop
-        for (int k = 1; k < N; ++k) {
-          const int q = (p.rank + k) % N;
-          size_t b0, bl;
-          shard(q, b0, bl);
-          const char* src = g + slotOf(q, p.rank) * S;
-          uint4 c[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-          fp8::Meta m[2] = {0, 0};
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const size_t u = u0 + size_t(h) * GPC;
-            if (u < bl) getUnit<B>(src, mo, u, lane, c[h], m[h]);
-          }
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const size_t u = u0 + size_t(h) * GPC;
-            if (!(u < bl)) continue;
-            size_t i0;
-            const int n = laneCount(p.count, tb0 + b0 + u, B, lane, i0);
-            if (n == 0) continue;
-            float v[kEPT];
-            dequantize16(c[h], m[h], v);
-            store16(recv, i0, n, v);
-          }
-        }
+    // C of this tile, interleaved round by round with A of the next one: the next tile's pushes
+    // overlap this tile's local decoding. Legal here: every peer has finished phase B of this
+    // tile (flag[1]), so its A-inbox is free; the peers refill this rank's G-inbox only after
+    // its flag[0] of the next tile, signalled after these rounds.
+    if (i + 1 < nIt) {
+      const ArTile next(p, size_t(cta) + (i + 1) * gridDim.x);
+      const size_t rounds = next.len0 > cur.len0 ? next.len0 : cur.len0;
+      for (size_t u0 = 0; u0 < rounds; u0 += 2 * size_t(GPC)) {
+        if (u0 < next.len0) pushA(next, u0);  // CTA-uniform condition: shuffles stay uniform
+        decodeC(cur, u0);
       }
+      cur = next;
+    } else {
+      for (size_t u0 = 0; u0 < cur.len0; u0 += 2 * size_t(GPC)) decodeC(cur, u0);
     }
   }
-  endCall(p, e0 + it);
+  endCall(p, e0 + nIt);
 }
 
 /// Staging one CTA needs for a tile of tb blocks: A-inbox and G-inbox, one shard per peer.

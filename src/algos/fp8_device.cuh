@@ -373,8 +373,8 @@ inline int ctaCap(const DeviceCtx& ctx) {
 /// Host side: fills the shared fields of Params. `slotsPerTile(tb)` is the staging bytes one CTA
 /// needs for a tile of tb codec blocks; the largest tb that fits ctaBytes is taken. Returns false
 /// when peer memory is not usable or not even one block fits.
-/// `teams`: the kernel splits each CTA into a producer and a consumer team and pipelines its
-/// tiles (the exchange kernels); otherwise the whole CTA runs every phase of a tile (allreduce).
+/// `teams`: the kernel splits each CTA into a producer and a consumer team (the exchange
+/// kernels); otherwise the whole CTA runs every phase of a tile (allreduce).
 template <class NeedFn>
 inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Params& p,
                        bool teams) {
@@ -395,14 +395,15 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
   if (tb == 0) return false;
   // Balanced tiling: rounds of `cap` CTAs with tiles of equal size, so every CTA does the same
   // number of tiles (no last round run by a few CTAs) and small messages still spread over all
-  // CTAs. Rounds: at least what the staging needs and, with teams, at least cfg.fp8TilesPerCta
-  // (the producer runs ahead of the consumer) while a tile keeps one round of the unit groups of
-  // the threads that walk it (minTb blocks) where the staging allows. Results do not depend on
+  // CTAs. Rounds: at least what the staging needs and at least cfg.fp8TilesPerCta (with
+  // teams the producer runs ahead of the consumer; the allreduce overlaps a tile's decoding with
+  // the next tile's pushes) while a tile keeps one round of the unit groups of the threads that
+  // walk it (minTb blocks) where the staging allows. Results do not depend on
   // the tiling (fp8_codec.h).
   p.nbAll = (a.count + B - 1) / B;
   const size_t cap = size_t(ctaCap(ctx));
   const size_t minTb = size_t(teams ? kThreads / 2 : kThreads) * kEPT / B;
-  const size_t depth = teams ? size_t(std::max(ctx.cfg.fp8TilesPerCta, 1)) : 1;
+  const size_t depth = size_t(std::max(ctx.cfg.fp8TilesPerCta, 1));
   size_t rounds = (p.nbAll + tb * cap - 1) / (tb * cap);
   rounds = std::max(rounds, std::min(depth, p.nbAll / (minTb * cap)));
   if (rounds == 0) rounds = 1;
