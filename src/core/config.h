@@ -44,7 +44,7 @@ struct Config {
   bool lpAllToAll = false;       // CCLX_LOW_PRECISION_ENABLE / _ALLTOALL
   size_t lpMinBytes = 16ull << 20;  // CCLX_LOW_PRECISION_MIN_BYTES
   int fp8BlockSize = 128;           // CCLX_FP8_BLOCK_SIZE (32..256, power of two)
-  int fp8ProducerWarps = 0;         // CCLX_FP8_PRODUCER_WARPS (1..15 of 16; 0 = 8)
+  int fp8ProducerWarps = 0;         // CCLX_FP8_PRODUCER_WARPS (1..15 of 16; 0 = per collective)
   int fp8TilesPerCta = 1;           // CCLX_FP8_TILES_PER_CTA: pipeline depth wanted per CTA
 
   /// Reads the environment. Throws cclx::Error(cclxInvalidArgument) on a malformed value.
