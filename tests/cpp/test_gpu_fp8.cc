@@ -1,6 +1,7 @@
 // FP8 on the GPU: the device codec equals the host codec bit for bit (exhaustively for the float ->
-// e4m3 conversion), every FP8 collective on 2 GPUs equals the host model (= the CPU twin) bit for
-// bit, CUDA-graph capture and replay, and a timing print. Skips visibly without 2 GPUs.
+// e4m3 conversion and the 16-bit loads and stores), every FP8 collective on 2 GPUs equals the host
+// model (= the CPU twin) bit for bit, CUDA-graph capture and replay, and a timing print. Skips
+// visibly without 2 GPUs.
 #include <gtest/gtest.h>
 
 #if defined(CCLX_HAVE_CUDA)
