@@ -157,7 +157,6 @@ __device__ __forceinline__ void load16x2(const T* pa, size_t ia, int na, float v
   }
 }
 
-
 /// Stores n <= 16 floats to elements [i0, i0 + n) of p.
 template <class T>
 __device__ __forceinline__ void store16(T* p, size_t i0, int n, const float v[kEPT]) {
@@ -404,8 +403,8 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
   // CTAs. Rounds: at least what the staging needs and at least cfg.fp8TilesPerCta (with
   // teams the producer runs ahead of the consumer; the allreduce overlaps a tile's decoding with
   // the next tile's pushes) while a tile keeps one round of the unit groups of the threads that
-  // walk it (minTb blocks) where the staging allows. Results do not depend on
-  // the tiling (fp8_codec.h).
+  // walk it (minTb blocks) where the staging allows. Results do not depend on the tiling
+  // (fp8_codec.h).
   p.nbAll = (a.count + B - 1) / B;
   const size_t cap = size_t(ctaCap(ctx));
   const size_t minTb = size_t(teams ? kThreads / 2 : kThreads) * kEPT / B;

@@ -9,7 +9,8 @@
 //      buffer b, tile i - 2), quantize and write into the inboxes [b][source = me]:
 //      AllGather: the own tile once, stored into every rank's inbox (peers first);
 //      ReduceScatter / AllToAll: segment q's tile into rank q's inbox (each round: units u and
-//      u + GPC of every segment, peers' first); AllToAll pushes only the peers' segments. Then flag[0] = e_i to every rank.
+//      u + GPC of every segment, peers' first); AllToAll pushes only the peers' segments.
+//      Then flag[0] = e_i to every rank.
 //   B (consumer): AllToAll first quantizes the own segment's tile and decodes it in registers
 //      straight into the output (the bits a peer's copy decodes to; no wait needed, so it
 //      overlaps the peers' pushes). After flag[0] >= e_i from every rank: AllGather / AllToAll

@@ -34,8 +34,8 @@ __global__ void cvtCheckKernel(unsigned long long* count, uint32_t* first) {
 // The 16-bit conversions of the collectives' loads and stores (fp8dev::pack2, fp8dev::toF32)
 // against the software ones of dtype_math.h: every float -> bf16 and -> f16 (a NaN must give a
 // NaN), and every f16 -> float. count[0..2] = bf16 / f16 / widening mismatches.
-__device__ __forceinline__ bool nan16(uint32_t h, uint32_t expMask) {
-  return (h & 0x7fffu) > expMask;
+__device__ __forceinline__ bool nan16(uint32_t h, uint32_t infBits) {
+  return (h & 0x7fffu) > infBits;
 }
 __global__ void cvt16CheckKernel(unsigned long long* count, uint32_t* first) {
   uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
