@@ -90,32 +90,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return r;
 }
 
-/// Loads elements [i0, i0 + n) (n <= 16) of p as floats; missing ones are 0.
-template <class T>
-__device__ __forceinline__ void load16(const T* p, size_t i0, int n, float v[kEPT]) {
-  const T* q = p + i0;
-  if (n == kEPT && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
-    const uint4* q4 = reinterpret_cast<const uint4*>(q);
-#pragma unroll
-    for (int l = 0; l < Vec<T>::kLoads; ++l) {
-      uint4 w = q4[l];
-      uint32_t u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if constexpr (sizeof(T) == 4) {
-          v[l * 4 + k] = __uint_as_float(u[k]);
-        } else {
-          v[l * 8 + 2 * k] = toF32<T>(uint16_t(u[k] & 0xffffu));
-          v[l * 8 + 2 * k + 1] = toF32<T>(uint16_t(u[k] >> 16));
-        }
-      }
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kEPT; ++j) v[j] = j < n ? toF32(q[j]) : 0.f;
-  }
-}
-
 /// Converts the raw 16-byte words of 16 consecutive elements to floats.
 template <class T>
 __device__ __forceinline__ void unpack16(const uint4 (&w)[Vec<T>::kLoads], float v[kEPT]) {
@@ -131,6 +105,21 @@ __device__ __forceinline__ void unpack16(const uint4 (&w)[Vec<T>::kLoads], float
         v[l * 8 + 2 * k + 1] = toF32<T>(uint16_t(u[k] >> 16));
       }
     }
+  }
+}
+
+/// Loads elements [i0, i0 + n) (n <= 16) of p as floats; missing ones are 0.
+template <class T>
+__device__ __forceinline__ void load16(const T* p, size_t i0, int n, float v[kEPT]) {
+  const T* q = p + i0;
+  if (n == kEPT && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
+    uint4 w[Vec<T>::kLoads];
+#pragma unroll
+    for (int l = 0; l < Vec<T>::kLoads; ++l) w[l] = reinterpret_cast<const uint4*>(q)[l];
+    unpack16<T>(w, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kEPT; ++j) v[j] = j < n ? toF32(q[j]) : 0.f;
   }
 }
 
