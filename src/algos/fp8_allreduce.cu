@@ -42,6 +42,12 @@ namespace cclx {
 namespace fp8dev {
 namespace {
 
+// Phase trace, a diagnostic (off unless fp8AllReduceTrace(true)): thread 0 of every CTA writes
+// %globaltimer at the phase boundaries of a call into g_trace[cta][slot] (fp8_algos.h).
+static_assert(kFp8TraceCtas == kMaxCtas, "trace rows");
+__device__ int g_traceOn;
+__device__ uint64_t g_trace[kMaxCtas][kFp8TraceSlots];
+
 /// Inbox slot of source `src` at receiver `dst` (src != dst): the N - 1 peers in rank order.
 __device__ __forceinline__ size_t slotOf(int src, int dst) {
   return size_t(src < dst ? src : src - 1);
@@ -74,7 +80,13 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   const size_t nIt = (p.nTiles - size_t(cta) + gridDim.x - 1) / gridDim.x;  // tiles of this CTA
   const T* send = reinterpret_cast<const T*>(p.send);
   T* recv = reinterpret_cast<T*>(p.recv);
+  const bool tracing = g_traceOn != 0;
+  auto mark = [&](int slot) {
+    if (tracing && threadIdx.x == 0 && slot < kFp8TraceSlots) g_trace[cta][slot] = dev::globalTimerNs();
+  };
+  mark(0);
   if (!beginCall(p, e0, deadline)) return;
+  mark(1);
   // A, one round (CTA-uniform u0): quantize units u0 + grp and u0 + GPC + grp of every peer's
   // shard (both units' loads in flight together) and push shard q to rank q's A-inbox.
   auto pushA = [&](const ArTile& t, size_t u0) {
@@ -84,11 +96,9 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
       size_t b0, bl;
       t.shard(q, b0, bl);
       const bool actA = ua < bl, actB = ub < bl;
-      size_t ia = 0, ib = 0;
-      const int na = actA ? laneCount(p.count, t.tb0 + b0 + ua, B, lane, ia) : 0;
-      const int nbk = actB ? laneCount(p.count, t.tb0 + b0 + ub, B, lane, ib) : 0;
       float va[kEPT], vb[kEPT];
-      load16x2(send, ia, na, va, send, ib, nbk, vb);
+      loadBlock16x2<T, B>(send, t.tb0 + b0 + ua, actA ? p.count : 0, t.tb0 + b0 + ub,
+                          actB ? p.count : 0, lane, va, vb);
       fp8::Meta ma, mb;
       const uint4 ca = quantize16(va, G, ma);
       const uint4 cb = quantize16(vb, G, mb);
@@ -117,21 +127,21 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
       for (int h = 0; h < 2; ++h) {
         const size_t u = u0 + grp + size_t(h) * GPC;
         if (!(u < bl)) continue;
-        size_t i0;
-        const int n = laneCount(p.count, t.tb0 + b0 + u, B, lane, i0);
-        if (n == 0) continue;
         float v[kEPT];
         dequantize16(c[h], m[h], v);
-        store16(recv, i0, n, v);
+        storeBlock16<T, B>(recv, t.tb0 + b0 + u, p.count, lane, v);
       }
     }
   };
   ArTile cur(p, size_t(cta));
   for (size_t u0 = 0; u0 < cur.len0; u0 += 2 * size_t(GPC)) pushA(cur, u0);
+  mark(2);
   for (size_t i = 0; i < nIt; ++i) {
     const uint64_t epoch = e0 + 1 + i;
+    const int ts = 3 + 4 * int(i < 3 ? i : 3);  // trace slots of this tile
     signalAll(p, 0, epoch);
     if (!waitAll(p, 0, epoch, deadline)) return;
+    mark(ts);
     // B: reduce the own shard: the peers' codes come from the local A-inbox, the own codes are
     // quantized here from `send` exactly as phase A quantizes a shard for a peer (same elements
     // per lane, same zero fill, same group), so they are the bits a peer would have received.
@@ -144,10 +154,8 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
       for (size_t u0 = 0; u0 < sl; u0 += GPC) {
         const size_t u = u0 + grp;
         const bool act = u < sl;
-        size_t io = 0;
-        const int no = act ? laneCount(p.count, cur.tb0 + sb0 + u, B, lane, io) : 0;
         float vo[kEPT];
-        load16(send, io, no, vo);
+        loadBlock16<T, B>(send, cur.tb0 + sb0 + u, act ? p.count : 0, lane, vo);
         fp8::Meta mOwn;
         const uint4 cOwn = quantize16(vo, G, mOwn);  // all lanes (shuffles)
         float acc[kEPT];
@@ -185,16 +193,16 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
                            (size_t(N - 1) + slotOf(p.rank, q)) * S,
                        mo, u, lane, c, meta);
           }
-          if (no > 0) {
-            float v[kEPT];
-            dequantize16(c, meta, v);
-            store16(recv, io, no, v);
-          }
+          float v[kEPT];
+          dequantize16(c, meta, v);
+          storeBlock16<T, B>(recv, cur.tb0 + sb0 + u, p.count, lane, v);
         }
       }
     }
+    mark(ts + 1);
     signalAll(p, 1, epoch);
     if (!waitAll(p, 1, epoch, deadline)) return;
+    mark(ts + 2);
     // C of this tile, interleaved round by round with A of the next one: the next tile's pushes
     // overlap this tile's local decoding. Legal here: every peer has finished phase B of this
     // tile (flag[1]), so its A-inbox is free; the peers refill this rank's G-inbox only after
@@ -210,8 +218,10 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
     } else {
       for (size_t u0 = 0; u0 < cur.len0; u0 += 2 * size_t(GPC)) decodeC(cur, u0);
     }
+    mark(ts + 3);
   }
   endCall(p, e0 + nIt);
+  mark(kFp8TraceSlots - 1);
 }
 
 /// Staging one CTA needs for a tile of tb blocks: A-inbox and G-inbox, one shard per peer.
@@ -266,5 +276,24 @@ class Fp8AllReduce : public DeviceAlgo {
 }  // namespace fp8dev
 
 std::unique_ptr<DeviceAlgo> makeFp8AllReduce() { return std::make_unique<fp8dev::Fp8AllReduce>(); }
+
+void fp8AllReduceTrace(bool on) {
+  const int v = on ? 1 : 0;
+  CCLX_REQUIRE(cudaMemcpyToSymbol(fp8dev::g_traceOn, &v, sizeof v) == cudaSuccess, cclxCudaError,
+               "fp8 trace: cannot set the switch");
+  if (on) {
+    static const uint64_t zeros[fp8dev::kMaxCtas][kFp8TraceSlots] = {};
+    CCLX_REQUIRE(cudaMemcpyToSymbol(fp8dev::g_trace, zeros, sizeof zeros) == cudaSuccess,
+                 cclxCudaError, "fp8 trace: cannot clear");
+  }
+}
+
+std::vector<uint64_t> fp8AllReduceTraceRead() {
+  std::vector<uint64_t> t(size_t(fp8dev::kMaxCtas) * kFp8TraceSlots);
+  CCLX_REQUIRE(cudaMemcpyFromSymbol(t.data(), fp8dev::g_trace, t.size() * sizeof(uint64_t)) ==
+                   cudaSuccess,
+               cclxCudaError, "fp8 trace: cannot read");
+  return t;
+}
 
 }  // namespace cclx

@@ -1,8 +1,10 @@
 // Device building blocks of the FP8 collectives (fp8_allreduce.cu, fp8_exchange.cu): 16-element
 // loads/stores of the user's dtype, group-wise block quantization, flags.
 //
-// Work unit: one thread handles 16 consecutive elements of one codec block; a block of B values
-// is handled by a group of B/16 adjacent lanes (2..16, inside one warp). A group reduces the
+// Work unit: one thread handles 16 elements of one codec block; a block of B values is handled by
+// a group of B/16 adjacent lanes (2..16, inside one warp). The collectives give each lane strided
+// 16-byte pieces of the block (loadBlock16 / storeBlock16: coalesced); load16 / store16 take 16
+// consecutive elements (the codec checks, which compare codes with the host codec's order). A group reduces the
 // block's largest magnitude with warp shuffles, so every lane of a warp must reach the shuffles:
 // loops run a CTA-uniform number of rounds and idle groups take part with zeros.
 //
@@ -123,29 +125,6 @@ __device__ __forceinline__ void load16(const T* p, size_t i0, int n, float v[kEP
   }
 }
 
-/// load16 of two independent units; when both are full and aligned every 16-byte load of both is
-/// issued before any conversion (twice the bytes in flight of one load16).
-template <class T>
-__device__ __forceinline__ void load16x2(const T* pa, size_t ia, int na, float va[kEPT],
-                                         const T* pb, size_t ib, int nb, float vb[kEPT]) {
-  const T* qa = pa + ia;
-  const T* qb = pb + ib;
-  if (na == kEPT && nb == kEPT &&
-      ((reinterpret_cast<uintptr_t>(qa) | reinterpret_cast<uintptr_t>(qb)) & 15u) == 0) {
-    uint4 wa[Vec<T>::kLoads], wb[Vec<T>::kLoads];
-#pragma unroll
-    for (int l = 0; l < Vec<T>::kLoads; ++l) {
-      wa[l] = reinterpret_cast<const uint4*>(qa)[l];
-      wb[l] = reinterpret_cast<const uint4*>(qb)[l];
-    }
-    unpack16<T>(wa, va);
-    unpack16<T>(wb, vb);
-  } else {
-    load16(pa, ia, na, va);
-    load16(pb, ib, nb, vb);
-  }
-}
-
 /// Stores n <= 16 floats to elements [i0, i0 + n) of p.
 template <class T>
 __device__ __forceinline__ void store16(T* p, size_t i0, int n, const float v[kEPT]) {
@@ -168,6 +147,95 @@ __device__ __forceinline__ void store16(T* p, size_t i0, int n, const float v[kE
       if (j >= n) continue;
       if constexpr (sizeof(T) == 4) q[j] = v[j];
       else q[j] = T{uint16_t(pack2<T>(v[j], 0.f) & 0xffffu)};
+    }
+  }
+}
+
+/// Block mapping of the collectives (coalesced): a codec block of B = 16 G elements is cut into
+/// 16-byte pieces of E = 16 / sizeof(T) elements and lane l of the block's group holds pieces l,
+/// l + G, l + 2G, ...: its value j is element (j / E) G E + l E + j % E of the block. Every 16-byte
+/// access instruction of a group then covers G * 16 contiguous bytes (whole 32-byte sectors; the
+/// groups of a warp cover adjacent blocks), where one unit of 16 consecutive elements per lane
+/// leaves every instruction half a sector per lane (stores: up to 6x slower, 16 MiB output).
+/// The block's scale and every value's code do not depend on the mapping, only where a code sits
+/// inside its unit, which every collective reads back with the same mapping.
+template <class T, int B>
+__device__ __forceinline__ size_t blockElem(int j, int lane) {
+  constexpr int E = 16 / int(sizeof(T)), G = B / kEPT;
+  return size_t(j / E) * (G * E) + size_t(lane) * E + size_t(j % E);
+}
+
+/// This lane's 16 values of codec block gb of p (block mapping); elements at or past n are 0
+/// (n = 0: all zero, for idle groups).
+template <class T, int B>
+__device__ __forceinline__ void loadBlock16(const T* p, size_t gb, size_t n, int lane,
+                                            float v[kEPT]) {
+  constexpr int E = 16 / int(sizeof(T)), G = B / kEPT;
+  const T* q = p + gb * B;
+  if (gb * B + B <= n && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
+    uint4 w[Vec<T>::kLoads];
+#pragma unroll
+    for (int l = 0; l < Vec<T>::kLoads; ++l)
+      w[l] = *reinterpret_cast<const uint4*>(q + size_t(l * G + lane) * E);
+    unpack16<T>(w, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kEPT; ++j) {
+      const size_t i = gb * B + blockElem<T, B>(j, lane);
+      v[j] = i < n ? toF32(p[i]) : 0.f;
+    }
+  }
+}
+
+/// loadBlock16 of two blocks; when both are full and aligned every 16-byte load of both is issued
+/// before any conversion.
+template <class T, int B>
+__device__ __forceinline__ void loadBlock16x2(const T* p, size_t ga, size_t na, size_t gb,
+                                              size_t nb, int lane, float va[kEPT],
+                                              float vb[kEPT]) {
+  constexpr int E = 16 / int(sizeof(T)), G = B / kEPT;
+  const T* qa = p + ga * B;
+  const T* qb = p + gb * B;
+  if (ga * B + B <= na && gb * B + B <= nb &&
+      ((reinterpret_cast<uintptr_t>(qa) | reinterpret_cast<uintptr_t>(qb)) & 15u) == 0) {
+    uint4 wa[Vec<T>::kLoads], wb[Vec<T>::kLoads];
+#pragma unroll
+    for (int l = 0; l < Vec<T>::kLoads; ++l) {
+      wa[l] = *reinterpret_cast<const uint4*>(qa + size_t(l * G + lane) * E);
+      wb[l] = *reinterpret_cast<const uint4*>(qb + size_t(l * G + lane) * E);
+    }
+    unpack16<T>(wa, va);
+    unpack16<T>(wb, vb);
+  } else {
+    loadBlock16<T, B>(p, ga, na, lane, va);
+    loadBlock16<T, B>(p, gb, nb, lane, vb);
+  }
+}
+
+/// Stores this lane's 16 values of codec block gb of p (block mapping), elements below n only.
+template <class T, int B>
+__device__ __forceinline__ void storeBlock16(T* p, size_t gb, size_t n, int lane,
+                                             const float v[kEPT]) {
+  constexpr int E = 16 / int(sizeof(T)), G = B / kEPT;
+  T* q = p + gb * B;
+  if (gb * B + B <= n && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
+#pragma unroll
+    for (int l = 0; l < Vec<T>::kLoads; ++l) {
+      uint32_t u[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (sizeof(T) == 4) u[k] = __float_as_uint(v[l * 4 + k]);
+        else u[k] = pack2<T>(v[l * 8 + 2 * k], v[l * 8 + 2 * k + 1]);
+      }
+      *reinterpret_cast<uint4*>(q + size_t(l * G + lane) * E) = make_uint4(u[0], u[1], u[2], u[3]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kEPT; ++j) {
+      const size_t i = gb * B + blockElem<T, B>(j, lane);
+      if (i >= n) continue;
+      if constexpr (sizeof(T) == 4) p[i] = v[j];
+      else p[i] = T{uint16_t(pack2<T>(v[j], 0.f) & 0xffffu)};
     }
   }
 }
@@ -332,13 +400,6 @@ __device__ __forceinline__ bool teamWait(const Params& p, const Team& tm, int ph
                                                value, deadline, p.err, t);
   return !teamAny(tm, failed);
 }
-
-/// Valid elements of lane `lane` (of its group) in codec block `gb` of a segment of n elements.
-__device__ __forceinline__ int laneCount(size_t n, size_t gb, int B, int lane, size_t& i0) {
-  i0 = gb * size_t(B) + size_t(lane) * kEPT;
-  return i0 >= n ? 0 : (n - i0 >= size_t(kEPT) ? kEPT : int(n - i0));
-}
-
 
 /// Start of a call: before writing into any peer's staging, wait until every peer's same CTA has
 /// finished reading everything of its previous call (phase "done" reached epoch e0).

@@ -67,9 +67,6 @@ __device__ void exPhaseA(const Params& p, const Team& tm, const ExTile& t, uint6
   for (size_t u0 = 0; u0 < t.nb; u0 += 2 * size_t(GPC)) {
     const size_t ua = u0 + grp, ub = ua + GPC;
     const bool actA = ua < t.nb, actB = ub < t.nb;
-    size_t ia = 0, ib = 0;
-    const int na = actA ? laneCount(p.count, t.tb0 + ua, B, lane, ia) : 0;
-    const int nbk = actB ? laneCount(p.count, t.tb0 + ub, B, lane, ib) : 0;
     uint4 ca, cb;
     fp8::Meta ma, mb;
     for (int k = 1; k <= nDst; ++k) {
@@ -77,7 +74,8 @@ __device__ void exPhaseA(const Params& p, const Team& tm, const ExTile& t, uint6
       if (M != kAllGather || k == 1) {
         const T* seg = M == kAllGather ? send : send + size_t(q) * p.count;
         float va[kEPT], vb[kEPT];
-        load16x2(seg, ia, na, va, seg, ib, nbk, vb);
+        loadBlock16x2<T, B>(seg, t.tb0 + ua, actA ? p.count : 0, t.tb0 + ub, actB ? p.count : 0,
+                            lane, va, vb);
         ca = quantize16(va, G, ma);
         cb = quantize16(vb, G, mb);
       }
@@ -100,21 +98,20 @@ __device__ void exOwnSegment(const Params& p, const Team& tm, const ExTile& t) {
   T* dst = reinterpret_cast<T*>(p.recv) + size_t(p.rank) * p.count;
   for (size_t u0 = 0; u0 < t.nb; u0 += 2 * size_t(GPC)) {  // uniform trip count: shuffles
     const size_t ua = u0 + grp, ub = ua + GPC;
-    size_t ia = 0, ib = 0;
-    const int na = ua < t.nb ? laneCount(p.count, t.tb0 + ua, B, lane, ia) : 0;
-    const int nbk = ub < t.nb ? laneCount(p.count, t.tb0 + ub, B, lane, ib) : 0;
+    const bool actA = ua < t.nb, actB = ub < t.nb;
     float va[kEPT], vb[kEPT];
-    load16x2(src, ia, na, va, src, ib, nbk, vb);
+    loadBlock16x2<T, B>(src, t.tb0 + ua, actA ? p.count : 0, t.tb0 + ub, actB ? p.count : 0, lane,
+                        va, vb);
     fp8::Meta ma, mb;
     const uint4 ca = quantize16(va, G, ma);
     const uint4 cb = quantize16(vb, G, mb);
-    if (na > 0) {
+    if (actA) {
       dequantize16(ca, ma, va);
-      store16(dst, ia, na, va);
+      storeBlock16<T, B>(dst, t.tb0 + ua, p.count, lane, va);
     }
-    if (nbk > 0) {
+    if (actB) {
       dequantize16(cb, mb, vb);
-      store16(dst, ib, nbk, vb);
+      storeBlock16<T, B>(dst, t.tb0 + ub, p.count, lane, vb);
     }
   }
 }
@@ -132,11 +129,9 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
   auto skip = [&](int s) { return M == kAllToAll && s == p.rank; };
   for (size_t u0 = grp; u0 < t.nb; u0 += 2 * size_t(GPC)) {  // no shuffles: per-group loop
     const size_t u[2] = {u0, u0 + GPC};
-    size_t i0[2] = {0, 0};
-    int n[2];
+    bool n[2];  // unit h exists (u[0] does: loop condition)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) n[h] = u[h] < t.nb ? laneCount(p.count, t.tb0 + u[h], B, lane, i0[h]) : 0;
-    if (n[0] == 0) continue;  // then n[1] == 0 too (later blocks)
+    for (int h = 0; h < 2; ++h) n[h] = u[h] < t.nb;
     float acc[2][kEPT];
     for (int s0 = 0; s0 < N; s0 += 2) {  // sources in order; two at a time
       uint4 c[2][2];
@@ -147,7 +142,7 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
         for (int h = 0; h < 2; ++h) {
           c[k][h] = make_uint4(0, 0, 0, 0);
           m[k][h] = 0;
-          if (s0 + k < N && n[h] > 0 && !skip(s0 + k))
+          if (s0 + k < N && n[h] && !skip(s0 + k))
             getUnit<B>(in + size_t(s0 + k) * S, mo, u[h], lane, c[k][h], m[k][h]);
         }
 #pragma unroll
@@ -156,14 +151,14 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
         if (s >= N || skip(s)) continue;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          if (n[h] == 0) continue;
+          if (!n[h]) continue;
           float v[kEPT];
           dequantize16(c[k][h], m[k][h], v);
           if constexpr (M == kReduceScatter) {
 #pragma unroll
             for (int j = 0; j < kEPT; ++j) acc[h][j] = s == 0 ? v[j] : __fadd_rn(acc[h][j], v[j]);
           } else {
-            store16(recv + size_t(s) * p.count, i0[h], n[h], v);
+            storeBlock16<T, B>(recv + size_t(s) * p.count, t.tb0 + u[h], p.count, lane, v);
           }
         }
       }
@@ -171,12 +166,12 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
     if constexpr (M == kReduceScatter) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (n[h] == 0) continue;
+        if (!n[h]) continue;
         if (p.avg) {
 #pragma unroll
           for (int j = 0; j < kEPT; ++j) acc[h][j] = __fdiv_rn(acc[h][j], float(N));
         }
-        store16(recv, i0[h], n[h], acc[h]);
+        storeBlock16<T, B>(recv, t.tb0 + u[h], p.count, lane, acc[h]);
       }
     }
   }

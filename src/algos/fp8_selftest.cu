@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "algos/fp8_device.cuh"
 #include "algos/fp8_selftest.h"
@@ -97,11 +98,9 @@ __global__ void __launch_bounds__(fp8dev::kThreads, 1)
   const int lane = threadIdx.x % G, grp = threadIdx.x / G;
   for (size_t r0 = size_t(blockIdx.x) * 2 * GPC; r0 < nb; r0 += size_t(gridDim.x) * 2 * GPC) {
     const size_t ua = r0 + grp, ub = ua + GPC;
-    size_t ia = 0, ib = 0;
-    const int na = ua < nb ? fp8dev::laneCount(count, ua, B, lane, ia) : 0;
-    const int nbk = ub < nb ? fp8dev::laneCount(count, ub, B, lane, ib) : 0;
     float va[fp8dev::kEPT], vb[fp8dev::kEPT];
-    fp8dev::load16x2(in, ia, na, va, in, ib, nbk, vb);
+    fp8dev::loadBlock16x2<bf16_t, B>(in, ua, ua < nb ? count : 0, ub, ub < nb ? count : 0, lane,
+                                     va, vb);
     Meta ma, mb;
     const uint4 ca = fp8dev::quantize16(va, G, ma);
     const uint4 cb = fp8dev::quantize16(vb, G, mb);
@@ -135,12 +134,9 @@ __global__ void __launch_bounds__(fp8dev::kThreads, 1)
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       if (u[k] >= nb) continue;
-      size_t i0;
-      const int n = fp8dev::laneCount(count, u[k], B, lane, i0);
-      if (n == 0) continue;
       float v[fp8dev::kEPT];
       fp8dev::dequantize16(c[k], m[k], v);
-      fp8dev::store16(out, i0, n, v);
+      fp8dev::storeBlock16<bf16_t, B>(out, u[k], count, lane, v);
     }
   }
 }
@@ -183,6 +179,22 @@ double timeLaunches(int iters, Launch launch) {
   FP8_CK(cudaEventDestroy(e0));
   FP8_CK(cudaEventDestroy(e1));
   return 1000.0 * double(ms) / double(iters);
+}
+
+// timeLaunches over launch(std::integral_constant<int, B>(), grid) with the collectives' grid
+// (passGrid); B is 32, 64, 128 or 256 (anything else launches as 256).
+template <class Launch>
+double timeBlockPass(int B, int iters, Launch launch) {
+  const int grid = passGrid();
+  auto go = [&] {
+    switch (B) {
+      case 32: launch(std::integral_constant<int, 32>(), grid); break;
+      case 64: launch(std::integral_constant<int, 64>(), grid); break;
+      case 128: launch(std::integral_constant<int, 128>(), grid); break;
+      default: launch(std::integral_constant<int, 256>(), grid); break;
+    }
+  };
+  return timeLaunches(iters, go);
 }
 
 template <class T>
@@ -262,16 +274,9 @@ double timeQuantizePass(size_t count, int B, int iters) {
   DevArr<uint8_t> codes(nb * B);
   DevArr<Meta> metas(nb);
   FP8_CK(cudaMemset(in.p, 0x3c, count * sizeof(bf16_t)));
-  const int grid = passGrid();
-  auto go = [&] {
-    switch (B) {
-      case 32: quantPassKernel<32><<<grid, fp8dev::kThreads>>>(in.p, count, nb, codes.p, metas.p); break;
-      case 64: quantPassKernel<64><<<grid, fp8dev::kThreads>>>(in.p, count, nb, codes.p, metas.p); break;
-      case 128: quantPassKernel<128><<<grid, fp8dev::kThreads>>>(in.p, count, nb, codes.p, metas.p); break;
-      default: quantPassKernel<256><<<grid, fp8dev::kThreads>>>(in.p, count, nb, codes.p, metas.p); break;
-    }
-  };
-  return timeLaunches(iters, go);
+  return timeBlockPass(B, iters, [&](auto b, int grid) {
+    quantPassKernel<decltype(b)::value><<<grid, fp8dev::kThreads>>>(in.p, count, nb, codes.p, metas.p);
+  });
 }
 
 double timeDequantizePass(size_t count, int B, int iters) {
@@ -282,16 +287,9 @@ double timeDequantizePass(size_t count, int B, int iters) {
   DevArr<Meta> metas(nb);
   FP8_CK(cudaMemset(codes.p, 0x38, nb * B));
   FP8_CK(cudaMemset(metas.p, 0x3c, nb * sizeof(Meta)));
-  const int grid = passGrid();
-  auto go = [&] {
-    switch (B) {
-      case 32: dequantPassKernel<32><<<grid, fp8dev::kThreads>>>(codes.p, metas.p, count, nb, out.p); break;
-      case 64: dequantPassKernel<64><<<grid, fp8dev::kThreads>>>(codes.p, metas.p, count, nb, out.p); break;
-      case 128: dequantPassKernel<128><<<grid, fp8dev::kThreads>>>(codes.p, metas.p, count, nb, out.p); break;
-      default: dequantPassKernel<256><<<grid, fp8dev::kThreads>>>(codes.p, metas.p, count, nb, out.p); break;
-    }
-  };
-  return timeLaunches(iters, go);
+  return timeBlockPass(B, iters, [&](auto b, int grid) {
+    dequantPassKernel<decltype(b)::value><<<grid, fp8dev::kThreads>>>(codes.p, metas.p, count, nb, out.p);
+  });
 }
 
 double timePeerWrite(size_t bytes, int iters, bool bothWays) {

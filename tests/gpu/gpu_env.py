@@ -1,5 +1,10 @@
-"""Skip logic shared by the GPU test modules (visible reasons with pytest -rs)."""
+"""Skip logic and the 2-process runner shared by the GPU test modules (visible reasons with
+pytest -rs)."""
+import os
+
 import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def require_two_gpus():
@@ -12,3 +17,18 @@ def require_two_gpus():
     if not cclx._C.has_cuda:
         pytest.skip("cclx was built without CUDA", allow_module_level=True)
     return torch
+
+
+def case_suite(name):
+    """Returns (module fixture running tests/gpu/<name> on 2 processes, one GPU each; its case
+    names). Assign the fixture to `results` in the test module."""
+    import harness
+
+    path = os.path.join(HERE, name)
+
+    @pytest.fixture(scope="module")
+    def results():
+        env = {"CCLX_TEST_PG_PORT": str(harness.free_port()), "NCCL_NVLS_ENABLE": "0"}
+        return harness.run(path, 2, timeout=420, env=env)
+
+    return results, harness.case_names(path)

@@ -1,26 +1,14 @@
 """GPU suite (2 processes, one GPU each): eager collectives vs references and torch NCCL."""
-import os
-
 import pytest
 
-from gpu_env import require_two_gpus
+from gpu_env import case_suite, require_two_gpus
 
 require_two_gpus()
 import harness  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+results, CASES = case_suite("cases_gpu.py")
 
 
-def _run(name):
-    env = {"CCLX_TEST_PG_PORT": str(harness.free_port()), "NCCL_NVLS_ENABLE": "0"}
-    return harness.run(os.path.join(HERE, name), 2, timeout=420, env=env)
-
-
-@pytest.fixture(scope="module")
-def results():
-    return _run("cases_gpu.py")
-
-
-@pytest.mark.parametrize("case", harness.case_names(os.path.join(HERE, "cases_gpu.py")))
+@pytest.mark.parametrize("case", CASES)
 def test_gpu(results, case):
     harness.check(results, case)
