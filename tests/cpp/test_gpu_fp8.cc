@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
+#include <vector>
 
 #include "algos/fp8_algos.h"
 #include "algos/fp8_selftest.h"
@@ -91,6 +93,84 @@ void echoTagged(const std::string& log, const char* tag) {
   fflush(stdout);
 }
 
+/// Prints the allreduce phase trace of one call: per slot, min / median / max over the CTAs
+/// that reached it, in us after the first CTA's entry.
+void printTrace(const std::vector<uint64_t>& tr, int rank, size_t bytes) {
+  static const char* kNames[kFp8TraceSlots] = {
+      "entry", "begun", "A0 pushed", "t0 wait0", "t0 B", "t0 wait1", "t0 C+A", "t1 wait0",
+      "t1 B", "t1 wait1", "t1 C+A", "t2 wait0", "t2 B", "t2 wait1", "t2 C+A", "end"};
+  uint64_t t0 = std::numeric_limits<uint64_t>::max();
+  for (int c = 0; c < kFp8TraceCtas; ++c)
+    if (tr[size_t(c) * kFp8TraceSlots] != 0) t0 = std::min(t0, tr[size_t(c) * kFp8TraceSlots]);
+  for (int sl = 0; sl < kFp8TraceSlots; ++sl) {
+    std::vector<double> v;
+    for (int c = 0; c < kFp8TraceCtas; ++c) {
+      uint64_t t = tr[size_t(c) * kFp8TraceSlots + sl];
+      if (t != 0) v.push_back(double(t - t0) / 1e3);
+    }
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    printf("[fp8 trace] %zu MiB rank %d %-10s ctas %3zu  min %7.1f  med %7.1f  max %7.1f us\n",
+           bytes >> 20, rank, kNames[sl], v.size(), v.front(), v[v.size() / 2], v.back());
+  }
+}
+
+/// Checks every collective against the host model: for each (collective, dtype, op) with
+/// sizes(t, dt, op) non-empty, every size out of place and in place; `seed` advances per call.
+template <class Sizes>
+void checkCollectives(Comm& c, cudaStream_t s, std::initializer_list<DataType> dts,
+                      std::initializer_list<RedOpKind> ops, Sizes sizes, uint32_t& seed,
+                      const char* prefix) {
+  for (CollType t : {CollType::AllReduce, CollType::AllGather, CollType::ReduceScatter,
+                     CollType::AllToAll})
+    for (DataType dt : dts)
+      for (RedOpKind op : ops) {
+        if (op == RedOpKind::AVG && t != CollType::AllReduce && t != CollType::ReduceScatter)
+          continue;
+        for (size_t n : sizes(t, dt, op))
+          for (bool ip : {false, true}) {
+            char tag[192];
+            snprintf(tag, sizeof tag, "%s%s/%s/%s/%zu%s", prefix, collName(t), dtypeName(dt),
+                     opName(op), n, ip ? "/inplace" : "");
+            size_t wrong = runGpu(c, t, dt, op, n, ip, seed++, s, tag);
+            MP_CHECK(wrong == 0, "%s: %zu elements differ from the host model", tag, wrong);
+          }
+      }
+}
+
+/// A non-blocking stream and two events on the current device: microseconds per call of a
+/// stream-ordered callable, eager or replayed from a CUDA graph.
+struct Timer {
+  cudaStream_t s;
+  cudaEvent_t e0, e1;
+  Timer() {
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+  }
+  ~Timer() {
+    (void)cudaEventDestroy(e0);
+    (void)cudaEventDestroy(e1);
+    (void)cudaStreamDestroy(s);
+  }
+  template <class F>
+  double eagerUs(F&& call, int iters) {
+    for (int i = 0; i < 3; ++i) call();
+    CK(cudaStreamSynchronize(s));
+    return timeUs([&] { for (int i = 0; i < iters; ++i) call(); }, iters);
+  }
+  template <class F>
+  double timeUs(F&& launch, int iters) {
+    CK(cudaEventRecord(e0, s));
+    launch();
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return 1000.0 * ms / iters;
+  }
+};
+
 }  // namespace
 
 TEST(GpuFp8, DeviceCodecEqualsHostCodec) {
@@ -166,28 +246,19 @@ TEST(GpuFp8, CollectivesEqualHostModel) {
     auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    int k = 0;
-    for (CollType t : {CollType::AllReduce, CollType::AllGather, CollType::ReduceScatter,
-                       CollType::AllToAll})
-      for (DataType dt : {DataType::f32, DataType::bf16, DataType::f16})
-        for (RedOpKind op : {RedOpKind::SUM, RedOpKind::AVG}) {
-          if (op == RedOpKind::AVG && t != CollType::AllReduce && t != CollType::ReduceScatter)
-            continue;
-          // Odd sizes, one tile, several tiles; for bf16 SUM also more tiles than CTAs (several
-          // rounds per CTA: with 32 MiB of FP8 staging a tile holds at most ~254K (allreduce on
-          // 2 ranks) / ~63K (others) elements, so 40M / 9M elements need two rounds of 128 CTAs).
-          std::vector<size_t> sizes = {1, 1003, 70001, 1000003};
-          if (dt == DataType::bf16 && op == RedOpKind::SUM)
-            sizes.push_back(t == CollType::AllReduce ? 40000037 : 9000037);
-          for (size_t n : sizes)
-            for (bool ip : {false, true}) {
-              char tag[160];
-              snprintf(tag, sizeof tag, "%s/%s/%s/%zu%s", collName(t), dtypeName(dt), opName(op), n,
-                       ip ? "/inplace" : "");
-              size_t wrong = runGpu(*c, t, dt, op, n, ip, 100 + k++, s, tag);
-              MP_CHECK(wrong == 0, "%s: %zu elements differ from the host model", tag, wrong);
-            }
-        }
+    // Odd sizes, one tile, several tiles; for bf16 SUM also more tiles than CTAs (several
+    // rounds per CTA: with 32 MiB of FP8 staging a tile holds at most ~254K (allreduce on 2
+    // ranks) / ~63K (others) elements, so 40M / 9M elements need two rounds of 128 CTAs).
+    uint32_t seed = 100;
+    checkCollectives(*c, s, {DataType::f32, DataType::bf16, DataType::f16},
+                     {RedOpKind::SUM, RedOpKind::AVG},
+                     [](CollType t, DataType dt, RedOpKind op) {
+                       std::vector<size_t> sizes = {1, 1003, 70001, 1000003};
+                       if (dt == DataType::bf16 && op == RedOpKind::SUM)
+                         sizes.push_back(t == CollType::AllReduce ? 40000037 : 9000037);
+                       return sizes;
+                     },
+                     seed, "");
     CK(cudaStreamDestroy(s));
     c->finalize();
   }, std::chrono::seconds(600));
@@ -204,7 +275,7 @@ TEST(GpuFp8, TeamSplitsAndPipelineDepths) {
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const char* cases[][2] = {{"1", "16"}, {"15", "3"}, {"5", "64"}};
-    int k = 0;
+    uint32_t seed = 900;
     for (auto& cs : cases) {
       setenv("CCLX_FP8_PRODUCER_WARPS", cs[0], 1);
       setenv("CCLX_FP8_TILES_PER_CTA", cs[1], 1);
@@ -212,16 +283,14 @@ TEST(GpuFp8, TeamSplitsAndPipelineDepths) {
       Options o = fp8Opts();
       o.name = std::string("split") + cs[0] + "x" + cs[1];
       auto c = gputest::makeGpuComm(rank, size, store, o);
-      for (CollType t : {CollType::AllReduce, CollType::AllGather, CollType::ReduceScatter,
-                         CollType::AllToAll})
-        for (size_t n : {size_t(70001), size_t(t == CollType::AllReduce ? 40000037 : 9000037)})
-          for (bool ip : {false, true}) {
-            char tag[160];
-            snprintf(tag, sizeof tag, "warps=%s tiles=%s %s/%zu%s", cs[0], cs[1], collName(t), n,
-                     ip ? "/inplace" : "");
-            size_t wrong = runGpu(*c, t, DataType::bf16, RedOpKind::SUM, n, ip, 900 + k++, s, tag);
-            MP_CHECK(wrong == 0, "%s: %zu elements differ from the host model", tag, wrong);
-          }
+      char prefix[64];
+      snprintf(prefix, sizeof prefix, "warps=%s tiles=%s ", cs[0], cs[1]);
+      checkCollectives(*c, s, {DataType::bf16}, {RedOpKind::SUM},
+                       [](CollType t, DataType, RedOpKind) {
+                         return std::vector<size_t>{70001, t == CollType::AllReduce ? 40000037u
+                                                                                   : 9000037u};
+                       },
+                       seed, prefix);
       c->finalize();
     }
     unsetenv("CCLX_FP8_PRODUCER_WARPS");
@@ -284,11 +353,7 @@ TEST(GpuFp8, TimingPrint) {
   GPU_REQUIRE(2);
   auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    Timer tm;
     const size_t maxBytes = size_t(256) << 20;
     Dev a(maxBytes), b(maxBytes * size);
     CK(cudaMemset(a.p, 0x3c, maxBytes));
@@ -297,7 +362,7 @@ TEST(GpuFp8, TimingPrint) {
       for (size_t bytes : {size_t(16) << 20, size_t(64) << 20, size_t(256) << 20})
         for (const char* lp : {"fp8", "off"}) {
           CollOptions co;
-          co.stream = s;
+          co.stream = tm.s;
           co.hints["low_precision"] = lp;
           // bytes = per-rank input (allreduce, allgather) or total input (reduce-scatter, alltoall).
           size_t count = bytes / 2;
@@ -310,19 +375,11 @@ TEST(GpuFp8, TimingPrint) {
               default: c->allToAll(a.p, b.p, count, DataType::bf16, co); break;
             }
           };
-          for (int i = 0; i < 3; ++i) call();
-          const int iters = 20;
-          CK(cudaEventRecord(e0, s));
-          for (int i = 0; i < iters; ++i) call();
-          CK(cudaEventRecord(e1, s));
-          CK(cudaEventSynchronize(e1));
-          float ms = 0;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
+          const double us = tm.eagerUs(call, 20);
           if (rank == 0)
             printf("[fp8 timing] %s bf16 %zu MiB low_precision=%s: %.1f us\n", collName(t),
-                   bytes >> 20, lp, 1000.0 * ms / iters);
+                   bytes >> 20, lp, us);
         }
-    CK(cudaStreamDestroy(s));
     c->finalize();
   }, std::chrono::seconds(600));
   echoTagged(res.log, "[fp8 timing]");
@@ -332,29 +389,8 @@ TEST(GpuFp8, TimingPrint) {
 // Where the time of a bf16 FP8 allreduce goes (no assertion; lines "[fp8 phase]"): the whole
 // allreduce (eager and CUDA-graph replayed), a quantize-only and a dequantize-only pass over the
 // message with the collectives' code and grid, and plain SM peer writes of one FP8 shard (what
-// each link direction carries in each of the allreduce's two exchange phases on 2 ranks).
-/// Prints the allreduce phase trace of one call: per slot, min / median / max over the CTAs
-/// that reached it, in us after the first CTA's entry.
-void printTrace(const std::vector<uint64_t>& tr, int rank, size_t bytes) {
-  static const char* kNames[kFp8TraceSlots] = {
-      "entry", "begun", "A0 pushed", "t0 wait0", "t0 B", "t0 wait1", "t0 C+A", "t1 wait0",
-      "t1 B", "t1 wait1", "t1 C+A", "t2 wait0", "t2 B", "t2 wait1", "t2 C+A", "end"};
-  uint64_t t0 = std::numeric_limits<uint64_t>::max();
-  for (int c = 0; c < kFp8TraceCtas; ++c)
-    if (tr[size_t(c) * kFp8TraceSlots] != 0) t0 = std::min(t0, tr[size_t(c) * kFp8TraceSlots]);
-  for (int sl = 0; sl < kFp8TraceSlots; ++sl) {
-    std::vector<double> v;
-    for (int c = 0; c < kFp8TraceCtas; ++c) {
-      uint64_t t = tr[size_t(c) * kFp8TraceSlots + sl];
-      if (t != 0) v.push_back(double(t - t0) / 1e3);
-    }
-    if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
-    printf("[fp8 trace] %zu MiB rank %d %-10s ctas %3zu  min %7.1f  med %7.1f  max %7.1f us\n",
-           bytes >> 20, rank, kNames[sl], v.size(), v.front(), v[v.size() / 2], v.back());
-  }
-}
-
+// each link direction carries in each of the allreduce's two exchange phases on 2 ranks), and
+// the allreduce's phase trace of one replayed call per rank (lines "[fp8 trace]").
 TEST(GpuFp8, PhaseTiming) {
   GPU_REQUIRE(2);
   const size_t kSizes[] = {size_t(16) << 20, size_t(64) << 20, size_t(256) << 20};
@@ -381,44 +417,28 @@ TEST(GpuFp8, PhaseTiming) {
   ASSERT_TRUE(res1.ok()) << res1.log;
   auto res2 = test::runRanks(2, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    Timer tm;
     Dev a(kSizes[2]);
     CK(cudaMemset(a.p, 0x3c, kSizes[2]));
     CollOptions co;
-    co.stream = s;
+    co.stream = tm.s;
     for (size_t bytes : kSizes) {
       const size_t count = bytes / 2;
       auto call = [&] { c->allReduce(a.p, a.p, count, DataType::bf16, RedOpKind::SUM, co); };
-      for (int i = 0; i < 3; ++i) call();
-      CK(cudaStreamSynchronize(s));
-      CK(cudaEventRecord(e0, s));
-      for (int i = 0; i < iters; ++i) call();
-      CK(cudaEventRecord(e1, s));
-      CK(cudaEventSynchronize(e1));
-      float eager = 0;
-      CK(cudaEventElapsedTime(&eager, e0, e1));
+      const double eager = tm.eagerUs(call, iters);
       cudaGraph_t g;
       cudaGraphExec_t ge;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      CK(cudaStreamBeginCapture(tm.s, cudaStreamCaptureModeThreadLocal));
       for (int i = 0; i < iters; ++i) call();
-      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaStreamEndCapture(tm.s, &g));
       CK(cudaGraphInstantiate(&ge, g, 0));
-      CK(cudaGraphLaunch(ge, s));  // warm-up replay
-      CK(cudaStreamSynchronize(s));
-      CK(cudaEventRecord(e0, s));
-      CK(cudaGraphLaunch(ge, s));
-      CK(cudaEventRecord(e1, s));
-      CK(cudaEventSynchronize(e1));
-      float graph = 0;
-      CK(cudaEventElapsedTime(&graph, e0, e1));
+      CK(cudaGraphLaunch(ge, tm.s));  // warm-up replay
+      CK(cudaStreamSynchronize(tm.s));
+      const double graph = tm.timeUs([&] { CK(cudaGraphLaunch(ge, tm.s)); }, iters);
       // One more replay with the phase trace on: the last call's phase boundaries per CTA.
       fp8AllReduceTrace(true);
-      CK(cudaGraphLaunch(ge, s));
-      CK(cudaStreamSynchronize(s));
+      CK(cudaGraphLaunch(ge, tm.s));
+      CK(cudaStreamSynchronize(tm.s));
       fp8AllReduceTrace(false);
       const std::vector<uint64_t> tr = fp8AllReduceTraceRead();
       CK(cudaGraphExecDestroy(ge));
@@ -426,13 +446,9 @@ TEST(GpuFp8, PhaseTiming) {
       if (rank == 0)
         printf("[fp8 phase] bf16 %zu MiB: full fp8 allreduce eager %.1f us, graph %.1f us "
                "(algbw %.0f GB/s)\n",
-               bytes >> 20, 1000.0 * eager / iters, 1000.0 * graph / iters,
-               double(bytes) / (1000.0 * graph / iters * 1e3));
+               bytes >> 20, eager, graph, double(bytes) / (graph * 1e3));
       printTrace(tr, rank, bytes);
     }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaStreamDestroy(s));
     c->finalize();
   }, std::chrono::seconds(600));
   echoTagged(res2.log, "[fp8 phase]");
