@@ -125,29 +125,36 @@ __device__ __forceinline__ void load16(const T* p, size_t i0, int n, float v[kEP
   }
 }
 
+/// 16-byte piece l of 16 values in T: values [l * 16 / sizeof(T), ...) (unpack16's inverse).
+template <class T>
+__device__ __forceinline__ uint4 packPiece(const float v[kEPT], int l) {
+  uint32_t u[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (sizeof(T) == 4) u[k] = __float_as_uint(v[l * 4 + k]);
+    else u[k] = pack2<T>(v[l * 8 + 2 * k], v[l * 8 + 2 * k + 1]);
+  }
+  return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+/// One float as T (the conversion of packPiece).
+template <class T>
+__device__ __forceinline__ T fromF32(float x) {
+  if constexpr (sizeof(T) == 4) return x;
+  else return T{uint16_t(pack2<T>(x, 0.f) & 0xffffu)};
+}
+
 /// Stores n <= 16 floats to elements [i0, i0 + n) of p.
 template <class T>
 __device__ __forceinline__ void store16(T* p, size_t i0, int n, const float v[kEPT]) {
   T* q = p + i0;
   if (n == kEPT && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
-    uint4* q4 = reinterpret_cast<uint4*>(q);
 #pragma unroll
-    for (int l = 0; l < Vec<T>::kLoads; ++l) {
-      uint32_t u[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if constexpr (sizeof(T) == 4) u[k] = __float_as_uint(v[l * 4 + k]);
-        else u[k] = pack2<T>(v[l * 8 + 2 * k], v[l * 8 + 2 * k + 1]);
-      }
-      q4[l] = make_uint4(u[0], u[1], u[2], u[3]);
-    }
+    for (int l = 0; l < Vec<T>::kLoads; ++l) reinterpret_cast<uint4*>(q)[l] = packPiece<T>(v, l);
   } else {
 #pragma unroll
-    for (int j = 0; j < kEPT; ++j) {
-      if (j >= n) continue;
-      if constexpr (sizeof(T) == 4) q[j] = v[j];
-      else q[j] = T{uint16_t(pack2<T>(v[j], 0.f) & 0xffffu)};
-    }
+    for (int j = 0; j < kEPT; ++j)
+      if (j < n) q[j] = fromF32<T>(v[j]);
   }
 }
 
@@ -220,22 +227,13 @@ __device__ __forceinline__ void storeBlock16(T* p, size_t gb, size_t n, int lane
   T* q = p + gb * B;
   if (gb * B + B <= n && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
 #pragma unroll
-    for (int l = 0; l < Vec<T>::kLoads; ++l) {
-      uint32_t u[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if constexpr (sizeof(T) == 4) u[k] = __float_as_uint(v[l * 4 + k]);
-        else u[k] = pack2<T>(v[l * 8 + 2 * k], v[l * 8 + 2 * k + 1]);
-      }
-      *reinterpret_cast<uint4*>(q + size_t(l * G + lane) * E) = make_uint4(u[0], u[1], u[2], u[3]);
-    }
+    for (int l = 0; l < Vec<T>::kLoads; ++l)
+      *reinterpret_cast<uint4*>(q + size_t(l * G + lane) * E) = packPiece<T>(v, l);
   } else {
 #pragma unroll
     for (int j = 0; j < kEPT; ++j) {
       const size_t i = gb * B + blockElem<T, B>(j, lane);
-      if (i >= n) continue;
-      if constexpr (sizeof(T) == 4) p[i] = v[j];
-      else p[i] = T{uint16_t(pack2<T>(v[j], 0.f) & 0xffffu)};
+      if (i < n) p[i] = fromF32<T>(v[j]);
     }
   }
 }
