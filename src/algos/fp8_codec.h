@@ -42,6 +42,14 @@ CCLX_HD size_t align16(size_t x) { return (x + 15) & ~size_t(15); }
 CCLX_HD size_t packedBytes(size_t nb, size_t B) { return align16(nb * B) + align16(nb * 4); }
 /// Offset of the metas in a packed run of nb blocks.
 CCLX_HD size_t metaOffset(size_t nb, size_t B) { return align16(nb * B); }
+/// The collectives' lane mapping of a codec block (coalesced accesses, fp8_device.cuh): the B =
+/// 16 G values are cut into 16-byte pieces of E = 16 / elemBytes values and lane `lane` (< G) of
+/// the block's group holds pieces lane, lane + G, ...: its value j (< 16) is element
+/// (j / E) G E + lane E + j % E of the block.
+CCLX_HD size_t blockLaneElem(int j, int lane, int B, int elemBytes) {
+  const int E = 16 / elemBytes, G = B / 16;
+  return size_t(j / E) * size_t(G * E) + size_t(lane) * size_t(E) + size_t(j % E);
+}
 
 /// a * b rounded once; never fused with a later add (the device intrinsic is never contracted;
 /// on the host an empty asm hides the product from the optimizer, so builds with FMA enabled,

@@ -168,8 +168,7 @@ __device__ __forceinline__ void store16(T* p, size_t i0, int n, const float v[kE
 /// inside its unit, which every collective reads back with the same mapping.
 template <class T, int B>
 __device__ __forceinline__ size_t blockElem(int j, int lane) {
-  constexpr int E = 16 / int(sizeof(T)), G = B / kEPT;
-  return size_t(j / E) * (G * E) + size_t(lane) * E + size_t(j % E);
+  return fp8::blockLaneElem(j, lane, B, int(sizeof(T)));
 }
 
 /// This lane's 16 values of codec block gb of p (block mapping); elements at or past n are 0

@@ -209,3 +209,30 @@ TEST(Fp8Codec, ShardsCoverBlocks) {
   EXPECT_EQ(fp8::packedBytes(5, 32), 160u + 32u);
   EXPECT_EQ(fp8::metaOffset(3, 32), 96u);
 }
+
+// The collectives' lane mapping of a block: every element of the block belongs to exactly one
+// (lane, value) pair, and the lanes' 16-byte piece p together cover G * 16 contiguous bytes in
+// lane order (what makes one access instruction of a group coalesced).
+TEST(Fp8Codec, BlockLaneMappingIsCoalescedPermutation) {
+  for (int B : {32, 64, 128, 256})
+    for (int elemBytes : {2, 4}) {
+      const int G = B / 16, E = 16 / elemBytes;
+      std::vector<int> seen(size_t(B), 0);
+      for (int lane = 0; lane < G; ++lane)
+        for (int j = 0; j < 16; ++j) {
+          const size_t e = fp8::blockLaneElem(j, lane, B, elemBytes);
+          ASSERT_LT(e, size_t(B)) << "B=" << B << " lane " << lane << " value " << j;
+          ++seen[e];
+        }
+      for (int e = 0; e < B; ++e) EXPECT_EQ(seen[size_t(e)], 1) << "B=" << B << " element " << e;
+      // Piece p of all lanes: the block's bytes [p * G * 16, (p + 1) * G * 16), lane after lane.
+      for (int p = 0; p < 16 / E; ++p) {
+        const size_t base = fp8::blockLaneElem(p * E, 0, B, elemBytes);
+        EXPECT_EQ(base * size_t(elemBytes), size_t(p) * G * 16) << "B=" << B << " piece " << p;
+        for (int lane = 0; lane < G; ++lane)
+          for (int k = 0; k < E; ++k)
+            EXPECT_EQ(fp8::blockLaneElem(p * E + k, lane, B, elemBytes), base + size_t(lane * E + k))
+                << "B=" << B << " piece " << p << " lane " << lane;
+      }
+    }
+}
