@@ -30,8 +30,8 @@ std::unique_ptr<DeviceAlgo> makeFp8AllToAll();
 
 /// Allreduce phase trace (a diagnostic): while on, thread 0 of every CTA of every FP8 allreduce
 /// kernel on this device writes %globaltimer (ns) at its phase boundaries; the last call's values
-/// are read as [cta][slot] (kFp8TraceCtas x kFp8TraceSlots, 0 = not reached). Slots: 0 entry, 1 after
-/// waiting for the previous call, 2 first tile pushed; tile i < 3 at 3 + 4i: after the
+/// are read as [cta][slot] (kFp8TraceCtas x kFp8TraceSlots, 0 = not reached). Slots: 0 entry,
+/// 1 after waiting for the previous call, 2 first tile pushed; tile i < 3 at 3 + 4i: after the
 /// quantized-shards wait, 4 + 4i: reduced and pushed, 5 + 4i: after the reduced-shards wait,
 /// 6 + 4i: decoded (with the next tile's pushes); 15: end. Turning it on clears the values.
 constexpr int kFp8TraceCtas = 128, kFp8TraceSlots = 16;

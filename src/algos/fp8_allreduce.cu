@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   T* recv = reinterpret_cast<T*>(p.recv);
   const bool tracing = g_traceOn != 0;
   auto mark = [&](int slot) {
-    if (tracing && threadIdx.x == 0 && slot < kFp8TraceSlots) g_trace[cta][slot] = dev::globalTimerNs();
+    if (tracing && threadIdx.x == 0 && slot < kFp8TraceSlots)
+      g_trace[cta][slot] = dev::globalTimerNs();
   };
   mark(0);
   if (!beginCall(p, e0, deadline)) return;

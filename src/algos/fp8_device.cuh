@@ -4,9 +4,10 @@
 // Work unit: one thread handles 16 elements of one codec block; a block of B values is handled by
 // a group of B/16 adjacent lanes (2..16, inside one warp). The collectives give each lane strided
 // 16-byte pieces of the block (loadBlock16 / storeBlock16: coalesced); load16 / store16 take 16
-// consecutive elements (the codec checks, which compare codes with the host codec's order). A group reduces the
-// block's largest magnitude with warp shuffles, so every lane of a warp must reach the shuffles:
-// loops run a CTA-uniform number of rounds and idle groups take part with zeros.
+// consecutive elements (the codec checks, which compare codes with the host codec's order). A
+// group reduces the block's largest magnitude with warp shuffles, so every lane of a warp must
+// reach the shuffles: loops run a CTA-uniform number of rounds and idle groups take part with
+// zeros.
 //
 // Bitwise agreement with the host codec (fp8_codec.h): the scale comes from the same makeMeta()
 // (__fdiv_rn); x * s uses __fmul_rn; the float -> e4m3 step uses cvt.rn.satfinite.e4m3x2.f32, which rounds

@@ -129,9 +129,9 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
   auto skip = [&](int s) { return M == kAllToAll && s == p.rank; };
   for (size_t u0 = grp; u0 < t.nb; u0 += 2 * size_t(GPC)) {  // no shuffles: per-group loop
     const size_t u[2] = {u0, u0 + GPC};
-    bool n[2];  // unit h exists (u[0] does: loop condition)
+    bool has[2];  // unit h exists (u[0] does: loop condition)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) n[h] = u[h] < t.nb;
+    for (int h = 0; h < 2; ++h) has[h] = u[h] < t.nb;
     float acc[2][kEPT];
     for (int s0 = 0; s0 < N; s0 += 2) {  // sources in order; two at a time
       uint4 c[2][2];
@@ -142,7 +142,7 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
         for (int h = 0; h < 2; ++h) {
           c[k][h] = make_uint4(0, 0, 0, 0);
           m[k][h] = 0;
-          if (s0 + k < N && n[h] && !skip(s0 + k))
+          if (s0 + k < N && has[h] && !skip(s0 + k))
             getUnit<B>(in + size_t(s0 + k) * S, mo, u[h], lane, c[k][h], m[k][h]);
         }
 #pragma unroll
@@ -151,7 +151,7 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
         if (s >= N || skip(s)) continue;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          if (!n[h]) continue;
+          if (!has[h]) continue;
           float v[kEPT];
           dequantize16(c[k][h], m[k][h], v);
           if constexpr (M == kReduceScatter) {
@@ -166,7 +166,7 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
     if constexpr (M == kReduceScatter) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (!n[h]) continue;
+        if (!has[h]) continue;
         if (p.avg) {
 #pragma unroll
           for (int j = 0; j < kEPT; ++j) acc[h][j] = __fdiv_rn(acc[h][j], float(N));
