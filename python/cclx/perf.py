@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-z", "--blocking", type=int, default=0, help="host sync after each op")
     p.add_argument("-C", "--coll", default="all_reduce",
                    help="comma list of " + ",".join(B.COLLS) + " or 'all'")
-    p.add_argument("--algo", default="auto", choices=("auto", "flat", "tree", "nccl"),
+    p.add_argument("--algo", default="auto", choices=("auto", "flat", "lamport", "tree", "nccl"),
                    help="per-call hint 'algo' for cclx")
     p.add_argument("--low-precision", action="store_true", help="hint low_precision=fp8")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))

@@ -37,6 +37,9 @@ class RelaxedCapture {
 
 // Built-in thresholds (bytes per rank) by world size; CCLX_DDA_*_MAX_BYTES override them.
 size_t flatTable(int n) { return n <= 2 ? (512u << 10) : n <= 4 ? (256u << 10) : (128u << 10); }
+// Lamport one-shot: measured on 2 ranks only; larger worlds push (N - 1) x the message per rank and
+// use the tree unless CCLX_DDA_LAMPORT_MAX_BYTES says otherwise.
+size_t lamportTable(int n) { return n <= 2 ? (16u << 20) : 0; }
 size_t treeTable(int n) { return n <= 2 ? (64u << 20) : n <= 4 ? (16u << 20) : (8u << 20); }
 
 class CudaBackend final : public Backend {
@@ -185,8 +188,9 @@ void CudaBackend::checkPointers(const CollArgs& a) const {
 std::string CudaBackend::selectAllReduce(const CollArgs& a) {
   std::string want = info_.cfg.allreduceAlgo;
   if (auto it = a.opts.hints.find("algo"); it != a.opts.hints.end()) want = it->second;
-  CCLX_ARG_CHECK(want == "auto" || want == "flat" || want == "tree" || want == "nccl",
-                 "allreduce algorithm '%s' is not one of auto|flat|tree|nccl", want.c_str());
+  CCLX_ARG_CHECK(want == "auto" || want == "flat" || want == "lamport" || want == "tree" ||
+                     want == "nccl",
+                 "allreduce algorithm '%s' is not one of auto|flat|lamport|tree|nccl", want.c_str());
   const bool bitwise = isBitwise(a.op.kind);
   if (!bitwise && !plainNccl_ && fp8Ar_ && lowPrecisionWanted(a, info_.cfg) &&
       fp8Ar_->canRun(a, ctx_))
@@ -198,10 +202,15 @@ std::string CudaBackend::selectAllReduce(const CollArgs& a) {
   const bool flatOk = ddaFlatFits(bytes, ctx_);
   const size_t flatMax = info_.cfg.ddaFlatMaxBytes ? info_.cfg.ddaFlatMaxBytes : flatTable(ctx_.size);
   const size_t treeMax = info_.cfg.ddaTreeMaxBytes ? info_.cfg.ddaTreeMaxBytes : treeTable(ctx_.size);
+  const bool lamportOk = ddaLamportFits(bytes, a.dtype, ctx_);
+  const size_t lamportMax =
+      info_.cfg.ddaLamportMaxBytes ? info_.cfg.ddaLamportMaxBytes : lamportTable(ctx_.size);
   if (want == "flat") return flatOk ? "flat" : "tree";
+  if (want == "lamport") return lamportOk ? "lamport" : "tree";
   if (want == "tree") return "tree";
   if (want == "nccl" && !bitwise) return "nccl";
   if (bytes <= flatMax && flatOk) return "flat";
+  if (bytes <= lamportMax && lamportOk) return "lamport";
   if (bytes <= treeMax || bitwise) return "tree";
   return "nccl";
 }
@@ -257,6 +266,7 @@ void CudaBackend::enqueue(const CollArgs& a, cudaStream_t s, bool capturing) {
     if (algo == "nccl") return ncclRunCollective(a, *sh_, s);
     orderPeerKernel(s, capturing);
     if (algo == "flat") ddaFlatLaunch(d, ctx_, s);
+    else if (algo == "lamport") ddaLamportLaunch(d, ctx_, s);
     else if (algo == "tree") ddaTreeLaunch(d, ctx_, s);
     else fp8Ar_->launch(a, ctx_, s);
     peerKernelDone(s, capturing);

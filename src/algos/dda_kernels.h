@@ -1,6 +1,7 @@
-// Host-side entry points of the DDA kernels (dda_flat.cu, dda_tree.cu, dda_barrier.cu). Plain C++:
-// no CUDA headers needed by callers. Every launcher enqueues exactly one kernel on `stream` and does
-// nothing else (no allocation, no synchronization): legal inside CUDA-graph capture.
+// Host-side entry points of the DDA kernels (dda_flat.cu, dda_lamport.cu, dda_tree.cu,
+// dda_barrier.cu). Plain C++: no CUDA headers needed by callers. Every launcher enqueues exactly
+// one kernel on `stream` and does nothing else (no allocation, no synchronization): legal inside
+// CUDA-graph capture.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,10 @@ bool ddaOpSupported(RedOpKind op, DataType t);
 /// Flat (one-shot LL16) allreduce: fits when the message fits one packet slot set.
 bool ddaFlatFits(size_t bytes, const DeviceCtx& ctx);
 void ddaFlatLaunch(const DdaArgs& a, DeviceCtx& ctx, void* stream);
+/// Lamport (one-shot, the data as its own flag; f16/bf16/f32/f64): fits when the message fits one
+/// inbox of the Lamport region.
+bool ddaLamportFits(size_t bytes, DataType t, const DeviceCtx& ctx);
+void ddaLamportLaunch(const DdaArgs& a, DeviceCtx& ctx, void* stream);
 /// Tree (reduce-scatter + all-gather through the staging areas): any size, chunked.
 void ddaTreeLaunch(const DdaArgs& a, DeviceCtx& ctx, void* stream);
 /// Peer barrier: returns once every rank has launched it (1 block).

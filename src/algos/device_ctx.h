@@ -17,6 +17,7 @@ enum : int {
   kCounterFlat = 0,       // [0, 128): DDA flat, one per block
   kCounterTree = 128,     // [128, 256): DDA tree, one per block
   kCounterBarrier = 256,  // [256, 384): barrier kernel
+  kCounterLamport = 384,  // [384, 512): DDA Lamport, one per block
   kCounterFp8 = 1024,     // [1024, 2048): FP8 collectives (free use)
   kNumCounters = 4096,
 };

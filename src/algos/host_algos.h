@@ -10,6 +10,7 @@ namespace cclx {
 
 std::unique_ptr<HostAlgo> makeHostFlatAllReduce();   // "shm-flat"
 std::unique_ptr<HostAlgo> makeHostTreeAllReduce();   // "shm-tree"
+std::unique_ptr<HostAlgo> makeHostLamportAllReduce();  // "shm-lamport" (data as its own flag)
 std::unique_ptr<HostAlgo> makeHostReduce();          // "shm-reduce"
 std::unique_ptr<HostAlgo> makeHostBroadcast();       // "shm-broadcast"
 std::unique_ptr<HostAlgo> makeHostAllGather();       // "shm-allgather" (single and list)

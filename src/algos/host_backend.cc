@@ -1,7 +1,8 @@
 // The CPU backend: every collective runs on the calling thread over the host shared-memory
 // transport and has finished when run() returns. Algorithm choice: FP8 when lowPrecisionWanted()
-// and its algorithm accepts; allreduce flat vs tree by the "algo" hint (per call, then per comm),
-// then CCLX_ALLREDUCE_ALGO, then size (<= CCLX_SHM_FLAT_MAX_BYTES: flat).
+// and its algorithm accepts; allreduce flat / lamport / tree by the "algo" hint (per call, then
+// per comm), then CCLX_ALLREDUCE_ALGO, then size (<= CCLX_SHM_FLAT_MAX_BYTES: flat, else tree).
+// A lamport request that its algorithm refuses (dtype, or larger than one inbox) runs the tree.
 #include <memory>
 
 #include "algos/fp8_algos.h"
@@ -21,6 +22,7 @@ class HostBackend final : public Backend {
     ctx_ = std::make_unique<HostCtx>(info);
     flat_ = makeHostFlatAllReduce();
     tree_ = makeHostTreeAllReduce();
+    lamport_ = makeHostLamportAllReduce();
     reduce_ = makeHostReduce();
     bcast_ = makeHostBroadcast();
     allGather_ = makeHostAllGather();
@@ -85,6 +87,7 @@ class HostBackend final : public Backend {
         if (algo.empty() || algo == "auto") algo = info_.cfg.allreduceAlgo;
         if (algo == "flat") return flat_.get();
         if (algo == "tree") return tree_.get();
+        if (algo == "lamport") return lamport_->canRun(a, *ctx_) ? lamport_.get() : tree_.get();
         return a.bytes() <= info_.cfg.shmFlatMaxBytes ? flat_.get() : tree_.get();
       }
       case CollType::Reduce: return reduce_.get();
@@ -111,7 +114,7 @@ class HostBackend final : public Backend {
 
   BootstrapInfo info_;
   std::unique_ptr<HostCtx> ctx_;
-  std::unique_ptr<HostAlgo> flat_, tree_, reduce_, bcast_, allGather_, reduceScatter_, allToAll_,
+  std::unique_ptr<HostAlgo> flat_, tree_, lamport_, reduce_, bcast_, allGather_, reduceScatter_, allToAll_,
       allToAllV_, p2p_, barrier_;
   std::unique_ptr<HostAlgo> fp8AllReduce_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;
 };

@@ -107,13 +107,14 @@ Config Config::fromEnv() {
   if (const char* v = envOrNull("CCLX_NCCL_PIP_DIR")) c.ncclPipDir = v;
   if (const char* v = envOrNull("CCLX_ALLREDUCE_ALGO")) {
     std::string s = lower(v);
-    if (s != "auto" && s != "flat" && s != "tree" && s != "nccl")
-      CCLX_THROW(cclxInvalidArgument, "CCLX_ALLREDUCE_ALGO='%s' is not one of auto, flat, tree, nccl",
-                 v);
+    if (s != "auto" && s != "flat" && s != "lamport" && s != "tree" && s != "nccl")
+      CCLX_THROW(cclxInvalidArgument,
+                 "CCLX_ALLREDUCE_ALGO='%s' is not one of auto, flat, lamport, tree, nccl", v);
     c.allreduceAlgo = s;
   }
   readBool("CCLX_DDA_ENABLE", c.ddaEnable);
   readSize("CCLX_DDA_FLAT_MAX_BYTES", c.ddaFlatMaxBytes);
+  readSize("CCLX_DDA_LAMPORT_MAX_BYTES", c.ddaLamportMaxBytes);
   readSize("CCLX_DDA_TREE_MAX_BYTES", c.ddaTreeMaxBytes);
   readSize("CCLX_DDA_STAGING_BYTES", c.ddaStagingBytes);
   if (const char* v = envOrNull("CCLX_DDA_MAX_BLOCKS"))

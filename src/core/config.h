@@ -30,11 +30,12 @@ struct Config {
   // GPU: NCCL and the direct-access (DDA) allreduce.
   std::string ncclPath;                 // CCLX_NCCL_PATH: libnccl.so to dlopen first
   std::string ncclPipDir;               // CCLX_NCCL_PIP_DIR: lib dir of the nvidia-nccl pip package
-  std::string allreduceAlgo = "auto";   // CCLX_ALLREDUCE_ALGO=auto|flat|tree|nccl
+  std::string allreduceAlgo = "auto";   // CCLX_ALLREDUCE_ALGO=auto|flat|lamport|tree|nccl
   bool ddaEnable = true;                // CCLX_DDA_ENABLE=0 disables DDA entirely
   size_t ddaFlatMaxBytes = 0;           // CCLX_DDA_FLAT_MAX_BYTES (0 = tuned table)
+  size_t ddaLamportMaxBytes = 0;        // CCLX_DDA_LAMPORT_MAX_BYTES (0 = tuned table)
   size_t ddaTreeMaxBytes = 0;           // CCLX_DDA_TREE_MAX_BYTES (0 = tuned table)
-  size_t ddaStagingBytes = 64ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
+  size_t ddaStagingBytes = 96ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
   int ddaMaxBlocks = 0;                 // CCLX_DDA_MAX_BLOCKS (0 = tuned)
 
   // Low-precision (FP8) collectives.

@@ -3,9 +3,11 @@
 // The pointers below are valid in this process (peer pointers are IPC mappings over NVLink/PCIe).
 //
 // Staging layout (bytes, S = stagingBytes, every region 256-byte aligned):
-//   [kFlat]  [0, S/8)       DDA flat allreduce: LL16 packet slots, two sets alternating by epoch
-//   [kTree]  [S/8, S/2)     DDA tree allreduce: reduce-scatter inbox + all-gather inbox
-//   [kFp8]   [S/2, S)       FP8 collectives (src/algos/fp8_*.cu); owned entirely by them
+//   [kFlat]     [0, S/12)      DDA flat allreduce: LL16 packet slots, two sets alternating by epoch
+//   [kTree]     [S/12, S/3)    DDA tree allreduce: reduce-scatter inbox + all-gather inbox
+//   [kLamport]  [S/3, 2S/3)    DDA Lamport allreduce: inboxes [parity][src], 0xFF-filled at init
+//   [kFp8]      [2S/3, S)      FP8 collectives (src/algos/fp8_*.cu); owned entirely by them
+// (boundaries rounded down to 256 bytes; the 96 MiB default gives 8 / 24 / 32 / 32 MiB)
 // Regions are disjoint so that one algorithm's late readers are never overwritten by another
 // algorithm that a faster peer already started.
 //
@@ -29,7 +31,7 @@ constexpr int kMaxRanks = 8;       // largest world size with peer memory
 constexpr int kMaxBlocks = 128;    // largest grid of any peer-memory kernel
 constexpr size_t kSignalBytes = 1u << 20;
 
-enum class StagingRegion : int { kFlat = 0, kTree = 1, kFp8 = 2 };
+enum class StagingRegion : int { kFlat = 0, kTree = 1, kLamport = 2, kFp8 = 3 };
 enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2 };
 
 struct PeerMem {

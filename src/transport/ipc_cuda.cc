@@ -12,20 +12,18 @@
 
 namespace cclx {
 
-size_t PeerMem::regionOffset(StagingRegion r) const {
-  switch (r) {
-    case StagingRegion::kFlat: return 0;
-    case StagingRegion::kTree: return stagingBytes / 8;
-    default: return stagingBytes / 2;
-  }
+namespace {
+// Region r spans [bound(r), bound(r + 1)) (see ipc.h).
+size_t regionBound(size_t S, int r) {
+  static constexpr size_t kNum[] = {0, 1, 4, 8, 12};  // twelfths of S
+  return r >= 4 ? S : (S / 12 * kNum[r] + S % 12 * kNum[r] / 12) & ~size_t(255);
 }
+}  // namespace
+
+size_t PeerMem::regionOffset(StagingRegion r) const { return regionBound(stagingBytes, int(r)); }
 
 size_t PeerMem::regionBytes(StagingRegion r) const {
-  switch (r) {
-    case StagingRegion::kFlat: return stagingBytes / 8;
-    case StagingRegion::kTree: return stagingBytes / 2 - stagingBytes / 8;
-    default: return stagingBytes - stagingBytes / 2;
-  }
+  return regionBound(stagingBytes, int(r) + 1) - regionBound(stagingBytes, int(r));
 }
 
 namespace {
@@ -83,8 +81,13 @@ void peerMemOpen(PeerMem& pm, const BootstrapInfo& info, int device) {
                       info.rank, cudaGetErrorString(e));
       base = nullptr;
     } else {
-      // Zero before publishing: flags start at 0 and LL slots hold no valid epoch.
+      // Before publishing: flags start at 0, LL slots hold no valid epoch, and the Lamport
+      // inboxes are empty (all ones).
       CCLX_CUDA_CHECK(cudaMemset(base, 0, staging + kSignalBytes));
+      PeerMem lay;
+      lay.stagingBytes = staging;
+      CCLX_CUDA_CHECK(cudaMemset(base + lay.regionOffset(StagingRegion::kLamport), 0xFF,
+                                 lay.regionBytes(StagingRegion::kLamport)));
       CCLX_CUDA_CHECK(cudaDeviceSynchronize());
     }
   }

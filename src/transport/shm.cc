@@ -26,6 +26,7 @@ namespace {
 constexpr size_t kLine = 64;
 constexpr uint64_t kMagic = 0x63636c7873686d31ull;  // "cclxshm1"
 constexpr size_t kMaxP2pBytes = 256 << 10;
+constexpr size_t kMaxLamportBytes = 256 << 10;
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -103,6 +104,7 @@ HostCtx::HostCtx(const BootstrapInfo& info) : rank(info.rank), size(info.size), 
                info.opts.name.c_str(), info.numHosts);
   slotBytes_ = alignUp(std::max<size_t>(cfg.shmChunkBytes, 4096), 4096);
   p2pBytes_ = std::min(slotBytes_, kMaxP2pBytes);
+  lamportBytes_ = std::min(slotBytes_, kMaxLamportBytes);
   sent_.assign(size_t(size), 0);
   recvd_.assign(size_t(size), 0);
   for (int p = 0; p < size; ++p)
@@ -115,7 +117,8 @@ HostCtx::~HostCtx() { release(); }
 void HostCtx::release() { segs_.clear(); }
 
 void HostCtx::setup(const BootstrapInfo& info) {
-  const size_t total = slotsOffset(size) + 2 * slotBytes_ + size_t(size) * 2 * p2pBytes_;
+  const size_t lamportOff = slotsOffset(size) + 2 * slotBytes_ + size_t(size) * 2 * p2pBytes_;
+  const size_t total = lamportOff + 2 * size_t(size - 1) * lamportBytes_;
   segs_.resize(size_t(size));
   auto own = std::make_unique<ShmSegment>();
   own->name = "/cclx-" + sanitize(info.jobId) + "-r" + std::to_string(rank);
@@ -138,6 +141,7 @@ void HostCtx::setup(const BootstrapInfo& info) {
   if (p == MAP_FAILED) CCLX_THROW(cclxSystemError, "mmap(%s) failed: %s", own->name.c_str(), strerror(e));
   own->base = static_cast<char*>(p);
   reinterpret_cast<uint64_t*>(own->base)[1] = total;
+  std::memset(own->base + lamportOff, 0xFF, total - lamportOff);  // inboxes start empty
   std::atomic_ref<uint64_t>(*own->word(0)).store(kMagic, std::memory_order_release);
   const std::string ownName = own->name;
   segs_[size_t(rank)] = std::move(own);
@@ -220,6 +224,36 @@ char* channel(const ShmSegment& seg, int n, size_t slotBytes, size_t p2pBytes, i
   return seg.base + slotsOffset(n) + 2 * slotBytes + (size_t(to) * 2 + (msg & 1)) * p2pBytes;
 }
 }  // namespace
+
+char* HostCtx::lamportInbox(int owner, int parity, int src) const {
+  const size_t off = slotsOffset(size) + 2 * slotBytes_ + size_t(size) * 2 * p2pBytes_;
+  const int slot = src < owner ? src : src - 1;
+  return segs_[size_t(owner)]->base + off + (size_t(parity & 1) * size_t(size - 1) + size_t(slot)) * lamportBytes_;
+}
+
+void HostCtx::failWaiting(int peer, bool aborted, const std::string& detail) {
+  broken_ = true;
+  if (aborted) {
+    brokenWhy_ = strFormat("host %s #%llu: rank %d aborted", coll_, static_cast<unsigned long long>(collSeq_), peer);
+    throw Error(cclxRemoteError, brokenWhy_);
+  }
+  brokenWhy_ = strFormat("host %s #%llu (rank %d of %d, %s) timed out after %lld ms; rank(s) [%s] did not arrive",
+                         coll_, static_cast<unsigned long long>(collSeq_), rank, size, detail.c_str(),
+                         static_cast<long long>(timeout.count()), std::to_string(peer).c_str());
+  throw Error(cclxTimeout, brokenWhy_);
+}
+
+void HostCtx::pollCheck(int peer, uint32_t polls) {
+  if (polls < uint32_t(cfg.spinIterations)) {
+    cpuRelax();
+    return;
+  }
+  sched_yield();
+  if ((polls & 4095u) != 0) return;
+  if (std::atomic_ref<uint32_t>(*segs_[size_t(peer)]->abortedWord()).load(std::memory_order_acquire) != 0)
+    failWaiting(peer, true, "");
+  if (std::chrono::steady_clock::now() >= deadline_) failWaiting(peer, false, "data");
+}
 
 void HostCtx::waitFor(const std::vector<int>& peers, int line, uint64_t target, const char* what) {
   for (int p : peers) {

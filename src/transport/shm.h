@@ -7,6 +7,8 @@
 //   lines N+2..2N+1  acked[p]: messages from peer p this rank has consumed
 //   2 step slots     slotBytes() each; step s uses slot s % 2
 //   N x 2 channels   p2pBytes each; messages to peer p, message n uses channel [p][n % 2]
+//   2 x (N-1) inboxes lamportBytes() each, [parity][src]: written by rank src (the data-as-flag
+//                    allreduce, host_lamport_allreduce.cc); 0xFF-filled ("empty") at setup
 // Every counter sits alone on a 64-byte line, only increases (never reset), is stored with
 // release and loaded with acquire.
 //
@@ -81,6 +83,22 @@ struct HostCtx {
   /// One step with no data (a barrier).
   void barrier() { sync(nextStep()); }
 
+  // ---- data-as-flag inboxes (peer-written) ----------------------------------------------------
+  /// Bytes of one inbox (the largest message the data-as-flag allreduce carries).
+  size_t lamportBytes() const { return lamportBytes_; }
+  /// Inbox [parity][src] of rank `owner` (src != owner).
+  char* lamportInbox(int owner, int parity, int src) const;
+  /// Calls of the data-as-flag allreduce so far (its inbox parity); the algorithm advances it.
+  uint64_t lamportCalls = 0;
+  /// Spins until ready() is true, yielding after cfg.spinIterations polls; throws cclxTimeout
+  /// (naming `peer`) at the collective's deadline or cclxRemoteError when `peer` aborted, and the
+  /// context becomes unusable.
+  template <class Ready>
+  void pollUntil(int peer, Ready&& ready) {
+    for (uint32_t k = 1; !ready(); ++k)
+      if ((k & 255u) == 0) pollCheck(peer, k);
+  }
+
   // ---- point to point ---------------------------------------------------------------------
   /// Copies `bytes` to `peer` through the pair's channel; returns once the last piece is
   /// published (the receiver may still be copying it out). Matched in order with recvFrom().
@@ -95,6 +113,8 @@ struct HostCtx {
 
  private:
   void waitFor(const std::vector<int>& peers, int line, uint64_t target, const char* what);
+  void pollCheck(int peer, uint32_t polls);
+  [[noreturn]] void failWaiting(int peer, bool aborted, const std::string& detail);
   void setup(const BootstrapInfo& info);
   void release();
 
@@ -102,7 +122,7 @@ struct HostCtx {
   uint64_t step_ = 0;                               // last step this rank published
   std::vector<uint64_t> sent_, recvd_;              // per-peer message counters
   std::vector<int> others_;                         // every rank but this one
-  size_t slotBytes_ = 0, p2pBytes_ = 0;
+  size_t slotBytes_ = 0, p2pBytes_ = 0, lamportBytes_ = 0;
   bool broken_ = false;
   std::string brokenWhy_;
   const char* coll_ = "";

@@ -17,7 +17,8 @@ const char* kVars[] = {"CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX
                        "CCLX_JOB_ID", "TORCHELASTIC_RUN_ID", "CCLX_SHM_FLAT_MAX_BYTES",
                        "CCLX_SHM_CHUNK_BYTES", "CCLX_SPIN_ITERATIONS", "CCLX_NCCL_PATH",
                        "CCLX_ALLREDUCE_ALGO", "CCLX_DDA_ENABLE", "CCLX_DDA_FLAT_MAX_BYTES",
-                       "CCLX_DDA_TREE_MAX_BYTES", "CCLX_DDA_STAGING_BYTES", "CCLX_DDA_MAX_BLOCKS",
+                       "CCLX_DDA_TREE_MAX_BYTES", "CCLX_DDA_LAMPORT_MAX_BYTES",
+                       "CCLX_DDA_STAGING_BYTES", "CCLX_DDA_MAX_BLOCKS",
                        "CCLX_LOW_PRECISION_ENABLE", "CCLX_LOW_PRECISION_ALLREDUCE",
                        "CCLX_LOW_PRECISION_ALLGATHER", "CCLX_LOW_PRECISION_REDUCESCATTER",
                        "CCLX_LOW_PRECISION_ALLTOALL", "CCLX_LOW_PRECISION_MIN_BYTES",
@@ -75,6 +76,7 @@ TEST_F(ConfigTest, ParsesValues) {
   set("CCLX_ALLREDUCE_ALGO", "TREE");
   set("CCLX_DDA_ENABLE", "off");
   set("CCLX_DDA_STAGING_BYTES", "1G");
+  set("CCLX_DDA_LAMPORT_MAX_BYTES", "8M");
   set("CCLX_DDA_MAX_BLOCKS", "24");
   set("CCLX_FP8_BLOCK_SIZE", "64");
   set("CCLX_FP8_PRODUCER_WARPS", "12");
@@ -90,6 +92,7 @@ TEST_F(ConfigTest, ParsesValues) {
   EXPECT_EQ(c.allreduceAlgo, "tree");
   EXPECT_FALSE(c.ddaEnable);
   EXPECT_EQ(c.ddaStagingBytes, 1ull << 30);
+  EXPECT_EQ(c.ddaLamportMaxBytes, 8ull << 20);
   EXPECT_EQ(c.ddaMaxBlocks, 24);
   EXPECT_EQ(c.fp8BlockSize, 64);
   EXPECT_EQ(c.fp8ProducerWarps, 12);

@@ -1,4 +1,4 @@
-// DDA flat and tree allreduce on real GPUs: every dtype and op, sizes from 1 element to 64 MiB,
+// DDA flat, Lamport and tree allreduce on real GPUs: every dtype and op, sizes from 1 element to 64 MiB,
 // odd counts, unaligned pointers, in-place and out-of-place. Each rank must produce exactly the
 // bits of the fixed-order reference (ranks 0..N-1 combined with dtype_math), hence identical bits
 // on all ranks; float results are also checked against a float64 reference.
@@ -15,7 +15,7 @@ namespace {
 struct Case {
   DataType t;
   ReduceOp op;
-  std::string algo;  // "flat", "tree", "auto"
+  std::string algo;  // "flat", "lamport", "tree", "auto"
   size_t count;
   bool inPlace;
   bool unaligned;    // pointers offset by one element
@@ -92,10 +92,11 @@ TEST(GpuDda, EveryTypeOpSizeLayout) {
     uint64_t seed = 1;
     for (DataType t : types)
       for (ReduceOp op : opsFor(t))
-        for (const char* algo : {"flat", "tree"})
+        for (std::string algo : {"flat", "tree", "lamport"})
           for (size_t count : {size_t(1), size_t(3), size_t(33), size_t(4097)})
             for (int layout = 0; layout < 4; ++layout)
-              runCase(*c, rank, size, {t, op, algo, count, bool(layout & 1), bool(layout & 2), seed++},
+              if (algo != "lamport" || isFloat(t))  // Lamport carries the float types only
+                runCase(*c, rank, size, {t, op, algo, count, bool(layout & 1), bool(layout & 2), seed++},
                       a, b, s);
     CK(cudaStreamDestroy(s));
     c->finalize();
@@ -112,6 +113,13 @@ TEST(GpuDda, LargeMessagesAndAutoSelection) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const size_t big = (64u << 20) + 64;
     DevBuf a(big), b(big);
+    // Lamport up to its inbox (16 MiB with 2 ranks and the default staging), then auto.
+    const size_t lamportMax = size == 2 ? (size_t(16) << 20) : (size_t(2) << 20);
+    for (DataType t : {DataType::bf16, DataType::f32, DataType::f64})
+      for (size_t count : {size_t(300007), lamportMax / dtypeSize(t) - 3, lamportMax / dtypeSize(t)})
+        for (int layout : {0, 3})
+          runCase(*c, rank, size, {t, RedOpKind::SUM, "lamport", count, bool(layout & 1), bool(layout & 2), 50},
+                  a, b, s);
     uint64_t seed = 1000;
     // Tree across the chunk boundary (the staging holds less than 64 MiB), flat at its limit.
     for (DataType t : {DataType::f32, DataType::bf16}) {
@@ -146,10 +154,16 @@ TEST(GpuDda, SelectionFollowsSettings) {
       return c->selectAllReduceAlgo(bytes / 2, DataType::bf16, RedOpKind::SUM, o);
     };
     MP_CHECK(sel(1024, nullptr) == "flat", "1 KiB: %s", sel(1024, nullptr).c_str());
-    MP_CHECK(sel(4 << 20, nullptr) == "tree", "4 MiB: %s", sel(4 << 20, nullptr).c_str());
+    MP_CHECK(sel(4 << 20, nullptr) == "lamport", "4 MiB: %s", sel(4 << 20, nullptr).c_str());
+    MP_CHECK(sel(16 << 20, nullptr) == "lamport", "16 MiB: %s", sel(16 << 20, nullptr).c_str());
+    MP_CHECK(sel(32 << 20, nullptr) == "tree", "32 MiB: %s", sel(32 << 20, nullptr).c_str());
+    MP_CHECK(sel(32 << 20, "lamport") == "tree", "lamport falls back to tree above one inbox");
+    MP_CHECK(c->selectAllReduceAlgo(1 << 20, DataType::i32, RedOpKind::SUM) == "tree",
+             "integers never take the Lamport path");
     MP_CHECK(sel(256 << 20, nullptr) == "nccl", "256 MiB: %s", sel(256 << 20, nullptr).c_str());
     MP_CHECK(sel(1024, "nccl") == "nccl", "hint nccl");
     MP_CHECK(sel(1024, "tree") == "tree", "hint tree");
+    MP_CHECK(sel(1024, "lamport") == "lamport", "hint lamport");
     MP_CHECK(sel(512 << 10, "flat") == "flat", "hint flat at 512 KiB");
     MP_CHECK(sel(4 << 20, "flat") == "tree", "flat falls back to tree when the message does not fit");
     bool threw = false;
@@ -165,6 +179,37 @@ TEST(GpuDda, SelectionFollowsSettings) {
     auto p = makeGpuComm(rank, size, store, plain);
     MP_CHECK(p->selectAllReduceAlgo(512, DataType::bf16, RedOpKind::SUM) == "nccl", "backend nccl");
     p->finalize();
+    c->finalize();
+  });
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// The Lamport inboxes' empty pattern (all ones) is a NaN of every float type: inputs made of it
+// must neither hang the readers nor come out as anything but NaN.
+TEST(GpuDda, LamportAllOnesInputs) {
+  GPU_REQUIRE(2);
+  const int n = worldSize();
+  auto res = test::runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = makeGpuComm(rank, size, store);
+    const size_t count = 100001;
+    DevBuf a(count * 8 + 64), b(count * 8 + 64);
+    CollOptions o;
+    o.hints["algo"] = "lamport";
+    for (DataType t : {DataType::f32, DataType::bf16, DataType::f16, DataType::f64}) {
+      const size_t es = dtypeSize(t);
+      a.poison();  // 0xff everywhere: every element all ones, on every rank
+      b.poison();
+      MP_CHECK(c->selectAllReduceAlgo(count, t, RedOpKind::SUM, o) == "lamport", "lamport not selected");
+      c->allReduce(a.base, b.base, count, t, RedOpKind::SUM, o);
+      c->allReduce(a.base, a.base, count, t, RedOpKind::MAX, o);
+      CK(cudaDeviceSynchronize());
+      for (DevBuf* d : {&a, &b}) {
+        std::vector<char> got(count * es);
+        CK(cudaMemcpy(got.data(), d->base, got.size(), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < count; ++i)
+          MP_CHECK(std::isnan(toDouble(t, got.data() + i * es)), "%s element %zu is not NaN", dtypeName(t), i);
+      }
+    }
     c->finalize();
   });
   ASSERT_TRUE(res.ok()) << res.log;

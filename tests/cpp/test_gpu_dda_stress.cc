@@ -76,6 +76,8 @@ TEST(GpuDdaStress, BackToBackWithoutHostSync) {
     backToBack(*c, rank, size, "tree", DataType::bf16, (size_t(1) << 23) + 5, 400);
     backToBack(*c, rank, size, "tree", DataType::f32, 1000003, 2000);
     backToBack(*c, rank, size, "flat", DataType::f32, 3, 20000);
+    backToBack(*c, rank, size, "lamport", DataType::bf16, 100003, 100000);
+    backToBack(*c, rank, size, "lamport", DataType::f32, (size_t(1) << 22) - 1, 1000);
     c->finalize();
   });
   ASSERT_TRUE(res.ok()) << res.log;
@@ -96,15 +98,19 @@ TEST(GpuDdaStress, GraphCaptureAndReplay) {
     CK(cudaMalloc(&eager, nf * 2));
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CollOptions flat, tree;
-    flat.stream = tree.stream = s;
+    CollOptions flat, tree, lam;
+    flat.stream = tree.stream = lam.stream = s;
     flat.hints["algo"] = "flat";
     tree.hints["algo"] = "tree";
+    lam.hints["algo"] = "lamport";
+    char* dstL;
+    CK(cudaMalloc(&dstL, nt * 4));
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     c->allReduce(srcF, dstF, nf, DataType::bf16, RedOpKind::SUM, flat);
     c->allReduce(srcT, dstT, nt, DataType::f32, RedOpKind::SUM, tree);
     c->allReduce(dstF, dstF, nf, DataType::bf16, RedOpKind::MAX, flat);  // in place, idempotent
+    c->allReduce(srcT, dstL, nt, DataType::f32, RedOpKind::SUM, lam);
     CK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t ge;
     CK(cudaGraphInstantiate(&ge, g, 0));
@@ -113,19 +119,22 @@ TEST(GpuDdaStress, GraphCaptureAndReplay) {
       CK(cudaMemcpyAsync(srcF, inF.dev[v], nf * 2, cudaMemcpyDeviceToDevice, s));
       CK(cudaMemcpyAsync(srcT, inT.dev[v], nt * 4, cudaMemcpyDeviceToDevice, s));
       CK(cudaGraphLaunch(ge, s));
-      if (i % 10 == 3)  // eager call between replays shares the epoch counters
+      if (i % 10 == 3) {  // eager calls between replays share the epoch counters
         c->allReduce(inF.dev[(v + 1) % 4], eager, nf, DataType::bf16, RedOpKind::SUM, flat);
+        c->allReduce(inF.dev[(v + 2) % 4], eager, nf, DataType::bf16, RedOpKind::SUM, lam);
+      }
       if (i % 100 == 93 || i < 3 || i == 999) {
         CK(cudaStreamSynchronize(s));
         expectBits(dstF, inF.want[v], strFormat("graph flat replay %d", i).c_str());
         expectBits(dstT, inT.want[v], strFormat("graph tree replay %d", i).c_str());
-        if (i % 10 == 3) expectBits(eager, inF.want[(v + 1) % 4], "eager flat between replays");
+        expectBits(dstL, inT.want[v], strFormat("graph lamport replay %d", i).c_str());
+        if (i % 10 == 3) expectBits(eager, inF.want[(v + 2) % 4], "eager flat + lamport between replays");
       }
     }
     CK(cudaStreamSynchronize(s));
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
-    for (char* p : {srcF, srcT, dstF, dstT, eager}) CK(cudaFree(p));
+    for (char* p : {srcF, srcT, dstF, dstT, dstL, eager}) CK(cudaFree(p));
     CK(cudaStreamDestroy(s));
     c->finalize();
   });
@@ -155,7 +164,7 @@ TEST(GpuDdaStress, PeerBarrier) {
 
 TEST(GpuDdaStress, MissingRankTimesOut) {
   GPU_REQUIRE(2);
-  for (const char* algo : {"flat", "tree", "nccl"}) {
+  for (const char* algo : {"flat", "lamport", "tree", "nccl"}) {
     auto res = test::runRanks(2, [algo](int rank, int size, std::shared_ptr<Store> store) {
       Options opts;
       opts.timeout = std::chrono::milliseconds(3000);

@@ -1,4 +1,5 @@
-// Multi-process tests of the host allreduce (flat and tree) through the public Comm API.
+// Multi-process tests of the host allreduce (flat, tree and the data-as-flag twin) through the
+// public Comm API.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -47,7 +48,7 @@ void checkAllReduce(Comm& comm, DataType t, ReduceOp op, size_t count, bool inPl
 
 }  // namespace
 
-TEST(HostAllReduce, EveryDtypeAndOpFlatAndTree) {
+TEST(HostAllReduce, EveryDtypeAndOpFlatTreeAndLamport) {
   auto res = runRanks(3, [](int rank, int size, std::shared_ptr<Store> store) {
     useSmallSlots();
     auto comm = makeCpuComm(rank, size, store, testOpts());
@@ -56,7 +57,7 @@ TEST(HostAllReduce, EveryDtypeAndOpFlatAndTree) {
       for (ReduceOp op : opsFor(t))
         for (size_t count : {1ul, 1023ul})
           for (bool inPlace : {false, true})
-            for (const char* a : {"flat", "tree"})
+            for (const char* a : {"flat", "tree", "lamport"})
               checkAllReduce(*comm, t, op, count, inPlace, algo(a), ++seed);
     comm->finalize();
   });
@@ -141,6 +142,67 @@ TEST(HostAllReduce, FlatAndTreeGiveIdenticalBits) {
     comm->finalize();
   });
   ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// The data-as-flag allreduce (the twin of the GPU Lamport kernel): same bits as flat for every
+// float dtype and op, odd counts, unaligned buffers and in place; all-ones NaN inputs come out as
+// NaN; integers and messages larger than one inbox run the tree.
+TEST(HostAllReduce, LamportMatchesFlatBits) {
+  for (int n : {2, 5}) {
+    auto res = runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
+      auto comm = makeCpuComm(rank, size, store, testOpts());
+      MP_CHECK(comm->selectAllReduceAlgo(1024, DataType::f32, RedOpKind::SUM, algo("lamport")) == "shm-lamport");
+      MP_CHECK(comm->selectAllReduceAlgo(1024, DataType::i32, RedOpKind::SUM, algo("lamport")) == "shm-tree");
+      MP_CHECK(comm->selectAllReduceAlgo(1 << 20, DataType::f32, RedOpKind::SUM, algo("lamport")) == "shm-tree");
+      uint64_t seed = 500;
+      for (DataType t : {DataType::f32, DataType::f64, DataType::f16, DataType::bf16}) {
+        const size_t es = esize(t);
+        for (ReduceOp op : opsFor(t)) {
+          for (size_t count : {1ul, 3ul, 4099ul, (256ul << 10) / es}) {
+            for (int layout = 0; layout < 3; ++layout) {  // out of place, unaligned, in place
+              const size_t off = layout == 1 ? es : 0;
+              std::vector<char> send(count * es + 16), a(count * es + 16, char(kPoison)),
+                  b(count * es + 16, char(kPoison));
+              fillInput(send.data() + off, t, op.kind, ++seed, rank, count);
+              comm->allReduce(send.data() + off, a.data() + off, count, t, op, algo("flat"));
+              void* out = layout == 2 ? send.data() : b.data() + off;
+              comm->allReduce(send.data() + off, out, count, t, op, algo("lamport"));
+              MP_CHECK(std::memcmp(a.data() + off, out, count * es) == 0,
+                       "lamport and flat differ: %s %s count=%zu layout=%d", dtypeName(t),
+                       opName(op.kind), count, layout);
+              if (layout != 2) MP_CHECK(uint8_t(b[off + count * es]) == kPoison, "wrote past the end");
+            }
+          }
+        }
+        // All-ones elements (NaNs) on one rank: NaN out there, flat's bits everywhere else.
+        const size_t count = 1001;
+        std::vector<char> send(count * es), a(count * es), b(count * es);
+        fillInput(send.data(), t, RedOpKind::SUM, ++seed, rank, count);
+        for (size_t i = size_t(rank); i < count; i += 97) std::memset(send.data() + i * es, 0xFF, es);
+        comm->allReduce(send.data(), a.data(), count, t, RedOpKind::SUM, algo("flat"));
+        comm->allReduce(send.data(), b.data(), count, t, RedOpKind::SUM, algo("lamport"));
+        for (size_t i = 0; i < count; ++i) {
+          const bool nan = i % 97 < size_t(size);
+          double v = t == DataType::f32   ? double(reinterpret_cast<float*>(b.data())[i])
+                     : t == DataType::f64 ? reinterpret_cast<double*>(b.data())[i]
+                     : t == DataType::f16 ? decodeF16(reinterpret_cast<uint16_t*>(b.data())[i])
+                                          : decodeBf16(reinterpret_cast<uint16_t*>(b.data())[i]);
+          if (nan) MP_CHECK(std::isnan(v), "%s element %zu: NaN expected", dtypeName(t), i);
+          else MP_CHECK(std::memcmp(a.data() + i * es, b.data() + i * es, es) == 0,
+                        "%s element %zu differs from flat", dtypeName(t), i);
+        }
+      }
+      // Back to back without barriers, mixed with the other algorithms (inbox parity and reuse).
+      for (int it = 0; it < 3000; ++it) {
+        const size_t count = 1 + size_t(it * 37) % 5000;
+        const char* a = it % 5 == 0 ? "tree" : it % 5 == 3 ? "flat" : "lamport";
+        checkAllReduce(*comm, it % 2 ? DataType::f32 : DataType::bf16, RedOpKind::SUM, count, it % 3 == 0,
+                       algo(a), uint64_t(9000 + it));
+      }
+      comm->finalize();
+    }, std::chrono::seconds(240));
+    ASSERT_TRUE(res.ok()) << "ranks " << n << "\n" << res.log;
+  }
 }
 
 TEST(HostAllReduce, TenThousandBackToBackWithoutBarriers) {

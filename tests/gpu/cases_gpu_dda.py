@@ -1,5 +1,5 @@
-"""Direct-access (DDA) allreduce forced through hints {"algo": "flat"/"tree"} for bf16/f16/f32
-from 1 to 4M elements (odd sizes included), bitwise-identical results on every rank, and the
+"""Direct-access (DDA) allreduce forced through hints {"algo": "flat"/"lamport"/"tree"} for
+bf16/f16/f32 from 1 to 4M elements (odd sizes included), bitwise-identical results on every rank, and the
 low-precision (FP8) hint with its accuracy bound (2 processes, CUDA torch tensors)."""
 from __future__ import annotations
 
@@ -62,6 +62,9 @@ def _dda(ctx, algo, dtype):
 def case_flat_bf16(ctx): _dda(ctx, "flat", "bf16")
 def case_flat_f16(ctx): _dda(ctx, "flat", "f16")
 def case_flat_f32(ctx): _dda(ctx, "flat", "f32")
+def case_lamport_bf16(ctx): _dda(ctx, "lamport", "bf16")
+def case_lamport_f16(ctx): _dda(ctx, "lamport", "f16")
+def case_lamport_f32(ctx): _dda(ctx, "lamport", "f32")
 def case_tree_bf16(ctx): _dda(ctx, "tree", "bf16")
 def case_tree_f16(ctx): _dda(ctx, "tree", "f16")
 def case_tree_f32(ctx): _dda(ctx, "tree", "f32")

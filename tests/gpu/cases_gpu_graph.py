@@ -131,7 +131,7 @@ def case_graph_cclx_f32(ctx):
 
 
 def case_graph_cclx_flat_tree(ctx):
-    for algo in ("flat", "tree"):
+    for algo in ("flat", "lamport", "tree"):
         _graph_suite(ctx, ctx.comm, "f16", {"algo": algo})
 
 

@@ -1,0 +1,243 @@
+// DDA one-shot allreduce with the data as its own flag (the "Lamport" protocol of
+// src/algos/lamport.h): every rank pushes its whole input into every peer's inbox and reduces all
+// inputs locally. No flags and no barriers, so the link streams from the first vector to the last.
+//
+// Synchronization contract. Rank r's Lamport region holds inboxes [parity][src] (src != r) of
+// slotBytes each, filled with 0xFF bytes (empty) at init. The grid is always ddaTreeBlocks()
+// blocks on every rank; block b reads its call counter e at entry and writes e + 1 at exit (all
+// blocks count the same calls, so every thread uses parity e & 1). Thread g of T handles the
+// 16-byte vectors g + (j * kUnroll + k) * T (group j, k < kUnroll), and in iteration j:
+//   1. pushes group j: loads its vectors from `send`, replaces all-ones elements
+//      (lamport::canon) and writes them with 16-byte volatile stores into inbox [e & 1][rank] of
+//      every peer;
+//   2. consumes group j - kLag: combines ranks 0..N-1 in order, its own vectors loaded from `send`
+//      again and canonicalized the same way, a peer's by polling its local inbox until no element
+//      is all ones; writes the result to `recv`, then refills those inbox vectors with all ones.
+// Inbox reuse: a peer writes parity e & 1 again in call e + 2 only after its call e + 1 has seen
+// every vector this rank pushed in call e + 1, which this rank pushed only after its call-e
+// kernel, refills included, had finished (peer kernels are stream-ordered on every rank). So a
+// reader never sees a value from an earlier call: it refilled each vector itself after reading it.
+// In place: a thread reads send[v] (push, then its own contribution) before it writes recv[v], and
+// no other thread touches vector v. On a deadline (%globaltimer) the waiting thread records the
+// missing rank and stops; the comm then refuses work, so a half-refilled inbox is never reused.
+#include "algos/dda_common.cuh"
+#include "algos/lamport.h"
+
+namespace cclx {
+namespace {
+
+constexpr int kUnroll = 2;  // 16-byte vectors per thread and group
+constexpr int kLag = 1;     // groups between a vector's push and its consumption
+
+struct LamportParams {
+  char* region[kMaxRanks];  // Lamport region base of every rank
+  const char* send;
+  char* recv;
+  size_t bytes;
+  size_t slotBytes;         // one inbox [parity][src]
+  uint64_t* counters;       // one per block
+  uint32_t* err;
+  uint64_t timeoutNs;
+  int rank, size;
+  RedOpKind op;
+  double factor;
+  bool aligned;             // send and recv both 16-byte aligned
+};
+
+struct V16 {
+  uint64_t lo, hi;
+};
+
+__device__ __forceinline__ void stVolatile16(char* p, V16 v) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(v.lo), "l"(v.hi));
+}
+__device__ __forceinline__ void stEmpty16(char* p) {
+  asm volatile("st.global.v2.u64 [%0], {%1, %1};" ::"l"(p), "l"(lamport::kEmpty));
+}
+__device__ __forceinline__ V16 ldVolatile16(const char* p) {
+  V16 v;
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(v.lo), "=l"(v.hi) : "l"(p));
+  return v;
+}
+
+template <int S>
+__device__ __forceinline__ bool empty(V16 v) {
+  return lamport::hasEmpty<S>(v.lo) || lamport::hasEmpty<S>(v.hi);
+}
+
+/// Vector v of the user buffer at `base` (the partial last one byte-exact, zero-padded).
+template <bool Al>
+__device__ __forceinline__ V16 ldUser(const char* base, size_t v, size_t fullV, int tail) {
+  uint32_t w[4];
+  if (Al && v < fullV) {
+    uint4 x = *reinterpret_cast<const uint4*>(base + v * 16);
+    w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+  } else {
+    dev::loadUnit<16>(base + v * 16, v < fullV ? 16 : tail, w);
+  }
+  return {uint64_t(w[0]) | uint64_t(w[1]) << 32, uint64_t(w[2]) | uint64_t(w[3]) << 32};
+}
+template <bool Al>
+__device__ __forceinline__ void stUser(char* base, size_t v, size_t fullV, int tail, const uint32_t (&w)[4]) {
+  if (Al && v < fullV) *reinterpret_cast<uint4*>(base + v * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+  else dev::storeUnit<16>(base + v * 16, v < fullV ? 16 : tail, w);
+}
+
+template <class T, RedOpKind Op, bool Al>
+__device__ void lamportBody(const LamportParams& p, uint64_t epoch) {
+  constexpr int S = int(sizeof(T));
+  using A = typename math::AccOf<T>::type;
+  const A factor = Op == RedOpKind::PREMUL_SUM ? A(p.factor) : A(1);
+  const int N = p.size, me = p.rank, par = int(epoch & 1);
+  const size_t totalV = (p.bytes + 15) / 16, fullV = p.bytes / 16;
+  const int tail = int(p.bytes % 16);
+  const size_t T_ = size_t(gridDim.x) * blockDim.x;
+  const size_t g = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t step = kUnroll * T_;
+  const size_t groups = g < totalV ? (totalV - g + step - 1) / step : 0;
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  auto box = [&](int owner, int src) {  // inbox [par][src] in owner's region
+    const int slot = src < owner ? src : src - 1;
+    return p.region[owner] + (size_t(par) * (N - 1) + slot) * p.slotBytes;
+  };
+  auto own = [&](size_t v) {
+    V16 x = ldUser<Al>(p.send, v, fullV, tail);
+    return V16{lamport::canon<S>(x.lo), lamport::canon<S>(x.hi)};
+  };
+
+  for (size_t j = 0; j < groups + kLag; ++j) {
+    if (j < groups) {  // 1. push group j
+      V16 x[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const size_t v = g + j * step + k * T_;
+        if (v < totalV) x[k] = own(v);
+      }
+      for (int r = 0; r < N; ++r) {
+        if (r == me) continue;
+        char* dst = box(r, me);
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+          const size_t v = g + j * step + k * T_;
+          if (v < totalV) stVolatile16(dst + v * 16, x[k]);
+        }
+      }
+    }
+    if (j < kLag) continue;
+    // 2. consume group j - kLag
+    const size_t v0 = g + (j - kLag) * step;
+    dev::UnitAcc<T, Op, 16> acc[kUnroll];
+    for (int r = 0; r < N; ++r) {
+      V16 x[kUnroll];
+      if (r == me) {
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k)
+          if (v0 + k * T_ < totalV) x[k] = own(v0 + k * T_);
+      } else {
+        const char* src = box(me, r);
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k)
+          if (v0 + k * T_ < totalV) x[k] = ldVolatile16(src + (v0 + k * T_) * 16);
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+          if (v0 + k * T_ >= totalV) continue;
+          uint32_t spins = 0;
+          while (empty<S>(x[k])) {
+            if ((++spins & 255u) == 0 && dev::globalTimerNs() > deadline) {
+              dev::reportTimeout(p.err, r);
+              return;
+            }
+            x[k] = ldVolatile16(src + (v0 + k * T_) * 16);
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        if (v0 + k * T_ >= totalV) continue;
+        const uint32_t w[4] = {uint32_t(x[k].lo), uint32_t(x[k].lo >> 32), uint32_t(x[k].hi),
+                               uint32_t(x[k].hi >> 32)};
+        acc[k].add(w, r == 0, factor);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const size_t v = v0 + k * T_;
+      if (v >= totalV) continue;
+      uint32_t o[4];
+      acc[k].result(N, o);
+      stUser<Al>(p.recv, v, fullV, tail, o);
+    }
+    for (int r = 0; r < N; ++r) {
+      if (r == me) continue;
+      char* src = box(me, r);
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k)
+        if (v0 + k * T_ < totalV) stEmpty16(src + (v0 + k * T_) * 16);
+    }
+  }
+}
+
+template <class T>
+struct LamportRun {
+  const LamportParams& p;
+  uint64_t e;
+  template <RedOpKind Op> __device__ void operator()() {
+    if (p.aligned) lamportBody<T, Op, true>(p, e);
+    else lamportBody<T, Op, false>(p, e);
+  }
+};
+
+template <class T>
+__global__ void __launch_bounds__(512) ddaLamportKernel(LamportParams p) {
+  const uint64_t epoch = p.counters[blockIdx.x];
+  dev::dispatchOp<T>(p.op, LamportRun<T>{p, epoch});
+  __syncthreads();  // every thread has read the counter
+  if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
+}
+
+size_t lamportSlotBytes(const DeviceCtx& ctx) {
+  return (ctx.peer->regionBytes(StagingRegion::kLamport) / (2 * size_t(ctx.size - 1))) & ~size_t(15);
+}
+
+}  // namespace
+
+bool ddaLamportFits(size_t bytes, DataType t, const DeviceCtx& ctx) {
+  return ctx.peerUsable() && ctx.size >= 2 && bytes > 0 && lamport::typeSupported(t) &&
+         (bytes + 15) / 16 * 16 <= lamportSlotBytes(ctx);
+}
+
+void ddaLamportLaunch(const DdaArgs& a, DeviceCtx& ctx, void* stream) {
+  const size_t bytes = a.count * dtypeSize(a.dtype);
+  CCLX_REQUIRE(ddaLamportFits(bytes, a.dtype, ctx), cclxInternalError,
+               "DDA Lamport cannot run %zu bytes of %s", bytes, dtypeName(a.dtype));
+  const int G = ddaTreeBlocks(ctx);
+  LamportParams p{};
+  for (int r = 0; r < ctx.size; ++r) p.region[r] = ctx.peer->region(r, StagingRegion::kLamport);
+  p.send = static_cast<const char*>(a.send);
+  p.recv = static_cast<char*>(a.recv);
+  p.bytes = bytes;
+  p.slotBytes = lamportSlotBytes(ctx);
+  p.counters = ctx.counters + kCounterLamport;
+  p.err = ctx.errorFlagDev;
+  p.timeoutNs = a.timeoutNs;
+  p.rank = ctx.rank;
+  p.size = ctx.size;
+  p.op = a.op.kind;
+  p.factor = a.op.factor;
+  p.aligned = ((reinterpret_cast<uintptr_t>(a.send) | reinterpret_cast<uintptr_t>(a.recv)) & 15) == 0;
+  const size_t perBlock = ((bytes + 15) / 16 + G - 1) / G;
+  const size_t want = (perBlock + kUnroll - 1) / kUnroll;
+  const int threads = int(std::min<size_t>(512, std::max<size_t>(64, (want + 31) / 32 * 32)));
+  auto s = static_cast<cudaStream_t>(stream);
+  auto go = [&]<class T>() { ddaLamportKernel<T><<<G, threads, 0, s>>>(p); };
+  switch (a.dtype) {
+    case DataType::f32: go.template operator()<float>(); break;
+    case DataType::f64: go.template operator()<double>(); break;
+    case DataType::f16: go.template operator()<f16_t>(); break;
+    case DataType::bf16: go.template operator()<bf16_t>(); break;
+    default: CCLX_THROW(cclxInternalError, "DDA Lamport: dtype %s", dtypeName(a.dtype));
+  }
+  CCLX_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace cclx
