@@ -229,34 +229,36 @@ TEST(HostAllReduce, TenThousandBackToBackWithoutBarriers) {
 }
 
 TEST(HostAllReduce, MissingRankTimesOutNamingIt) {
-  auto res = runRanks(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    Options opts;
-    opts.timeout = std::chrono::milliseconds(3000);
-    auto comm = makeCpuComm(rank, size, store, opts);
-    std::vector<float> x(1000, 1.0f);
-    comm->allReduce(x.data(), x.data(), x.size(), DataType::f32, RedOpKind::SUM);  // all present
-    if (rank == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      return;  // never joins the second allreduce
-    }
-    CollOptions o;
-    o.timeout = std::chrono::milliseconds(400);
-    auto t0 = std::chrono::steady_clock::now();
-    try {
-      comm->allReduce(x.data(), x.data(), x.size(), DataType::f32, RedOpKind::SUM, o);
-      MP_CHECK(false, "allreduce without rank 2 returned");
-    } catch (const Error& e) {
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      MP_CHECK(e.code() == cclxTimeout, "code %d: %s", int(e.code()), e.what());
-      MP_CHECK(std::string(e.what()).find("[2]") != std::string::npos, "message: %s", e.what());
-      MP_CHECK(s >= 0.35 && s < 2.0, "timed out after %.2f s", s);
-    }
-    try {
-      comm->allReduce(x.data(), x.data(), x.size(), DataType::f32, RedOpKind::SUM, o);
-      MP_CHECK(false, "comm still usable after a timeout");
-    } catch (const Error& e) {
-      MP_CHECK(e.code() == cclxInvalidUsage, "code %d: %s", int(e.code()), e.what());
-    }
-  });
-  ASSERT_TRUE(res.ok()) << res.log;
+  for (const char* a : {"auto", "lamport"}) {  // step waits, data-as-flag polls
+    auto res = runRanks(3, [a](int rank, int size, std::shared_ptr<Store> store) {
+      Options opts;
+      opts.timeout = std::chrono::milliseconds(3000);
+      auto comm = makeCpuComm(rank, size, store, opts);
+      std::vector<float> x(1000, 1.0f);
+      comm->allReduce(x.data(), x.data(), x.size(), DataType::f32, RedOpKind::SUM);  // all present
+      if (rank == 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        return;  // never joins the second allreduce
+      }
+      CollOptions o = algo(a);
+      o.timeout = std::chrono::milliseconds(400);
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        comm->allReduce(x.data(), x.data(), x.size(), DataType::f32, RedOpKind::SUM, o);
+        MP_CHECK(false, "allreduce without rank 2 returned");
+      } catch (const Error& e) {
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        MP_CHECK(e.code() == cclxTimeout, "code %d: %s", int(e.code()), e.what());
+        MP_CHECK(std::string(e.what()).find("[2]") != std::string::npos, "message: %s", e.what());
+        MP_CHECK(s >= 0.35 && s < 2.0, "timed out after %.2f s", s);
+      }
+      try {
+        comm->allReduce(x.data(), x.data(), x.size(), DataType::f32, RedOpKind::SUM, o);
+        MP_CHECK(false, "comm still usable after a timeout");
+      } catch (const Error& e) {
+        MP_CHECK(e.code() == cclxInvalidUsage, "code %d: %s", int(e.code()), e.what());
+      }
+    });
+    ASSERT_TRUE(res.ok()) << a << "\n" << res.log;
+  }
 }
