@@ -108,7 +108,7 @@ struct Options {
   std::string name = "default";
   /// Backend: "cclx" (direct-access / FP8 algorithms, NCCL underneath) or "nccl" (plain NCCL).
   std::string backend = "cclx";
-  /// Free-form hints. Known keys: "algo" = auto|flat|tree|nccl, "low_precision" = fp8|off.
+  /// Free-form hints. Known keys: "algo" = auto|flat|lamport|tree|nccl, "low_precision" = fp8|off.
   std::map<std::string, std::string> hints;
 };
 
@@ -234,7 +234,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
   cclxResult_t asyncError();
 
   /// Which algorithm the dispatcher would pick for an allreduce of these arguments
-  /// ("flat", "tree", "fp8", "nccl", "shm-flat", ...). For tools and tests.
+  /// ("flat", "lamport", "tree", "fp8", "nccl", "shm-flat", ...). For tools and tests.
   std::string selectAllReduceAlgo(size_t count, DataType dtype, ReduceOp op,
                                   const CollOptions& o = {});
 

@@ -154,6 +154,27 @@ inline typename math::AccOf<T>::type accFactor(const ReduceOp& op) {
   return op.kind == RedOpKind::PREMUL_SUM ? A(op.factor) : A(1);
 }
 
+/// Host: fills the fields that every DDA kernel's parameter struct has under the same names (the
+/// call's buffers, size, op, timeout, this rank, the error words and the kernel's counters).
+template <class P>
+void fillCallParams(P& p, const DdaArgs& a, const DeviceCtx& ctx, int counterBase) {
+  p.send = static_cast<const char*>(a.send);
+  p.recv = static_cast<char*>(a.recv);
+  p.bytes = a.count * dtypeSize(a.dtype);
+  p.counters = ctx.counters + counterBase;
+  p.err = ctx.errorFlagDev;
+  p.timeoutNs = a.timeoutNs;
+  p.rank = ctx.rank;
+  p.size = ctx.size;
+  p.op = a.op.kind;
+  p.factor = a.op.factor;
+}
+
+/// Host: both user buffers 16-byte aligned.
+inline bool aligned16(const DdaArgs& a) {
+  return ((reinterpret_cast<uintptr_t>(a.send) | reinterpret_cast<uintptr_t>(a.recv)) & 15) == 0;
+}
+
 /// Host: calls f.template operator()<T>() for the element type of `t`.
 template <class F>
 void dispatchType(DataType t, F&& f) {

@@ -280,20 +280,11 @@ void ddaTreeLaunch(const DdaArgs& a, DeviceCtx& ctx, void* stream) {
     p.peers.staging[r] = ctx.peer->region(r, StagingRegion::kTree);
     p.peers.signal[r] = ctx.peer->signalRegion(r, SignalRegion::kTree);
   }
-  p.send = static_cast<const char*>(a.send);
-  p.recv = static_cast<char*>(a.recv);
-  p.bytes = a.count * dtypeSize(a.dtype);
+  dev::fillCallParams(p, a, ctx, kCounterTree);
   // Two phases x (N - 1) source inboxes per block: the own slice never goes through staging.
   p.capV = ctx.peer->regionBytes(StagingRegion::kTree) / (2 * size_t(ctx.size - 1) * G * 16);
   CCLX_REQUIRE(p.capV > 0, cclxInternalError, "DDA tree: staging too small");
-  p.counters = ctx.counters + kCounterTree;
-  p.err = ctx.errorFlagDev;
-  p.timeoutNs = a.timeoutNs;
-  p.rank = ctx.rank;
-  p.size = ctx.size;
-  p.op = a.op.kind;
-  p.factor = a.op.factor;
-  p.aligned = ((reinterpret_cast<uintptr_t>(a.send) | reinterpret_cast<uintptr_t>(a.recv)) & 15) == 0;
+  p.aligned = dev::aligned16(a);
   size_t totalV = (p.bytes + 15) / 16;
   size_t perBlock = std::min(totalV, size_t(ctx.size) * G * p.capV) / (size_t(ctx.size) * G) + 1;
   int threads = int(std::min<size_t>(512, std::max<size_t>(64, (perBlock + 31) / 32 * 32)));
