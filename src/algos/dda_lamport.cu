@@ -89,13 +89,14 @@ __device__ __forceinline__ V16 ldUser(const char* base, size_t v, size_t fullV, 
   return {uint64_t(w[0]) | uint64_t(w[1]) << 32, uint64_t(w[2]) | uint64_t(w[3]) << 32};
 }
 template <bool Al>
-__device__ __forceinline__ void stUser(char* base, size_t v, size_t fullV, int tail, const uint32_t (&w)[4]) {
+__device__ __forceinline__ void stUser(char* base, size_t v, size_t fullV, int tail,
+                                       const uint32_t (&w)[4]) {
   if (Al && v < fullV) *reinterpret_cast<uint4*>(base + v * 16) = make_uint4(w[0], w[1], w[2], w[3]);
   else dev::storeUnit<16>(base + v * 16, v < fullV ? 16 : tail, w);
 }
 
-/// What both variants share: the inbox addressing, the own contribution, and the consumption of
-/// KC vectors v0 + k * stride (those < totalV): combine ranks 0..N-1, store, refill.
+/// What both schedules share: the inbox addressing, the own contribution, pushing and consuming
+/// KC vectors v0 + k * stride (those below hi).
 template <class T, RedOpKind Op, bool Al>
 struct Lamport {
   static constexpr int S = int(sizeof(T));
