@@ -8,6 +8,7 @@
 // this rank wrote only after its refills of parity p. Messages larger than one inbox run the
 // tree (canRun() says no).
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "algos/host_algos.h"

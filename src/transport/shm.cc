@@ -79,6 +79,9 @@ inline int sentLine(int peer) { return 2 + peer; }
 inline int ackedLine(int n, int peer) { return 2 + n + peer; }
 
 size_t slotsOffset(int n) { return alignUp(size_t(2 + 2 * n) * kLine, 4096); }
+size_t inboxesOffset(int n, size_t slotBytes, size_t p2pBytes) {
+  return slotsOffset(n) + 2 * slotBytes + size_t(n) * 2 * p2pBytes;
+}
 
 void publish(const ShmSegment& seg, int line, uint64_t v) {
   std::atomic_ref<uint64_t>(*seg.word(line)).store(v, std::memory_order_seq_cst);
@@ -117,7 +120,7 @@ HostCtx::~HostCtx() { release(); }
 void HostCtx::release() { segs_.clear(); }
 
 void HostCtx::setup(const BootstrapInfo& info) {
-  const size_t lamportOff = slotsOffset(size) + 2 * slotBytes_ + size_t(size) * 2 * p2pBytes_;
+  const size_t lamportOff = inboxesOffset(size, slotBytes_, p2pBytes_);
   const size_t total = lamportOff + 2 * size_t(size - 1) * lamportBytes_;
   segs_.resize(size_t(size));
   auto own = std::make_unique<ShmSegment>();
@@ -226,7 +229,7 @@ char* channel(const ShmSegment& seg, int n, size_t slotBytes, size_t p2pBytes, i
 }  // namespace
 
 char* HostCtx::lamportInbox(int owner, int parity, int src) const {
-  const size_t off = slotsOffset(size) + 2 * slotBytes_ + size_t(size) * 2 * p2pBytes_;
+  const size_t off = inboxesOffset(size, slotBytes_, p2pBytes_);
   const int slot = src < owner ? src : src - 1;
   return segs_[size_t(owner)]->base + off + (size_t(parity & 1) * size_t(size - 1) + size_t(slot)) * lamportBytes_;
 }
