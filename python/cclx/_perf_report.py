@@ -66,6 +66,7 @@ def header(args: Any, n: int, libs: List[str], facts: Dict[str, Any]) -> str:
         f"op {args.op}, root {args.root}",
         f"# iters {args.iters} warmup {args.warmup} repeats {args.repeats} graph {args.graph} "
         f"blocking {args.blocking} algo {args.algo} low_precision {int(args.low_precision)} "
+        f"fp8_algo {getattr(args, 'fp8_algo', 'auto')} "
         f"check {args.check}; time = median of repeats, max over ranks; GB = 1e9",
     ]
     cols = f"# {'coll':>14} {'size(B)':>12} {'count':>11} {'type':>5} {'redop':>5} {'root':>4}"

@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algo", default="auto", choices=("auto", "flat", "lamport", "tree", "nccl"),
                    help="per-call hint 'algo' for cclx")
     p.add_argument("--low-precision", action="store_true", help="hint low_precision=fp8")
+    p.add_argument("--fp8-algo", default="auto", choices=("auto", "oneshot", "twoshot"),
+                   help="FP8 allreduce algorithm (hint fp8_algo)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("-N", "--nranks", type=int, default=None,
                    help="processes to start (default: all local GPUs, or 4 on CPU)")
@@ -127,6 +129,8 @@ def _hints(args: argparse.Namespace) -> Dict[str, str]:
         h["algo"] = args.algo
     if args.low_precision:
         h["low_precision"] = "fp8"
+    if args.fp8_algo != "auto":
+        h["fp8_algo"] = args.fp8_algo
     return h
 
 

@@ -78,7 +78,7 @@ class CudaBackend final : public Backend {
   cudaStream_t orderStream_ = nullptr;
   bool orderValid_ = false;
   int* scratch_ = nullptr;          // 1-element NCCL barrier buffer
-  std::unique_ptr<DeviceAlgo> fp8Ar_, fp8Ag_, fp8Rs_, fp8A2a_;
+  std::unique_ptr<DeviceAlgo> fp8Ar_, fp8Os_, fp8Ag_, fp8Rs_, fp8A2a_;
   std::mutex runMu_;
   bool finalized_ = false;
 };
@@ -149,6 +149,7 @@ CudaBackend::CudaBackend(const BootstrapInfo& info) : info_(info) {
   sh_->comm = comm;
 
   fp8Ar_ = makeFp8AllReduce();
+  fp8Os_ = makeFp8OneShotAllReduce();
   fp8Ag_ = makeFp8AllGather();
   fp8Rs_ = makeFp8ReduceScatter();
   fp8A2a_ = makeFp8AllToAll();
@@ -192,9 +193,12 @@ std::string CudaBackend::selectAllReduce(const CollArgs& a) {
                      want == "nccl",
                  "allreduce algorithm '%s' is not one of auto|flat|lamport|tree|nccl", want.c_str());
   const bool bitwise = isBitwise(a.op.kind);
-  if (!bitwise && !plainNccl_ && fp8Ar_ && lowPrecisionWanted(a, info_.cfg) &&
-      fp8Ar_->canRun(a, ctx_))
-    return "fp8";
+  if (!bitwise && !plainNccl_ && fp8Ar_ && lowPrecisionWanted(a, info_.cfg)) {
+    // A one-shot call that does not fit the one-shot inboxes runs two-shot.
+    if (fp8AllReduceWanted(a, info_.cfg, ctx_.size) == "oneshot" && fp8Os_->canRun(a, ctx_))
+      return "fp8_oneshot";
+    if (fp8Ar_->canRun(a, ctx_)) return "fp8";
+  }
   const bool dda = ctx_.peerUsable() && a.count > 0 && ddaOpSupported(a.op.kind, a.dtype) &&
                    (!plainNccl_ || bitwise);
   if (!dda) return "nccl";
@@ -268,6 +272,7 @@ void CudaBackend::enqueue(const CollArgs& a, cudaStream_t s, bool capturing) {
     if (algo == "flat") ddaFlatLaunch(d, ctx_, s);
     else if (algo == "lamport") ddaLamportLaunch(d, ctx_, s);
     else if (algo == "tree") ddaTreeLaunch(d, ctx_, s);
+    else if (algo == "fp8_oneshot") fp8Os_->launch(a, ctx_, s);
     else fp8Ar_->launch(a, ctx_, s);
     peerKernelDone(s, capturing);
     return;

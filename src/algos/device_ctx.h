@@ -18,6 +18,7 @@ enum : int {
   kCounterTree = 128,     // [128, 256): DDA tree, one per block
   kCounterBarrier = 256,  // [256, 384): barrier kernel
   kCounterLamport = 384,  // [384, 512): DDA Lamport, one per block
+  kCounterFp8OneShot = 512,  // [512, 640): FP8 one-shot allreduce, one per CTA
   kCounterFp8 = 1024,     // [1024, 2048): FP8 collectives (free use)
   kNumCounters = 4096,
 };

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "algos/algo.h"
@@ -17,6 +18,17 @@ namespace cclx {
 /// ReduceScatter and AllToAll with f32/bf16/f16 data and SUM/AVG (reductions) qualify.
 bool lowPrecisionWanted(const CollArgs& args, const Config& cfg);
 
+/// Which FP8 allreduce runs: "oneshot" (every rank pushes its whole quantized input to every peer
+/// and reduces locally; one quantization) or "twoshot" (reduce-scatter + all-gather; two
+/// quantizations). Per-call hint "fp8_algo", else CCLX_FP8_ALLREDUCE_ALGO; "auto" takes oneshot
+/// up to CCLX_FP8_ONESHOT_MAX_BYTES (0: the tuned table, fp8OneShotTable) when it fits.
+/// Throws cclxInvalidArgument on an unknown name.
+std::string fp8AllReduceWanted(const CollArgs& args, const Config& cfg, int worldSize);
+/// Largest message (bytes) auto runs one-shot with `worldSize` ranks (0 = never).
+size_t fp8OneShotTable(int worldSize);
+
+std::unique_ptr<HostAlgo> makeHostFp8OneShotAllReduce();
+
 std::unique_ptr<HostAlgo> makeHostFp8AllReduce();
 std::unique_ptr<HostAlgo> makeHostFp8AllGather();
 std::unique_ptr<HostAlgo> makeHostFp8ReduceScatter();
@@ -24,6 +36,7 @@ std::unique_ptr<HostAlgo> makeHostFp8AllToAll();
 
 #if defined(CCLX_HAVE_CUDA)
 std::unique_ptr<DeviceAlgo> makeFp8AllReduce();
+std::unique_ptr<DeviceAlgo> makeFp8OneShotAllReduce();
 std::unique_ptr<DeviceAlgo> makeFp8AllGather();
 std::unique_ptr<DeviceAlgo> makeFp8ReduceScatter();
 std::unique_ptr<DeviceAlgo> makeFp8AllToAll();

@@ -4,7 +4,7 @@
 // finite 448, smallest subnormal 2^-9, no Inf, NaN = S.1111.111). Conversion is round to nearest
 // even with saturation to +-448 (a finite value never becomes NaN).
 //
-// Block scale ("meta", 32 bits): the float d = amax / 448 of the block's largest finite
+// Block scale ("meta", 32 bits): the float d = amax / 448 (416 in INF blocks) of the block's largest finite
 // magnitude amax (d = 1 for a block without finite non-zero values, d >= 2^-126 so that 1/d is
 // finite), with the sign bit used as the INF flag. A value x is stored as e4m3(x * s) with
 // s = 1 / d and read back as e4m3value * d. Every step is one IEEE float operation rounded to
@@ -13,9 +13,11 @@
 // 448 (within a rounding) and is nearly exact; measured against a power-of-two scale this halves
 // the error of outlier-dominated data (docs/PERF.md).
 //
-// Specials: NaN is encoded as 0x7F. A block that contains +-Inf gets the INF flag; in such a
-// block code 0x7F means +Inf, 0xFF means -Inf and 0x80 means NaN (and -0 is stored as +0).
-// NaN and Inf do not take part in the scale.
+// Specials: NaN is encoded as 0x7F. A block that contains +-Inf gets the INF flag and the scale
+// d = amax / 416, so its finite values take codes up to +-416 (0x7D / 0xFD) and the codes of
+// +-448 are free: 0x7E means +Inf and 0xFE means -Inf. NaN and Inf do not take part in the scale.
+// No encoder output is ever 0xFF, so no 8-byte run of codes is all ones: the one-shot allreduce
+// (fp8_oneshot.cu) uses all ones as its "not yet written" mark.
 //
 // Packed layout of a run of nb blocks in staging memory: nb * B code bytes (block i at i * B,
 // element j of the block at i * B + j; tail elements of a partial last block are 0), then, at
@@ -34,6 +36,7 @@ namespace fp8 {
 
 using Meta = uint32_t;
 constexpr Meta kMetaInf = 0x80000000u;
+constexpr uint8_t kCodePosInf = 0x7e, kCodeNegInf = 0xfe, kCodeNaN = 0x7f;  // INF blocks: +-Inf
 constexpr int kMinBlock = 32;
 constexpr int kMaxBlock = 256;
 
@@ -94,7 +97,7 @@ CCLX_HD void amaxUpdate(float x, uint32_t& amaxBits, bool& hasInf) {
 CCLX_HD Meta makeMeta(uint32_t amaxBits, bool hasInf) {
   float d = 1.f;
   if (amaxBits != 0) {
-    d = divRn(math::bitsF32(amaxBits), 448.f);
+    d = divRn(math::bitsF32(amaxBits), hasInf ? 416.f : 448.f);
     if (!(d >= 1.17549435e-38f)) d = 1.17549435e-38f;  // 2^-126
   }
   return math::f32Bits(d) | (hasInf ? kMetaInf : 0u);
@@ -141,18 +144,17 @@ CCLX_HD float e4m3ToF32(uint8_t c) {
 /// Encodes x with the block's multiplier qmul = metaQuantMul(meta) and INF flag.
 CCLX_HD uint8_t encode(float x, float qmul, bool infBlock) {
   uint32_t b = math::f32Bits(x), a = b & 0x7fffffffu;
-  if (a > 0x7f800000u) return infBlock ? 0x80 : 0x7f;                // NaN
-  if (a == 0x7f800000u) return uint8_t(((b >> 24) & 0x80u) | 0x7fu);  // Inf (INF block)
-  uint8_t c = f32ToE4m3(mulRn(x, qmul));
-  return (infBlock && c == 0x80) ? uint8_t(0) : c;
+  (void)infBlock;  // finite values of an INF block stay below 432 after scaling: no 0x7E/0xFE
+  if (a > 0x7f800000u) return kCodeNaN;
+  if (a == 0x7f800000u) return (b >> 31) ? kCodeNegInf : kCodePosInf;  // Inf (INF block)
+  return f32ToE4m3(mulRn(x, qmul));
 }
 
 /// Decodes code c of a block with dmul = metaDequantMul(meta) and INF flag.
 CCLX_HD float decode(uint8_t c, float dmul, bool infBlock) {
   if (infBlock) {
-    if (c == 0x7f) return math::bitsF32(0x7f800000u);
-    if (c == 0xff) return math::bitsF32(0xff800000u);
-    if (c == 0x80) return math::bitsF32(0x7fc00000u);
+    if (c == kCodePosInf) return math::bitsF32(0x7f800000u);
+    if (c == kCodeNegInf) return math::bitsF32(0xff800000u);
   }
   return mulRn(e4m3ToF32(c), dmul);  // NaN codes stay NaN
 }

@@ -248,11 +248,11 @@ __device__ __forceinline__ uint32_t cvtPair(float lo, float hi) {
 }
 
 /// Device twin of fp8::encode for one value given its hardware code.
-__device__ __forceinline__ uint32_t fixSpecial(float x, uint32_t hw, bool inf) {
+__device__ __forceinline__ uint32_t fixSpecial(float x, uint32_t hw) {
   uint32_t b = __float_as_uint(x), a = b & 0x7fffffffu;
-  if (a > 0x7f800000u) return inf ? 0x80u : 0x7fu;
-  if (a == 0x7f800000u) return ((b >> 24) & 0x80u) | 0x7fu;
-  return (inf && hw == 0x80u) ? 0u : hw;
+  if (a > 0x7f800000u) return fp8::kCodeNaN;
+  if (a == 0x7f800000u) return (b >> 31) ? fp8::kCodeNegInf : fp8::kCodePosInf;
+  return hw;
 }
 
 /// Quantizes this lane's 16 values of a block handled by `group` lanes (group = B/16); returns
@@ -286,13 +286,14 @@ __device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, fp8:
     uint32_t hi = cvtPair(__fmul_rn(v[4 * k + 2], q), __fmul_rn(v[4 * k + 3], q));
     w[k] = lo | (hi << 16);
   }
-  if (special || infI) {  // rare: per-element NaN/Inf/INF-block handling (no shuffles inside)
+  if (special) {  // rare: per-element NaN/Inf codes (no shuffles inside; finite values of an
+                  // INF block need no fix: its scale keeps them below the Inf codes)
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       uint32_t word = 0;
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        word |= fixSpecial(v[4 * k + e], (w[k] >> (8 * e)) & 0xffu, infI != 0) << (8 * e);
+        word |= fixSpecial(v[4 * k + e], (w[k] >> (8 * e)) & 0xffu) << (8 * e);
       w[k] = word;
     }
   }

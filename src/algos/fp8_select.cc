@@ -2,6 +2,8 @@
 // otherwise the CCLX_LOW_PRECISION_ENABLE[_<COLL>] settings and a minimum message size.
 #include "algos/fp8_algos.h"
 
+#include "core/error.h"
+
 namespace cclx {
 
 bool lowPrecisionWanted(const CollArgs& args, const Config& cfg) {
@@ -24,6 +26,22 @@ bool lowPrecisionWanted(const CollArgs& args, const Config& cfg) {
     if (it->second == "off") return false;
   }
   return enabled && args.bytes() >= cfg.lpMinBytes;
+}
+
+size_t fp8OneShotTable(int worldSize) {
+  // 2 ranks (2x H200, bf16, graph replay): one-shot against reduce-scatter + all-gather, see
+  // docs/PERF.md. Other world sizes push N - 1 copies of the message and are not measured.
+  return worldSize == 2 ? (size_t(64) << 20) : 0;
+}
+
+std::string fp8AllReduceWanted(const CollArgs& args, const Config& cfg, int worldSize) {
+  std::string want = cfg.fp8AllReduceAlgo;
+  if (auto it = args.opts.hints.find("fp8_algo"); it != args.opts.hints.end()) want = it->second;
+  CCLX_ARG_CHECK(want == "auto" || want == "oneshot" || want == "twoshot",
+                 "fp8 allreduce algorithm '%s' is not one of auto|oneshot|twoshot", want.c_str());
+  if (want != "auto") return want;
+  const size_t max = cfg.fp8OneShotMaxBytes ? cfg.fp8OneShotMaxBytes : fp8OneShotTable(worldSize);
+  return args.bytes() <= max ? "oneshot" : "twoshot";
 }
 
 }  // namespace cclx

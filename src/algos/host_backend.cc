@@ -32,6 +32,7 @@ class HostBackend final : public Backend {
     p2p_ = makeHostSendRecv();
     barrier_ = makeHostBarrier();
     fp8AllReduce_ = makeHostFp8AllReduce();
+    fp8OneShot_ = makeHostFp8OneShotAllReduce();
     fp8AllGather_ = makeHostFp8AllGather();
     fp8ReduceScatter_ = makeHostFp8ReduceScatter();
     fp8AllToAll_ = makeHostFp8AllToAll();
@@ -82,7 +83,10 @@ class HostBackend final : public Backend {
     if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
     switch (a.type) {
       case CollType::AllReduce: {
-        if (HostAlgo* lp = lowPrecision(a, fp8AllReduce_)) return lp;
+        if (lowPrecisionWanted(a, info_.cfg)) {
+          const bool one = fp8AllReduceWanted(a, info_.cfg, ctx_->size) == "oneshot";
+          if (HostAlgo* lp = lowPrecision(a, one ? fp8OneShot_ : fp8AllReduce_)) return lp;
+        }
         std::string algo = hint(a, "algo");
         if (algo.empty() || algo == "auto") algo = info_.cfg.allreduceAlgo;
         if (algo == "flat") return flat_.get();
@@ -116,7 +120,7 @@ class HostBackend final : public Backend {
   std::unique_ptr<HostCtx> ctx_;
   std::unique_ptr<HostAlgo> flat_, tree_, lamport_, reduce_, bcast_, allGather_, reduceScatter_, allToAll_,
       allToAllV_, p2p_, barrier_;
-  std::unique_ptr<HostAlgo> fp8AllReduce_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;
+  std::unique_ptr<HostAlgo> fp8AllReduce_, fp8OneShot_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;
 };
 
 }  // namespace

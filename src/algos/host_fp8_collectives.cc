@@ -7,6 +7,8 @@
 //   AllReduce      step 1: quantize the chunk into the own slot; every rank reduces its shard of
 //                  blocks (shardBlocks) from all slots and requantizes it into the own slot of
 //                  step 2; step 2: every rank dequantizes all shards into the output.
+//   AllReduce      one-shot (HostFp8OneShot, the twin of fp8_oneshot.cu): quantize the chunk into
+//                  the own slot; every rank reduces every block from all slots (one step).
 //   AllGather      quantize the own chunk; dequantize every rank's chunk into its output segment.
 //   ReduceScatter  quantize the N destination segments; reduce segment `rank` from all slots.
 //   AllToAll       quantize the N destination segments; dequantize segment `rank` of each slot.
@@ -159,6 +161,31 @@ class HostFp8AllReduce : public HostFp8Base {
   }
 };
 
+/// out = T(sum_r deq(q(x_r))): one quantization, no requantized shards (fp8_oneshot.cu).
+class HostFp8OneShot : public HostFp8Base {
+ public:
+  HostFp8OneShot() : HostFp8Base(CollType::AllReduce, 1) {}
+  const char* name() const override { return "fp8_oneshot"; }
+  void run(const CollArgs& a, HostCtx& ctx) override {
+    const int N = ctx.size, B = ctx.cfg.fp8BlockSize;
+    const size_t n = a.count, nbAll = (n + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), 1, B);
+    float tmp[fp8::kMaxBlock];
+    for (size_t c0 = 0; c0 < nbAll; c0 += per) {
+      size_t nb = std::min(per, nbAll - c0);
+      uint64_t s = ctx.nextStep();
+      quantizeBlocks(a.send, a.dtype, n, B, c0, c0 + nb, Packed(ctx.slot(ctx.rank, s), nb, B), c0);
+      ctx.sync(s);
+      std::vector<Packed> in;
+      for (int p = 0; p < N; ++p) in.emplace_back(ctx.slot(p, s), nb, B);
+      for (size_t b = c0; b < c0 + nb; ++b) {
+        reduceBlock(in, c0, b, B, n, a.op.kind, tmp);
+        size_t len = std::min(n - b * size_t(B), size_t(B));
+        for (size_t j = 0; j < len; ++j) storeF(a.recv, a.dtype, b * B + j, tmp[j]);
+      }
+    }
+  }
+};
+
 class HostFp8AllGather : public HostFp8Base {
  public:
   HostFp8AllGather() : HostFp8Base(CollType::AllGather, 1) {}
@@ -229,6 +256,9 @@ class HostFp8AllToAll : public HostFp8Base {
 }  // namespace
 
 std::unique_ptr<HostAlgo> makeHostFp8AllReduce() { return std::make_unique<HostFp8AllReduce>(); }
+std::unique_ptr<HostAlgo> makeHostFp8OneShotAllReduce() {
+  return std::make_unique<HostFp8OneShot>();
+}
 std::unique_ptr<HostAlgo> makeHostFp8AllGather() { return std::make_unique<HostFp8AllGather>(); }
 std::unique_ptr<HostAlgo> makeHostFp8ReduceScatter() {
   return std::make_unique<HostFp8ReduceScatter>();

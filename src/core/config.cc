@@ -138,6 +138,14 @@ Config Config::fromEnv() {
     c.fp8ProducerWarps = int(parseInt("CCLX_FP8_PRODUCER_WARPS", v, 0, 15));
   if (const char* v = envOrNull("CCLX_FP8_TILES_PER_CTA"))
     c.fp8TilesPerCta = int(parseInt("CCLX_FP8_TILES_PER_CTA", v, 1, 64));
+  if (const char* v = envOrNull("CCLX_FP8_ALLREDUCE_ALGO")) {
+    std::string s = lower(v);
+    if (s != "auto" && s != "oneshot" && s != "twoshot")
+      CCLX_THROW(cclxInvalidArgument,
+                 "CCLX_FP8_ALLREDUCE_ALGO='%s' is not one of auto, oneshot, twoshot", v);
+    c.fp8AllReduceAlgo = s;
+  }
+  readSize("CCLX_FP8_ONESHOT_MAX_BYTES", c.fp8OneShotMaxBytes);
   return c;
 }
 

@@ -35,7 +35,7 @@ struct Config {
   size_t ddaFlatMaxBytes = 0;           // CCLX_DDA_FLAT_MAX_BYTES (0 = tuned table)
   size_t ddaLamportMaxBytes = 0;        // CCLX_DDA_LAMPORT_MAX_BYTES (0 = tuned table)
   size_t ddaTreeMaxBytes = 0;           // CCLX_DDA_TREE_MAX_BYTES (0 = tuned table)
-  size_t ddaStagingBytes = 96ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
+  size_t ddaStagingBytes = 176ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
   int ddaMaxBlocks = 0;                 // CCLX_DDA_MAX_BLOCKS (0 = tuned)
 
   // Low-precision (FP8) collectives.
@@ -47,6 +47,8 @@ struct Config {
   int fp8BlockSize = 128;           // CCLX_FP8_BLOCK_SIZE (32..256, power of two)
   int fp8ProducerWarps = 0;         // CCLX_FP8_PRODUCER_WARPS (1..15 of 16; 0 = per collective)
   int fp8TilesPerCta = 1;           // CCLX_FP8_TILES_PER_CTA: pipeline depth wanted per CTA
+  std::string fp8AllReduceAlgo = "auto";  // CCLX_FP8_ALLREDUCE_ALGO=auto|oneshot|twoshot
+  size_t fp8OneShotMaxBytes = 0;    // CCLX_FP8_ONESHOT_MAX_BYTES (0 = tuned table)
 
   /// Reads the environment. Throws cclx::Error(cclxInvalidArgument) on a malformed value.
   static Config fromEnv();

@@ -3,11 +3,12 @@
 // The pointers below are valid in this process (peer pointers are IPC mappings over NVLink/PCIe).
 //
 // Staging layout (bytes, S = stagingBytes, every region 256-byte aligned):
-//   [kFlat]     [0, S/12)      DDA flat allreduce: LL16 packet slots, two sets alternating by epoch
-//   [kTree]     [S/12, S/3)    DDA tree allreduce: reduce-scatter inbox + all-gather inbox
-//   [kLamport]  [S/3, 2S/3)    DDA Lamport allreduce: inboxes [parity][src], 0xFF-filled at init
-//   [kFp8]      [2S/3, S)      FP8 collectives (src/algos/fp8_*.cu); owned entirely by them
-// (boundaries rounded down to 256 bytes; the 96 MiB default gives 8 / 24 / 32 / 32 MiB)
+//   [kFlat]       [0, S/22)        DDA flat allreduce: LL16 packet slots, two sets alternating by epoch
+//   [kTree]       [S/22, 4S/22)    DDA tree allreduce: reduce-scatter inbox + all-gather inbox
+//   [kLamport]    [4S/22, 8S/22)   DDA Lamport allreduce: inboxes [parity][src], 0xFF-filled at init
+//   [kFp8]        [8S/22, 12S/22)  FP8 collectives (src/algos/fp8_*.cu); owned entirely by them
+//   [kFp8OneShot] [12S/22, S)      FP8 one-shot allreduce: inboxes [parity][src], 0xFF-filled at init
+// (boundaries rounded down to 256 bytes; the 176 MiB default gives 8 / 24 / 32 / 32 / 80 MiB)
 // Regions are disjoint so that one algorithm's late readers are never overwritten by another
 // algorithm that a faster peer already started.
 //
@@ -31,7 +32,7 @@ constexpr int kMaxRanks = 8;       // largest world size with peer memory
 constexpr int kMaxBlocks = 128;    // largest grid of any peer-memory kernel
 constexpr size_t kSignalBytes = 1u << 20;
 
-enum class StagingRegion : int { kFlat = 0, kTree = 1, kLamport = 2, kFp8 = 3 };
+enum class StagingRegion : int { kFlat = 0, kTree = 1, kLamport = 2, kFp8 = 3, kFp8OneShot = 4 };
 enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2 };
 
 struct PeerMem {

@@ -15,8 +15,8 @@ namespace cclx {
 namespace {
 // Region r spans [bound(r), bound(r + 1)) (see ipc.h).
 size_t regionBound(size_t S, int r) {
-  static constexpr size_t kNum[] = {0, 1, 4, 8, 12};  // twelfths of S
-  return r >= 4 ? S : (S / 12 * kNum[r] + S % 12 * kNum[r] / 12) & ~size_t(255);
+  static constexpr size_t kNum[] = {0, 1, 4, 8, 12};  // 22nds of S
+  return r >= 5 ? S : (S / 22 * kNum[r] + S % 22 * kNum[r] / 22) & ~size_t(255);
 }
 }  // namespace
 
@@ -82,12 +82,12 @@ void peerMemOpen(PeerMem& pm, const BootstrapInfo& info, int device) {
       base = nullptr;
     } else {
       // Before publishing: flags start at 0, LL slots hold no valid epoch, and the Lamport
-      // inboxes are empty (all ones).
+      // inboxes (DDA and FP8 one-shot) are empty (all ones).
       CCLX_CUDA_CHECK(cudaMemset(base, 0, staging + kSignalBytes));
       PeerMem lay;
       lay.stagingBytes = staging;
-      CCLX_CUDA_CHECK(cudaMemset(base + lay.regionOffset(StagingRegion::kLamport), 0xFF,
-                                 lay.regionBytes(StagingRegion::kLamport)));
+      for (StagingRegion r : {StagingRegion::kLamport, StagingRegion::kFp8OneShot})
+        CCLX_CUDA_CHECK(cudaMemset(base + lay.regionOffset(r), 0xFF, lay.regionBytes(r)));
       CCLX_CUDA_CHECK(cudaDeviceSynchronize());
     }
   }

@@ -22,7 +22,8 @@ const char* kVars[] = {"CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX
                        "CCLX_LOW_PRECISION_ENABLE", "CCLX_LOW_PRECISION_ALLREDUCE",
                        "CCLX_LOW_PRECISION_ALLGATHER", "CCLX_LOW_PRECISION_REDUCESCATTER",
                        "CCLX_LOW_PRECISION_ALLTOALL", "CCLX_LOW_PRECISION_MIN_BYTES",
-                       "CCLX_FP8_BLOCK_SIZE", "CCLX_FP8_PRODUCER_WARPS", "CCLX_FP8_TILES_PER_CTA"};
+                       "CCLX_FP8_BLOCK_SIZE", "CCLX_FP8_PRODUCER_WARPS", "CCLX_FP8_TILES_PER_CTA",
+                       "CCLX_FP8_ALLREDUCE_ALGO", "CCLX_FP8_ONESHOT_MAX_BYTES"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -82,6 +83,8 @@ TEST_F(ConfigTest, ParsesValues) {
   set("CCLX_FP8_PRODUCER_WARPS", "12");
   set("CCLX_FP8_TILES_PER_CTA", "8");
   set("CCLX_LOW_PRECISION_MIN_BYTES", "1048576");
+  set("CCLX_FP8_ALLREDUCE_ALGO", "TwoShot");
+  set("CCLX_FP8_ONESHOT_MAX_BYTES", "32M");
   cclx::Config c = cclx::Config::fromEnv();
   EXPECT_EQ(c.logLevel, cclx::LogLevel::INFO);
   EXPECT_TRUE(c.checkMode);
@@ -98,6 +101,8 @@ TEST_F(ConfigTest, ParsesValues) {
   EXPECT_EQ(c.fp8ProducerWarps, 12);
   EXPECT_EQ(c.fp8TilesPerCta, 8);
   EXPECT_EQ(c.lpMinBytes, 1048576u);
+  EXPECT_EQ(c.fp8AllReduceAlgo, "twoshot");
+  EXPECT_EQ(c.fp8OneShotMaxBytes, 32ull << 20);
 }
 
 TEST_F(ConfigTest, LowPrecisionSwitches) {
@@ -131,6 +136,7 @@ TEST_F(ConfigTest, RejectsMalformedValues) {
   rejected("CCLX_SHM_CHUNK_BYTES", "100");
   rejected("CCLX_SPIN_ITERATIONS", "many");
   rejected("CCLX_ALLREDUCE_ALGO", "ring");
+  rejected("CCLX_FP8_ALLREDUCE_ALGO", "ring");
   rejected("CCLX_DDA_ENABLE", "2");
   rejected("CCLX_DDA_MAX_BLOCKS", "5000");
   rejected("CCLX_FP8_BLOCK_SIZE", "100");

@@ -105,9 +105,13 @@ TEST(Fp8Codec, SpecialValuesInBlocks) {
   EXPECT_EQ(back[10], inf);
   EXPECT_EQ(back[11], -inf);
   EXPECT_EQ(back[12], 0.f);
+  EXPECT_EQ(codes[10], fp8::kCodePosInf);
+  EXPECT_EQ(codes[11], fp8::kCodeNegInf);
+  EXPECT_EQ(codes[3], fp8::kCodeNaN);
   for (int i = 0; i < 64; ++i)
     if (i != 3 && i != 10 && i != 11) {
       EXPECT_NEAR(back[i], x[i], std::fabs(x[i]) / 16 + 1e-6) << i;
+      EXPECT_LE(codes[i] & 0x7f, 0x7d) << i;  // finite values stay below the Inf codes
     }
   // NaN without Inf: plain NaN code, scale from the finite values only.
   x[10] = 1.f; x[11] = 2.f;
@@ -116,7 +120,7 @@ TEST(Fp8Codec, SpecialValuesInBlocks) {
   EXPECT_EQ(codes[3], 0x7f);
   fp8::dequantizeBlock(codes, meta, 64, back);
   EXPECT_TRUE(std::isnan(back[3]));
-  EXPECT_EQ(std::signbit(back[12]), true);  // -0 kept outside INF blocks
+  EXPECT_EQ(std::signbit(back[12]), true);  // -0 kept
   // All zeros, all NaN, all Inf.
   for (float fill : {0.f, nan, inf}) {
     std::fill(x, x + 64, fill);
@@ -235,4 +239,36 @@ TEST(Fp8Codec, BlockLaneMappingIsCoalescedPermutation) {
                 << "B=" << B << " piece " << p << " lane " << lane;
       }
     }
+}
+
+// The one-shot allreduce marks unwritten inbox bytes with all ones: no block, special values
+// included, may encode to code 0xFF, and the block maximum of an INF block maps onto 416.
+TEST(Fp8Codec, NoCodeIsAllOnes) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::uniform_int_distribution<int> pick(0, 9);
+  const float specials[] = {inf, -inf, nan, -nan, -0.f, 0.f, 448.f, -448.f, 1e30f, -1e30f};
+  for (int trial = 0; trial < 20000; ++trial) {
+    float x[128];
+    uint8_t codes[128];
+    const float scale = std::ldexp(1.f, int(rng() % 200) - 100);
+    for (int i = 0; i < 128; ++i)
+      x[i] = (rng() % 8 == 0) ? specials[pick(rng)] : g(rng) * scale;
+    fp8::Meta meta = fp8::quantizeBlock(x, 128, 128, codes);
+    ASSERT_NE(meta, 0xffffffffu);
+    for (int i = 0; i < 128; ++i) ASSERT_NE(codes[i], 0xff) << trial << " " << i;
+  }
+  for (float fill : {-inf, inf, nan, -nan, -448.f, -1e30f}) {
+    float x[32];
+    uint8_t codes[32];
+    std::fill(x, x + 32, fill);
+    fp8::quantizeBlock(x, 32, 32, codes);
+    for (int i = 0; i < 32; ++i) ASSERT_NE(codes[i], 0xff) << fill;
+  }
+  uint32_t bits = 0x42c80000u;  // 100
+  fp8::Meta meta = fp8::makeMeta(bits, true);
+  const double scaled = 100.0 * double(fp8::metaQuantMul(meta));
+  EXPECT_NEAR(scaled, 416.0, 416.0 * 1e-6);
+  EXPECT_EQ(fp8::f32ToE4m3(float(scaled)), 0x7d);
 }

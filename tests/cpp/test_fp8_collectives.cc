@@ -35,15 +35,17 @@ struct Outcome {
 };
 
 /// Runs one FP8 collective with every rank's data from makeData() and checks it.
+/// `oneShot` picks the allreduce algorithm (hint fp8_algo) and its model.
 Outcome runOne(Comm& c, Store& store, CollType t, DataType dt, RedOpKind op, size_t count, int B,
-               Kind kind, uint32_t seed, bool inPlace, const std::string& tag) {
+               Kind kind, uint32_t seed, bool inPlace, const std::string& tag,
+               bool oneShot = false) {
   const int N = c.size(), me = c.rank();
   const bool avg = op == RedOpKind::AVG;
   const size_t inN = (t == CollType::AllReduce || t == CollType::AllGather) ? count : N * count;
   const size_t outN = t == CollType::AllReduce || t == CollType::ReduceScatter ? count : N * count;
   std::vector<Buf> X;
   for (int r = 0; r < N; ++r) X.push_back(makeData(dt, inN, kind, r, seed));
-  Expect ex = expectFor(t, X, me, count, B, avg, dt);
+  Expect ex = expectFor(t, X, me, count, B, avg, dt, oneShot);
   const Buf& want = ex.want;
   const std::vector<double>& ref = ex.ref;
   // Run (poisoned output; in place: the input lives inside the output buffer).
@@ -58,6 +60,11 @@ Outcome runOne(Comm& c, Store& store, CollType t, DataType dt, RedOpKind op, siz
   }
   CollOptions co;
   co.hints["low_precision"] = "fp8";
+  co.hints["fp8_algo"] = oneShot ? "oneshot" : "twoshot";
+  const std::string algo = oneShot ? "fp8_oneshot" : "fp8";
+  if (t == CollType::AllReduce)
+    MP_CHECK(c.selectAllReduceAlgo(count, dt, op, co) == algo, "%s: %s not selected", tag.c_str(),
+             algo.c_str());
   switch (t) {
     case CollType::AllReduce: c.allReduce(send, out.data(), count, dt, op, co); break;
     case CollType::AllGather: c.allGather(send, out.data(), count, dt, co); break;
@@ -106,11 +113,14 @@ void sweep(int N, const char* chunk, const char* block, std::vector<size_t> coun
           if (op == RedOpKind::AVG && t != CollType::AllReduce && t != CollType::ReduceScatter)
             continue;
           for (size_t n : counts)
-            for (bool inPlace : {false, true}) {
-              std::string tag = std::string(collName(t)) + "/" + dtypeName(dt) + "/" + opName(op) +
-                                "/" + std::to_string(n) + (inPlace ? "/ip" : "") + "/" +
-                                std::to_string(k++);
-              Outcome o = runOne(*c, *store, t, dt, op, n, B, Kind::Gaussian, 17 + k, inPlace, tag);
+            for (bool inPlace : {false, true})
+              for (bool one : {false, true}) {
+              if (one && t != CollType::AllReduce) continue;
+              std::string tag = std::string(collName(t)) + (one ? "1" : "") + "/" +
+                                dtypeName(dt) + "/" + opName(op) + "/" + std::to_string(n) +
+                                (inPlace ? "/ip" : "") + "/" + std::to_string(k++);
+              Outcome o =
+                  runOne(*c, *store, t, dt, op, n, B, Kind::Gaussian, 17 + k, inPlace, tag, one);
               MP_CHECK(o.wrong == 0, "%s: %zu elements differ from the model", tag.c_str(), o.wrong);
               // Sanity bound only (two roundings of at most 2^-4 each); AccuracyTargets below
               // holds the real targets on large data.
@@ -139,12 +149,16 @@ TEST(Fp8Collectives, AccuracyTargets) {
       int k = 0;
       for (CollType t : kColls)
         for (DataType dt : {DataType::f32, DataType::bf16})
-          for (Kind kind : {Kind::Gaussian, Kind::Outliers, Kind::Small}) {
+          for (Kind kind : {Kind::Gaussian, Kind::Outliers, Kind::Small})
+            for (bool one : {false, true}) {
+            if (one && t != CollType::AllReduce) continue;
             size_t n = t == CollType::AllReduce ? (1u << 17) : (1u << 16);
-            std::string tag = std::string("acc/") + collName(t) + "/" + dtypeName(dt) + "/" +
-                              kindName(kind) + "/" + std::to_string(k++);
-            Outcome o = runOne(*c, *store, t, dt, RedOpKind::SUM, n, 128, kind, 99, false, tag);
-            double limit = t == CollType::AllReduce ? 0.040 : 0.028;
+            std::string tag = std::string("acc/") + collName(t) + (one ? "-oneshot" : "") + "/" +
+                              dtypeName(dt) + "/" + kindName(kind) + "/" + std::to_string(k++);
+            Outcome o =
+                runOne(*c, *store, t, dt, RedOpKind::SUM, n, 128, kind, 99, false, tag, one);
+            // One quantization (one-shot allreduce and the exchanges) against two.
+            double limit = t == CollType::AllReduce && !one ? 0.040 : 0.028;
             if (rank == 0) printf("[fp8 accuracy] N=%d %s err=%.4f\n", size, tag.c_str(), o.err);
             MP_CHECK(o.wrong == 0, "%s: %zu elements differ from the model", tag.c_str(), o.wrong);
             MP_CHECK(o.err <= limit, "%s: error %.4f above %.3f", tag.c_str(), o.err, limit);
@@ -163,15 +177,19 @@ TEST(Fp8Collectives, NanAndInfPreserved) {
     Buf x = makeData(DataType::f32, n, Kind::Gaussian, rank, 5);
     if (rank == 0) { x.set(5, std::nanf("")); x.set(301, -inf); }
     if (rank == 1) { x.set(300, inf); x.set(301, inf); x.set(700, -inf); }
-    Buf out(DataType::f32, n);
-    out.poison();
-    c->allReduce(x.data(), out.data(), n, DataType::f32, RedOpKind::SUM);
-    MP_CHECK(std::isnan(out.get(5)));
-    MP_CHECK(out.get(300) == inf);
-    MP_CHECK(std::isnan(out.get(301)));  // -Inf + Inf
-    MP_CHECK(out.get(700) == -inf);
-    for (size_t i : {size_t(4), size_t(299), size_t(302), size_t(999)})
-      MP_CHECK(std::isfinite(out.get(i)), "element %zu", i);
+    for (const char* algo : {"twoshot", "oneshot"}) {
+      Buf out(DataType::f32, n);
+      out.poison();
+      CollOptions co;
+      co.hints["fp8_algo"] = algo;
+      c->allReduce(x.data(), out.data(), n, DataType::f32, RedOpKind::SUM, co);
+      MP_CHECK(std::isnan(out.get(5)), "%s", algo);
+      MP_CHECK(out.get(300) == inf, "%s", algo);
+      MP_CHECK(std::isnan(out.get(301)), "%s", algo);  // -Inf + Inf
+      MP_CHECK(out.get(700) == -inf, "%s", algo);
+      for (size_t i : {size_t(4), size_t(299), size_t(302), size_t(999)})
+        MP_CHECK(std::isfinite(out.get(i)), "%s: element %zu", algo, i);
+    }
     Buf g(DataType::bf16, 2 * n), xb(DataType::bf16, n);
     for (size_t i = 0; i < n; ++i) xb.set(i, x.get(i));
     g.poison();
@@ -219,7 +237,23 @@ TEST(Fp8Select, HintsAndSettings) {
 TEST(Fp8Select, CommPicksFp8ByHint) {
   auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = fp8Comm(rank, size, store, "1048576", "128");
-    MP_CHECK(c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::SUM) == "fp8");
+    // 2 ranks: one-shot by default up to the table's size, two-shot by hint or above it.
+    MP_CHECK(c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::SUM) == "fp8_oneshot");
+    MP_CHECK(c->selectAllReduceAlgo(size_t(64) << 18, DataType::f32, RedOpKind::SUM) ==
+             "fp8_oneshot");
+    MP_CHECK(c->selectAllReduceAlgo((size_t(64) << 18) + 1, DataType::f32, RedOpKind::SUM) ==
+             "fp8");
+    CollOptions two, bad;
+    two.hints["fp8_algo"] = "twoshot";
+    MP_CHECK(c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::SUM, two) == "fp8");
+    bad.hints["fp8_algo"] = "threeshot";
+    bool threw = false;
+    try {
+      c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::SUM, bad);
+    } catch (const Error& e) {
+      threw = e.code() == cclxInvalidArgument;
+    }
+    MP_CHECK(threw, "an unknown fp8_algo must be refused");
     CollOptions off;
     off.hints["low_precision"] = "off";
     MP_CHECK(c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::SUM, off) != "fp8");

@@ -95,11 +95,13 @@ inline std::vector<float> reduceModel(const std::vector<std::vector<float>>& v, 
   return acc;
 }
 
-/// FP8 allreduce of inputs x (one per rank), as floats before the output rounding.
-inline std::vector<float> modelAllReduce(const std::vector<Buf>& x, int B, bool avg) {
+/// FP8 allreduce of inputs x (one per rank), as floats before the output rounding: two-shot
+/// requantizes the reduced values (deq(q(sum_r deq(q(x_r))))), one-shot does not.
+inline std::vector<float> modelAllReduce(const std::vector<Buf>& x, int B, bool avg,
+                                         bool oneShot = false) {
   std::vector<std::vector<float>> v;
   for (const Buf& b : x) v.push_back(roundTrip(b, 0, b.n, B));
-  return roundTripF(reduceModel(v, avg), B);
+  return oneShot ? reduceModel(v, avg) : roundTripF(reduceModel(v, avg), B);
 }
 
 /// Expected FP8 output of rank `me` (bits, from the model) and its float64 reference, given every
@@ -109,7 +111,7 @@ struct Expect {
   std::vector<double> ref;
 };
 inline Expect expectFor(cclx::CollType t, const std::vector<Buf>& X, int me, size_t count, int B,
-                        bool avg, DataType dt) {
+                        bool avg, DataType dt, bool oneShot = false) {
   using cclx::CollType;
   const int N = int(X.size());
   const size_t outN = (t == CollType::AllReduce || t == CollType::ReduceScatter) ? count : N * count;
@@ -117,7 +119,7 @@ inline Expect expectFor(cclx::CollType t, const std::vector<Buf>& X, int me, siz
   Expect e;
   e.ref.assign(outN, 0.0);
   if (t == CollType::AllReduce) {
-    model = modelAllReduce(X, B, avg);
+    model = modelAllReduce(X, B, avg, oneShot);
     for (size_t i = 0; i < count; ++i) {
       for (int r = 0; r < N; ++r) e.ref[i] += double(X[r].get(i));
       if (avg) e.ref[i] /= N;

@@ -1,6 +1,7 @@
 // DDA under pressure: 10^5 back-to-back allreduces without host synchronization, CUDA-graph
 // capture with 10^3 replays and fresh inputs, eager calls mixed between replays, the peer barrier,
-// and the timeout path (a rank that never arrives is named in a cclxTimeout).
+// and the timeout path (a rank that never arrives is named in a cclxTimeout; also for the FP8
+// one-shot allreduce).
 #include <gtest/gtest.h>
 
 #if defined(CCLX_HAVE_CUDA)
@@ -164,7 +165,7 @@ TEST(GpuDdaStress, PeerBarrier) {
 
 TEST(GpuDdaStress, MissingRankTimesOut) {
   GPU_REQUIRE(2);
-  for (const char* algo : {"flat", "lamport", "tree", "nccl"}) {
+  for (const char* algo : {"flat", "lamport", "tree", "nccl", "fp8_oneshot"}) {
     auto res = test::runRanks(2, [algo](int rank, int size, std::shared_ptr<Store> store) {
       Options opts;
       opts.timeout = std::chrono::milliseconds(3000);
@@ -173,15 +174,25 @@ TEST(GpuDdaStress, MissingRankTimesOut) {
       CK(cudaMalloc(&buf, 4096));
       CK(cudaMemset(buf, 0, 4096));
       // Both ranks complete one call first (NCCL connects lazily, on the host, at first use).
+      auto hints = [algo](CollOptions& o) {
+        if (std::string(algo) == "fp8_oneshot") {
+          o.hints["low_precision"] = "fp8";
+          o.hints["fp8_algo"] = "oneshot";
+        } else {
+          o.hints["algo"] = algo;
+        }
+      };
       CollOptions warm;
-      warm.hints["algo"] = algo;
+      hints(warm);
       c->allReduce(buf, buf, 1024, DataType::f32, RedOpKind::SUM, warm)->waitBlocking();
       if (rank == 1) {  // never arrives
         std::this_thread::sleep_for(std::chrono::seconds(8));
         _exit(0);
       }
       CollOptions o;
-      o.hints["algo"] = algo;
+      hints(o);
+      MP_CHECK(c->selectAllReduceAlgo(1024, DataType::f32, RedOpKind::SUM, o) == algo,
+               "%s not selected", algo);
       auto w = c->allReduce(buf, buf, 1024, DataType::f32, RedOpKind::SUM, o);
       bool threw = false;
       std::string msg;

@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "algos/fp8_algos.h"
@@ -41,15 +43,16 @@ struct Dev {
 };
 
 /// Runs one collective on device buffers and compares with the host model; returns wrong count.
+/// `oneShot` picks the allreduce algorithm (hint fp8_algo; checked) and its model.
 size_t runGpu(Comm& c, CollType t, DataType dt, RedOpKind op, size_t count, bool inPlace,
-              uint32_t seed, cudaStream_t s, const char* tag) {
+              uint32_t seed, cudaStream_t s, const char* tag, bool oneShot = false) {
   const int N = c.size(), me = c.rank();
   const size_t es = dtypeSize(dt);
   const size_t inN = (t == CollType::AllReduce || t == CollType::AllGather) ? count : N * count;
   const size_t outN = (t == CollType::AllReduce || t == CollType::ReduceScatter) ? count : N * count;
   std::vector<Buf> X;
   for (int r = 0; r < N; ++r) X.push_back(makeData(dt, inN, Kind::Gaussian, r, seed));
-  Expect ex = expectFor(t, X, me, count, 128, op == RedOpKind::AVG, dt);
+  Expect ex = expectFor(t, X, me, count, 128, op == RedOpKind::AVG, dt, oneShot);
   Dev sendB(inN * es), recvB(std::max(inN, outN) * es);
   recvB.poison();
   char* send = sendB.p;
@@ -61,6 +64,12 @@ size_t runGpu(Comm& c, CollType t, DataType dt, RedOpKind op, size_t count, bool
   CK(cudaMemcpy(send, X[me].data(), inN * es, cudaMemcpyHostToDevice));
   CollOptions co;
   co.stream = s;
+  co.hints["fp8_algo"] = oneShot ? "oneshot" : "twoshot";
+  if (t == CollType::AllReduce) {
+    const std::string want = oneShot ? "fp8_oneshot" : "fp8";
+    MP_CHECK(c.selectAllReduceAlgo(count, dt, op, co) == want, "%s: %s not selected", tag,
+             want.c_str());
+  }
   switch (t) {
     case CollType::AllReduce: c.allReduce(send, recv, count, dt, op, co); break;
     case CollType::AllGather: c.allGather(send, recv, count, dt, co); break;
@@ -128,13 +137,16 @@ void checkCollectives(Comm& c, cudaStream_t s, std::initializer_list<DataType> d
         if (op == RedOpKind::AVG && t != CollType::AllReduce && t != CollType::ReduceScatter)
           continue;
         for (size_t n : sizes(t, dt, op))
-          for (bool ip : {false, true}) {
-            char tag[192];
-            snprintf(tag, sizeof tag, "%s%s/%s/%s/%zu%s", prefix, collName(t), dtypeName(dt),
-                     opName(op), n, ip ? "/inplace" : "");
-            size_t wrong = runGpu(c, t, dt, op, n, ip, seed++, s, tag);
-            MP_CHECK(wrong == 0, "%s: %zu elements differ from the host model", tag, wrong);
-          }
+          for (bool ip : {false, true})
+            for (bool one : {false, true}) {
+              if (one && t != CollType::AllReduce) continue;
+              char tag[192];
+              snprintf(tag, sizeof tag, "%s%s%s/%s/%s/%zu%s", prefix, collName(t),
+                       one ? "(oneshot)" : "", dtypeName(dt), opName(op), n,
+                       ip ? "/inplace" : "");
+              size_t wrong = runGpu(c, t, dt, op, n, ip, seed++, s, tag, one);
+              MP_CHECK(wrong == 0, "%s: %zu elements differ from the host model", tag, wrong);
+            }
       }
 }
 
@@ -309,16 +321,21 @@ TEST(GpuFp8, GraphCaptureAndReplay) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const size_t n = (1u << 22) + 17;
     const DataType dt = DataType::bf16;
-    Dev in(n * 2), out(n * 2 * size), ag(n * 2 * size);
-    // Warm-up outside capture (lazy init), then capture allreduce + allgather.
-    CollOptions co;
-    co.stream = s;
+    Dev in(n * 2), out(n * 2 * size), out1(n * 2), ag(n * 2 * size);
+    // Warm-up outside capture (lazy init), then capture allreduce (two-shot and one-shot, the
+    // latter twice so that both inbox parities are replayed) + allgather.
+    CollOptions co, one;
+    co.stream = one.stream = s;
+    co.hints["fp8_algo"] = "twoshot";
+    one.hints["fp8_algo"] = "oneshot";
     c->allReduce(in.p, out.p, n, dt, RedOpKind::SUM, co);
     CK(cudaStreamSynchronize(s));
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     c->allReduce(in.p, out.p, n, dt, RedOpKind::SUM, co);
+    c->allReduce(in.p, out1.p, n, dt, RedOpKind::SUM, one);
+    c->allReduce(in.p, out1.p, n, dt, RedOpKind::SUM, one);
     c->allGather(in.p, ag.p, n, dt, co);
     CK(cudaStreamEndCapture(s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
@@ -327,24 +344,117 @@ TEST(GpuFp8, GraphCaptureAndReplay) {
       for (int r = 0; r < size; ++r) X.push_back(makeData(dt, n, Kind::Gaussian, r, 500 + rep));
       CK(cudaMemcpy(in.p, X[rank].data(), n * 2, cudaMemcpyHostToDevice));
       out.poison();
+      out1.poison();
       ag.poison();
       CK(cudaGraphLaunch(ge, s));
       CK(cudaStreamSynchronize(s));
       Expect ea = expectFor(CollType::AllReduce, X, rank, n, 128, false, dt);
+      Expect e1 = expectFor(CollType::AllReduce, X, rank, n, 128, false, dt, true);
       Expect eg = expectFor(CollType::AllGather, X, rank, n, 128, false, dt);
-      Buf ga(dt, n), gg(dt, n * size);
+      Buf ga(dt, n), g1(dt, n), gg(dt, n * size);
       CK(cudaMemcpy(ga.data(), out.p, n * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(g1.data(), out1.p, n * 2, cudaMemcpyDeviceToHost));
       CK(cudaMemcpy(gg.data(), ag.p, n * 2 * size, cudaMemcpyDeviceToHost));
-      size_t wa = 0, wg = 0;
+      size_t wa = 0, w1 = 0, wg = 0;
       for (size_t i = 0; i < n; ++i) wa += !sameBits(ga, ea.want, i);
+      for (size_t i = 0; i < n; ++i) w1 += !sameBits(g1, e1.want, i);
       for (size_t i = 0; i < n * size; ++i) wg += !sameBits(gg, eg.want, i);
-      MP_CHECK(wa == 0 && wg == 0, "replay %d: allreduce %zu wrong, allgather %zu wrong", rep, wa, wg);
+      MP_CHECK(wa == 0 && w1 == 0 && wg == 0,
+               "replay %d: allreduce %zu / one-shot %zu / allgather %zu wrong", rep, wa, w1, wg);
     }
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
     CK(cudaStreamDestroy(s));
     c->finalize();
   });
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// One-shot allreduce: its inboxes use all ones as "not yet written", so inputs full of specials
+// (runs of -Inf, +Inf and NaN covering whole blocks, all-ones bit patterns) must still arrive
+// and match the host model; and 24 calls back to back without host synchronization (fresh data
+// per call, three sizes, out of place and in place, a DDA allreduce between them) must each be
+// right, so an inbox parity that is refilled late or reused early would show.
+TEST(GpuFp8, OneShotSpecialsAndBackToBack) {
+  GPU_REQUIRE(2);
+  auto res = test::runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CollOptions one;
+    one.stream = s;
+    one.hints["fp8_algo"] = "oneshot";
+    const float inf = std::numeric_limits<float>::infinity();
+    for (DataType dt : {DataType::f32, DataType::bf16, DataType::f16}) {
+      const size_t n = 1000003, es = dtypeSize(dt);
+      std::vector<Buf> X;
+      for (int r = 0; r < size; ++r) {
+        Buf x = makeData(dt, n, Kind::Gaussian, r, 4242);
+        // Rank r: -Inf over [1000 r, + 600), NaN over [5000, 5300), +Inf at every 97th element
+        // of [20000, 30000), and all-ones bit patterns over [40000 + 512 r, + 300).
+        for (size_t i = 1000 * size_t(r); i < 1000 * size_t(r) + 600; ++i) x.set(i, -inf);
+        for (size_t i = 5000; i < 5300; ++i) x.set(i, std::nanf(""));
+        for (size_t i = 20000; i < 30000; i += 97) x.set(i, inf);
+        std::memset(x.bytes.data() + (40000 + 512 * size_t(r)) * es, 0xff, 300 * es);
+        X.push_back(std::move(x));
+      }
+      Expect ex = expectFor(CollType::AllReduce, X, rank, n, 128, false, dt, true);
+      Dev in(n * es), out(n * es);
+      out.poison();
+      CK(cudaMemcpy(in.p, X[rank].data(), n * es, cudaMemcpyHostToDevice));
+      MP_CHECK(c->selectAllReduceAlgo(n, dt, RedOpKind::SUM, one) == "fp8_oneshot", "selection");
+      c->allReduce(in.p, out.p, n, dt, RedOpKind::SUM, one);
+      CK(cudaStreamSynchronize(s));
+      Buf got(dt, n);
+      CK(cudaMemcpy(got.data(), out.p, n * es, cudaMemcpyDeviceToHost));
+      size_t wrong = 0;
+      for (size_t i = 0; i < n; ++i) wrong += !sameBits(got, ex.want, i);
+      MP_CHECK(wrong == 0, "specials %s: %zu elements differ from the host model", dtypeName(dt),
+               wrong);
+      MP_CHECK(got.get(100) == -inf && std::isnan(got.get(5100)) && got.get(20000) == inf,
+               "specials %s: -Inf / NaN / +Inf not kept", dtypeName(dt));
+    }
+    // Back to back.
+    const DataType dt = DataType::bf16;
+    const size_t sizes[] = {3000017, 777, 65536};
+    const int calls = 24;
+    std::vector<std::unique_ptr<Dev>> ins, outs;
+    std::vector<Expect> want;
+    std::vector<size_t> ns;
+    for (int k = 0; k < calls; ++k) {
+      const size_t n = sizes[k % 3];
+      std::vector<Buf> X;
+      for (int r = 0; r < size; ++r) X.push_back(makeData(dt, n, Kind::Gaussian, r, 7000 + k));
+      want.push_back(expectFor(CollType::AllReduce, X, rank, n, 128, false, dt, true));
+      ins.push_back(std::make_unique<Dev>(n * 2));
+      outs.push_back(std::make_unique<Dev>(n * 2));
+      outs.back()->poison();
+      CK(cudaMemcpy(ins.back()->p, X[rank].data(), n * 2, cudaMemcpyHostToDevice));
+      ns.push_back(n);
+    }
+    Dev dda(4096 * 2);
+    CK(cudaMemset(dda.p, 0, 4096 * 2));
+    CK(cudaDeviceSynchronize());
+    CollOptions plain;
+    plain.stream = s;
+    plain.hints["low_precision"] = "off";
+    for (int k = 0; k < calls; ++k) {
+      const bool inPlace = k % 4 == 3;
+      if (inPlace) CK(cudaMemcpyAsync(outs[k]->p, ins[k]->p, ns[k] * 2, cudaMemcpyDeviceToDevice, s));
+      c->allReduce(inPlace ? outs[k]->p : ins[k]->p, outs[k]->p, ns[k], dt, RedOpKind::SUM, one);
+      if (k % 5 == 2) c->allReduce(dda.p, dda.p, 4096, dt, RedOpKind::SUM, plain);
+    }
+    CK(cudaStreamSynchronize(s));
+    for (int k = 0; k < calls; ++k) {
+      Buf got(dt, ns[k]);
+      CK(cudaMemcpy(got.data(), outs[k]->p, ns[k] * 2, cudaMemcpyDeviceToHost));
+      size_t wrong = 0;
+      for (size_t i = 0; i < ns[k]; ++i) wrong += !sameBits(got, want[k].want, i);
+      MP_CHECK(wrong == 0, "back-to-back call %d (%zu elements): %zu wrong", k, ns[k], wrong);
+    }
+    CK(cudaStreamDestroy(s));
+    c->finalize();
+  }, std::chrono::seconds(600));
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
