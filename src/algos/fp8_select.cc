@@ -31,7 +31,7 @@ bool lowPrecisionWanted(const CollArgs& args, const Config& cfg) {
 size_t fp8OneShotTable(int worldSize) {
   // 2 ranks (2x H200, bf16, graph replay): one-shot against reduce-scatter + all-gather, see
   // docs/PERF.md. Other world sizes push N - 1 copies of the message and are not measured.
-  return worldSize == 2 ? (size_t(64) << 20) : 0;
+  return worldSize == 2 ? (size_t(32) << 20) : 0;
 }
 
 std::string fp8AllReduceWanted(const CollArgs& args, const Config& cfg, int worldSize) {
