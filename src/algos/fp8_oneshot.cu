@@ -44,7 +44,7 @@ namespace fp8dev {
 namespace {
 
 // Measured on 2x H200 (bf16, graph replay, 64 / 16 MiB): 4 producer warps of 16 take 128.5-131.8
-// / 36.5-37.5 us; 2: 219 / 57; 5: 134 / 39; 6: 153 / 44; 8: 150 / 42. Rounds of 768 / 1024 / 1536 /
+// / 36.5-37.5 us; 2: 219 / 57; 5: 134 / 39; 8: 150 / 42. Rounds of 768 / 1024 / 1536 /
 // 2304 units: 128.5 / 129.7 / 128.8 / 140.9 us at 64 MiB, 36.9 / 37.0 / 40.3 / 44.3 at 16 MiB.
 // Four units per producer thread, loading the peer's codes together with the own values, a
 // bounded producer lead and backing off while polling were all slower or equal.
