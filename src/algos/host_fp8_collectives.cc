@@ -93,6 +93,28 @@ void reduceBlock(const std::vector<Packed>& in, size_t base, size_t b, int B, si
     for (size_t j = 0; j < len; ++j) tmp[j] = fp8::divRn(tmp[j], float(N));
 }
 
+/// reduceBlock of block b, stored as the output's elements [b * B, ...).
+void reduceStore(const std::vector<Packed>& in, size_t base, size_t b, int B, size_t n,
+                 RedOpKind op, void* out, DataType dt) {
+  float tmp[fp8::kMaxBlock];
+  reduceBlock(in, base, b, B, n, op, tmp);
+  const size_t len = std::min(n - b * size_t(B), size_t(B));
+  for (size_t j = 0; j < len; ++j) storeF(out, dt, b * B + j, tmp[j]);
+}
+
+/// Quantizes blocks [c0, c0 + nb) of the input into this rank's slot of `step`, waits for every
+/// rank's, and returns views of all ranks' slots (rank order).
+std::vector<Packed> quantizeAndShare(const CollArgs& a, HostCtx& ctx, size_t c0, size_t nb,
+                                     uint64_t step) {
+  const int B = ctx.cfg.fp8BlockSize;
+  quantizeBlocks(a.send, a.dtype, a.count, B, c0, c0 + nb, Packed(ctx.slot(ctx.rank, step), nb, B),
+                 c0);
+  ctx.sync(step);
+  std::vector<Packed> in;
+  for (int p = 0; p < ctx.size; ++p) in.emplace_back(ctx.slot(p, step), nb, B);
+  return in;
+}
+
 bool fp8TypeOk(const CollArgs& a) {
   return a.dtype == DataType::f32 || a.dtype == DataType::bf16 || a.dtype == DataType::f16;
 }
@@ -138,10 +160,7 @@ class HostFp8AllReduce : public HostFp8Base {
     for (size_t c0 = 0; c0 < nbAll; c0 += per) {
       size_t nb = std::min(per, nbAll - c0);
       uint64_t s1 = ctx.nextStep();
-      quantizeBlocks(a.send, a.dtype, n, B, c0, c0 + nb, Packed(ctx.slot(ctx.rank, s1), nb, B), c0);
-      ctx.sync(s1);
-      std::vector<Packed> in;
-      for (int p = 0; p < N; ++p) in.emplace_back(ctx.slot(p, s1), nb, B);
+      std::vector<Packed> in = quantizeAndShare(a, ctx, c0, nb, s1);
       uint64_t s2 = s1 + 1;
       Packed mine(ctx.slot(ctx.rank, s2), nb, B);
       size_t sb0, sb1;
@@ -167,21 +186,13 @@ class HostFp8OneShot : public HostFp8Base {
   HostFp8OneShot() : HostFp8Base(CollType::AllReduce, 1) {}
   const char* name() const override { return "fp8_oneshot"; }
   void run(const CollArgs& a, HostCtx& ctx) override {
-    const int N = ctx.size, B = ctx.cfg.fp8BlockSize;
+    const int B = ctx.cfg.fp8BlockSize;
     const size_t n = a.count, nbAll = (n + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), 1, B);
-    float tmp[fp8::kMaxBlock];
     for (size_t c0 = 0; c0 < nbAll; c0 += per) {
       size_t nb = std::min(per, nbAll - c0);
-      uint64_t s = ctx.nextStep();
-      quantizeBlocks(a.send, a.dtype, n, B, c0, c0 + nb, Packed(ctx.slot(ctx.rank, s), nb, B), c0);
-      ctx.sync(s);
-      std::vector<Packed> in;
-      for (int p = 0; p < N; ++p) in.emplace_back(ctx.slot(p, s), nb, B);
-      for (size_t b = c0; b < c0 + nb; ++b) {
-        reduceBlock(in, c0, b, B, n, a.op.kind, tmp);
-        size_t len = std::min(n - b * size_t(B), size_t(B));
-        for (size_t j = 0; j < len; ++j) storeF(a.recv, a.dtype, b * B + j, tmp[j]);
-      }
+      std::vector<Packed> in = quantizeAndShare(a, ctx, c0, nb, ctx.nextStep());
+      for (size_t b = c0; b < c0 + nb; ++b)
+        reduceStore(in, c0, b, B, n, a.op.kind, a.recv, a.dtype);
     }
   }
 };
@@ -194,13 +205,11 @@ class HostFp8AllGather : public HostFp8Base {
     const size_t n = a.count, nbAll = (n + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), 1, B);
     for (size_t c0 = 0; c0 < nbAll; c0 += per) {
       size_t nb = std::min(per, nbAll - c0);
-      uint64_t s = ctx.nextStep();
-      quantizeBlocks(a.send, a.dtype, n, B, c0, c0 + nb, Packed(ctx.slot(ctx.rank, s), nb, B), c0);
-      ctx.sync(s);
+      std::vector<Packed> in = quantizeAndShare(a, ctx, c0, nb, ctx.nextStep());
       for (int p = 0; p < N; ++p) {
         void* out = a.recvList.empty() ? const_cast<char*>(segPtr(a.recv, n, a.dtype, p))
                                        : a.recvList[p];
-        dequantizeBlocks(Packed(ctx.slot(p, s), nb, B), c0, c0, c0 + nb, B, n, out, a.dtype);
+        dequantizeBlocks(in[p], c0, c0, c0 + nb, B, n, out, a.dtype);
       }
     }
   }
@@ -212,7 +221,6 @@ class HostFp8ReduceScatter : public HostFp8Base {
   void run(const CollArgs& a, HostCtx& ctx) override {
     const int N = ctx.size, B = ctx.cfg.fp8BlockSize;
     const size_t n = a.count, nbAll = (n + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), N, B);
-    float tmp[fp8::kMaxBlock];
     for (size_t c0 = 0; c0 < nbAll; c0 += per) {
       size_t nb = std::min(per, nbAll - c0), run = fp8::packedBytes(nb, B);
       uint64_t s = ctx.nextStep();
@@ -224,11 +232,8 @@ class HostFp8ReduceScatter : public HostFp8Base {
       ctx.sync(s);
       std::vector<Packed> in;
       for (int p = 0; p < N; ++p) in.emplace_back(ctx.slot(p, s) + ctx.rank * run, nb, B);
-      for (size_t b = c0; b < c0 + nb; ++b) {
-        reduceBlock(in, c0, b, B, n, a.op.kind, tmp);
-        size_t len = std::min(n - b * size_t(B), size_t(B));
-        for (size_t j = 0; j < len; ++j) storeF(a.recv, a.dtype, b * B + j, tmp[j]);
-      }
+      for (size_t b = c0; b < c0 + nb; ++b)
+        reduceStore(in, c0, b, B, n, a.op.kind, a.recv, a.dtype);
     }
   }
 };
