@@ -195,7 +195,7 @@ std::string CudaBackend::selectAllReduce(const CollArgs& a) {
   const bool bitwise = isBitwise(a.op.kind);
   if (!bitwise && !plainNccl_ && fp8Ar_ && lowPrecisionWanted(a, info_.cfg)) {
     // A one-shot call that does not fit the one-shot inboxes runs two-shot.
-    if (fp8AllReduceWanted(a, info_.cfg, ctx_.size) == "oneshot" && fp8Os_->canRun(a, ctx_))
+    if (fp8OneShotWanted(a, info_.cfg, ctx_.size) && fp8Os_->canRun(a, ctx_))
       return "fp8_oneshot";
     if (fp8Ar_->canRun(a, ctx_)) return "fp8";
   }

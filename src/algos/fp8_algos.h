@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "algos/algo.h"
@@ -18,12 +17,13 @@ namespace cclx {
 /// ReduceScatter and AllToAll with f32/bf16/f16 data and SUM/AVG (reductions) qualify.
 bool lowPrecisionWanted(const CollArgs& args, const Config& cfg);
 
-/// Which FP8 allreduce runs: "oneshot" (every rank pushes its whole quantized input to every peer
-/// and reduces locally; one quantization) or "twoshot" (reduce-scatter + all-gather; two
-/// quantizations). Per-call hint "fp8_algo", else CCLX_FP8_ALLREDUCE_ALGO; "auto" takes oneshot
-/// up to CCLX_FP8_ONESHOT_MAX_BYTES (0: the tuned table, fp8OneShotTable) when it fits.
-/// Throws cclxInvalidArgument on an unknown name.
-std::string fp8AllReduceWanted(const CollArgs& args, const Config& cfg, int worldSize);
+/// True when the FP8 allreduce should run one-shot (every rank pushes its whole quantized input to
+/// every peer and reduces locally; one quantization) rather than two-shot (reduce-scatter +
+/// all-gather; two quantizations): per-call hint "fp8_algo", else CCLX_FP8_ALLREDUCE_ALGO
+/// (oneshot|twoshot|auto); auto is one-shot up to CCLX_FP8_ONESHOT_MAX_BYTES (0: the tuned table,
+/// fp8OneShotTable). The caller still checks that the one-shot fits. Throws cclxInvalidArgument
+/// on an unknown name.
+bool fp8OneShotWanted(const CollArgs& args, const Config& cfg, int worldSize);
 /// Largest message (bytes) auto runs one-shot with `worldSize` ranks (0 = never).
 size_t fp8OneShotTable(int worldSize);
 

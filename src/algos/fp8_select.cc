@@ -29,19 +29,20 @@ bool lowPrecisionWanted(const CollArgs& args, const Config& cfg) {
 }
 
 size_t fp8OneShotTable(int worldSize) {
-  // 2 ranks (2x H200, bf16, graph replay): one-shot against reduce-scatter + all-gather, see
-  // docs/PERF.md. Other world sizes push N - 1 copies of the message and are not measured.
+  // 2 ranks (2x H200, bf16, graph replay, run 16 in docs/PERF.md): one-shot against two-shot 15.3
+  // / 19.9 us at 4 MiB, 38.5 / 41.9 at 16 MiB, 68.8 / 71.5 at 32 MiB, 100.1 / 99.9 at 48 MiB,
+  // 130.4 / 126.9 at 64 MiB. Other world sizes push N - 1 copies of the message; not measured.
   return worldSize == 2 ? (size_t(32) << 20) : 0;
 }
 
-std::string fp8AllReduceWanted(const CollArgs& args, const Config& cfg, int worldSize) {
-  std::string want = cfg.fp8AllReduceAlgo;
-  if (auto it = args.opts.hints.find("fp8_algo"); it != args.opts.hints.end()) want = it->second;
-  CCLX_ARG_CHECK(want == "auto" || want == "oneshot" || want == "twoshot",
-                 "fp8 allreduce algorithm '%s' is not one of auto|oneshot|twoshot", want.c_str());
-  if (want != "auto") return want;
+bool fp8OneShotWanted(const CollArgs& args, const Config& cfg, int worldSize) {
+  const std::string* want = &cfg.fp8AllReduceAlgo;
+  if (auto it = args.opts.hints.find("fp8_algo"); it != args.opts.hints.end()) want = &it->second;
+  CCLX_ARG_CHECK(*want == "auto" || *want == "oneshot" || *want == "twoshot",
+                 "fp8 allreduce algorithm '%s' is not one of auto|oneshot|twoshot", want->c_str());
+  if (*want != "auto") return *want == "oneshot";
   const size_t max = cfg.fp8OneShotMaxBytes ? cfg.fp8OneShotMaxBytes : fp8OneShotTable(worldSize);
-  return args.bytes() <= max ? "oneshot" : "twoshot";
+  return args.bytes() <= max;
 }
 
 }  // namespace cclx

@@ -84,7 +84,7 @@ class HostBackend final : public Backend {
     switch (a.type) {
       case CollType::AllReduce: {
         if (lowPrecisionWanted(a, info_.cfg)) {
-          const bool one = fp8AllReduceWanted(a, info_.cfg, ctx_->size) == "oneshot";
+          const bool one = fp8OneShotWanted(a, info_.cfg, ctx_->size);
           if (HostAlgo* lp = lowPrecision(a, one ? fp8OneShot_ : fp8AllReduce_)) return lp;
         }
         std::string algo = hint(a, "algo");
