@@ -8,9 +8,9 @@
 // same decoded values in the same order, so all outputs are identical.
 //
 // Inbox layout. Rank r's kFp8OneShot region holds inboxes [parity][src] (src != r) of slotBytes
-// each, filled with 0xFF bytes at init. An inbox is one packed run (fp8_codec.h): the codes of
-// block gb at gb * B (unit u = 16 codes at u * 16, the collectives' lane mapping), then the metas
-// at metaOffset. The codec never emits code 0xFF and a meta is never all ones (its scale is a
+// each, filled with 0xFF bytes at init. An inbox holds the codes of block gb at gb * B (unit u = 16
+// codes at u * 16, the collectives' lane mapping), then, from the next 256-byte boundary, one
+// 32-bit meta per block. The codec never emits code 0xFF and a meta is never all ones (its scale is a
 // positive finite float), so an 8-byte piece of codes that is all ones, or a meta that is, has not
 // arrived yet.
 //
