@@ -4,14 +4,14 @@
 // finite 448, smallest subnormal 2^-9, no Inf, NaN = S.1111.111). Conversion is round to nearest
 // even with saturation to +-448 (a finite value never becomes NaN).
 //
-// Block scale ("meta", 32 bits): the float d = amax / 448 (416 in INF blocks) of the block's largest finite
-// magnitude amax (d = 1 for a block without finite non-zero values, d >= 2^-126 so that 1/d is
-// finite), with the sign bit used as the INF flag. A value x is stored as e4m3(x * s) with
-// s = 1 / d and read back as e4m3value * d. Every step is one IEEE float operation rounded to
+// Block scale ("meta", 32 bits): the float d = amax / 448 (416 in INF blocks) of the block's
+// largest finite magnitude amax (d = 1 for a block without finite non-zero values, d >= 2^-126 so
+// that 1/d is finite), with the sign bit used as the INF flag. A value x is stored as e4m3(x * s)
+// with s = 1 / d and read back as e4m3value * d. Every step is one IEEE float operation rounded to
 // nearest (division, multiply: the device uses __fdiv_rn/__fmul_rn, so no FMA contraction and no
-// approximate division), so host and device produce the same bits. The block maximum lands on
-// 448 (within a rounding) and is nearly exact; measured against a power-of-two scale this halves
-// the error of outlier-dominated data (docs/PERF.md).
+// approximate division), so host and device produce the same bits. The block maximum lands on 448
+// (within a rounding) and is nearly exact; measured against a power-of-two scale this halves the
+// error of outlier-dominated data (docs/PERF.md).
 //
 // Specials: NaN is encoded as 0x7F. A block that contains +-Inf gets the INF flag and the scale
 // d = amax / 416, so its finite values take codes up to +-416 (0x7D / 0xFD) and the codes of

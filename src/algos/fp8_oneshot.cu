@@ -8,11 +8,11 @@
 // same decoded values in the same order, so all outputs are identical.
 //
 // Inbox layout. Rank r's kFp8OneShot region holds inboxes [parity][src] (src != r) of slotBytes
-// each, filled with 0xFF bytes at init. An inbox holds the codes of block gb at gb * B (unit u = 16
-// codes at u * 16, the collectives' lane mapping), then, from the next 256-byte boundary, one
-// 32-bit meta per block. The codec never emits code 0xFF and a meta is never all ones (its scale is a
-// positive finite float), so an 8-byte piece of codes that is all ones, or a meta that is, has not
-// arrived yet.
+// each, filled with 0xFF bytes at init. An inbox holds the codes of block gb at gb * B (unit u =
+// 16 codes at u * 16, the collectives' lane mapping), then, from the next 256-byte boundary, one
+// 32-bit meta per block. The codec never emits code 0xFF and a meta is never all ones (its scale
+// is a positive finite float), so an 8-byte piece of codes that is all ones, or a meta that is,
+// has not arrived yet.
 //
 // Synchronization contract. Work unit u (16 values of block u / G, lane u % G, G = B / 16) belongs
 // to round r of CTA b when u is in [(r * grid + b) * RU, + RU). Every CTA of every call reads its
@@ -305,7 +305,8 @@ class Fp8OneShotAllReduce : public DeviceAlgo {
     CCLX_REQUIRE(canRun(a, ctx), cclxInternalError,
                  "fp8 one-shot allreduce launched for a call it cannot run");
     OneShotParams p{};
-    for (int r = 0; r < ctx.size; ++r) p.region[r] = ctx.peer->region(r, StagingRegion::kFp8OneShot);
+    for (int r = 0; r < ctx.size; ++r)
+      p.region[r] = ctx.peer->region(r, StagingRegion::kFp8OneShot);
     p.send = static_cast<const char*>(a.send);
     p.recv = static_cast<char*>(a.recv);
     p.count = a.count;

@@ -3,11 +3,11 @@
 // The pointers below are valid in this process (peer pointers are IPC mappings over NVLink/PCIe).
 //
 // Staging layout (bytes, S = stagingBytes, every region 256-byte aligned):
-//   [kFlat]       [0, S/22)        DDA flat allreduce: LL16 packet slots, two sets alternating by epoch
+//   [kFlat]       [0, S/22)        DDA flat allreduce: LL16 packet slots, two sets by epoch
 //   [kTree]       [S/22, 4S/22)    DDA tree allreduce: reduce-scatter inbox + all-gather inbox
-//   [kLamport]    [4S/22, 8S/22)   DDA Lamport allreduce: inboxes [parity][src], 0xFF-filled at init
+//   [kLamport]    [4S/22, 8S/22)   DDA Lamport allreduce: inboxes [parity][src], 0xFF at init
 //   [kFp8]        [8S/22, 12S/22)  FP8 collectives (src/algos/fp8_*.cu); owned entirely by them
-//   [kFp8OneShot] [12S/22, S)      FP8 one-shot allreduce: inboxes [parity][src], 0xFF-filled at init
+//   [kFp8OneShot] [12S/22, S)      FP8 one-shot allreduce: inboxes [parity][src], 0xFF at init
 // (boundaries rounded down to 256 bytes; the 176 MiB default gives 8 / 24 / 32 / 32 / 80 MiB)
 // Regions are disjoint so that one algorithm's late readers are never overwritten by another
 // algorithm that a faster peer already started.
