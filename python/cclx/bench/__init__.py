@@ -1,0 +1,33 @@
+"""cclx-bench: end-to-end benchmarks of cclx inside a model step.
+
+    cclx-bench tp --preset llama3-8b            # one rank
+    torchrun --nproc-per-node 8 -m cclx.bench tp --preset llama3-70b
+
+Subcommands: tp (decode and prefill of a tensor-parallel Llama-shaped model).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import tp
+
+    p = argparse.ArgumentParser(prog="cclx-bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command")
+    sub.required = True
+    tp.build_parser(sub.add_parser("tp", help="tensor-parallel Llama decode/prefill"))
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.command == "tp":
+        from . import tp
+
+        return tp.main(args=args)
+    raise SystemExit(f"cclx-bench: unknown command {args.command!r}")

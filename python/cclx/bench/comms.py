@@ -1,0 +1,132 @@
+"""The communicators of cclx-bench tp (torch.distributed as the reference, cclx, NCCL through
+the cclx drop-in, cclx with FP8) as interchangeable allreduces, and the rank environment."""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import os
+import socket
+from typing import Any, Callable, Dict, List, Optional
+
+SKIP = "skip"  # the same step with the allreduces left out: the compute-only bound
+
+
+@dataclasses.dataclass
+class Variant:
+    """One way of running the step: its allreduce, and what to switch on around it."""
+
+    name: str
+    reduce: Optional[Callable[[Any], Any]]
+    enter: Callable[[], None] = lambda: None
+    leave: Callable[[], None] = lambda: None
+
+
+def find_intercept() -> Optional[Callable[[int], int]]:
+    """cclxDropinSetIntercept from the preloaded cclx drop-in libnccl.so.2, if any."""
+    try:
+        lib = ctypes.CDLL(None)
+    except OSError:
+        return None
+    if not hasattr(lib, "cclxDropinSetIntercept"):
+        return None
+    fn = lib.cclxDropinSetIntercept
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int]
+    return fn
+
+
+class Ranks:
+    """torch.distributed (the reference communicator, plus a gloo group for control values
+    that stays out of every measurement) and the cclx communicator."""
+
+    def __init__(self, args: argparse.Namespace, torch: Any) -> None:
+        import datetime
+
+        import torch.distributed as dist
+
+        import cclx
+
+        self.torch, self.dist, self.cclx, self.cuda = torch, dist, cclx, args.cuda
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        # Every NCCL call goes to the real NCCL unless a dropin step switches the drop-in on.
+        self.intercept = find_intercept() if self.cuda else None
+        if self.intercept is not None:
+            self.intercept(0)
+        tmo = datetime.timedelta(seconds=args.timeout)
+        if self.cuda:
+            local = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
+            per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            if per_host > torch.cuda.device_count():
+                raise SystemExit(f"cclx-bench tp: {per_host} ranks on this host but only "
+                                 f"{torch.cuda.device_count()} GPUs")
+            self.device = torch.device("cuda", local % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)
+            dist.init_process_group("nccl", timeout=tmo, device_id=self.device)
+        else:
+            self.device = torch.device("cpu")
+            dist.init_process_group("gloo", timeout=tmo)
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.ctl = dist.new_group(backend="gloo")
+        store = None
+        if self.size == 1:  # nothing to meet; a private store avoids the launcher's port
+            store = cclx.TcpStore("127.0.0.1", 0, True, "cclx-bench", args.timeout)
+        self.comm = cclx.new_comm("cclx", self.device if self.cuda else "cpu",
+                                  name="cclx_bench_tp", timeout=args.timeout, store=store)
+        self.ref_name = "nccl" if self.cuda else "gloo"
+
+    def variants(self, names: List[str], fp8_min: int) -> Dict[str, Variant]:
+        dist, comm, SUM = self.dist, self.comm, self.cclx.ReduceOp.SUM
+        fp8 = {"low_precision": "fp8"}
+        out: Dict[str, Variant] = {}
+        for n in names:
+            if n == "nccl":
+                out[self.ref_name] = Variant(self.ref_name, lambda t: dist.all_reduce(t))
+            elif n == "cclx":
+                out[n] = Variant(n, lambda t: comm.all_reduce(t, SUM, False))
+            elif n == "cclx-fp8":
+                out[n] = Variant(n, lambda t: comm.all_reduce(
+                    t, SUM, False, fp8 if t.numel() * t.element_size() >= fp8_min else None))
+            elif n == "dropin" and self.intercept is not None:
+                on, off = (lambda: self.intercept(1)), (lambda: self.intercept(0))
+                out[n] = Variant(n, lambda t: dist.all_reduce(t), on, off)
+        out[SKIP] = Variant(SKIP, None)
+        return out
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def barrier(self) -> None:
+        self.sync()
+        self.dist.barrier(group=self.ctl)
+
+    def reduce(self, vals: List[float], op: str) -> List[float]:
+        """Element-wise max, min or sum over ranks, through the control group."""
+        t = self.torch.tensor(vals, dtype=self.torch.float64)
+        rop = {"max": self.dist.ReduceOp.MAX, "min": self.dist.ReduceOp.MIN,
+               "sum": self.dist.ReduceOp.SUM}[op]
+        self.dist.all_reduce(t, op=rop, group=self.ctl)
+        return t.tolist()
+
+    def top1(self, lm: Any, vocab_off: int) -> List[int]:
+        """Global argmax per sequence of vocabulary-sharded logits."""
+        torch = self.torch
+        mx, am = lm.float().max(dim=-1)
+        mine = torch.stack([mx.cpu().double(), (am.cpu() + vocab_off).double()], dim=1)
+        parts = [torch.empty_like(mine) for _ in range(self.size)]
+        self.dist.all_gather(parts, mine, group=self.ctl)
+        allv = torch.stack(parts)                      # (ranks, batch, 2)
+        best = allv[:, :, 0].argmax(dim=0)             # first rank with the maximum
+        return [int(allv[best[i], i, 1]) for i in range(allv.shape[1])]
+
+    def close(self) -> None:
+        try:
+            self.comm.finalize()
+        finally:
+            self.dist.destroy_process_group()
