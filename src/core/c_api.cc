@@ -13,7 +13,7 @@
 #include <new>
 
 #include "core/backend.h"
-#include "core/bootstrap.h"
+#include "store/bootstrap.h"
 #include "core/comm_internal.h"
 #include "core/error.h"
 

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <set>
 
-#include "core/bootstrap.h"
+#include "store/bootstrap.h"
 #include "core/comm_internal.h"
 #include "core/error.h"
 #include "core/log.h"

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <sstream>
 
-#include "core/bootstrap.h"
+#include "store/bootstrap.h"
 #include "core/comm_internal.h"
 #include "core/error.h"
 #include "core/log.h"

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "algos/fp8_codec.h"
+#include "core/fp8_codec.h"
 #include "core/backend.h"
 
 namespace fp8test {

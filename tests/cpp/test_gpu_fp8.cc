@@ -16,8 +16,8 @@
 #include <memory>
 #include <vector>
 
-#include "algos/fp8_algos.h"
-#include "algos/fp8_selftest.h"
+#include "core/select.h"
+#include "gpu/fp8_selftest.h"
 #include "core/config.h"
 #include "test_fp8_util.h"
 #include "test_gpu_util.h"
@@ -102,27 +102,6 @@ void echoTagged(const std::string& log, const char* tag) {
   fflush(stdout);
 }
 
-/// Prints the allreduce phase trace of one call: per slot, min / median / max over the CTAs
-/// that reached it, in us after the first CTA's entry.
-void printTrace(const std::vector<uint64_t>& tr, int rank, size_t bytes) {
-  static const char* kNames[kFp8TraceSlots] = {
-      "entry", "begun", "A0 pushed", "t0 wait0", "t0 B", "t0 wait1", "t0 C+A", "t1 wait0",
-      "t1 B", "t1 wait1", "t1 C+A", "t2 wait0", "t2 B", "t2 wait1", "t2 C+A", "end"};
-  uint64_t t0 = std::numeric_limits<uint64_t>::max();
-  for (int c = 0; c < kFp8TraceCtas; ++c)
-    if (tr[size_t(c) * kFp8TraceSlots] != 0) t0 = std::min(t0, tr[size_t(c) * kFp8TraceSlots]);
-  for (int sl = 0; sl < kFp8TraceSlots; ++sl) {
-    std::vector<double> v;
-    for (int c = 0; c < kFp8TraceCtas; ++c) {
-      uint64_t t = tr[size_t(c) * kFp8TraceSlots + sl];
-      if (t != 0) v.push_back(double(t - t0) / 1e3);
-    }
-    if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
-    printf("[fp8 trace] %zu MiB rank %d %-10s ctas %3zu  min %7.1f  med %7.1f  max %7.1f us\n",
-           bytes >> 20, rank, kNames[sl], v.size(), v.front(), v[v.size() / 2], v.back());
-  }
-}
 
 /// Checks every collective against the host model: for each (collective, dtype, op) with
 /// sizes(t, dt, op) non-empty, every size out of place and in place; `seed` advances per call.
@@ -499,8 +478,7 @@ TEST(GpuFp8, TimingPrint) {
 // Where the time of a bf16 FP8 allreduce goes (no assertion; lines "[fp8 phase]"): the whole
 // allreduce (eager and CUDA-graph replayed), a quantize-only and a dequantize-only pass over the
 // message with the collectives' code and grid, and plain SM peer writes of one FP8 shard (what
-// each link direction carries in each of the allreduce's two exchange phases on 2 ranks), and
-// the allreduce's phase trace of one replayed call per rank (lines "[fp8 trace]").
+// each link direction carries in each of the allreduce's two exchange phases on 2 ranks).
 TEST(GpuFp8, PhaseTiming) {
   GPU_REQUIRE(2);
   const size_t kSizes[] = {size_t(16) << 20, size_t(64) << 20, size_t(256) << 20};
@@ -545,24 +523,16 @@ TEST(GpuFp8, PhaseTiming) {
       CK(cudaGraphLaunch(ge, tm.s));  // warm-up replay
       CK(cudaStreamSynchronize(tm.s));
       const double graph = tm.timeUs([&] { CK(cudaGraphLaunch(ge, tm.s)); }, iters);
-      // One more replay with the phase trace on: the last call's phase boundaries per CTA.
-      fp8AllReduceTrace(true);
-      CK(cudaGraphLaunch(ge, tm.s));
-      CK(cudaStreamSynchronize(tm.s));
-      fp8AllReduceTrace(false);
-      const std::vector<uint64_t> tr = fp8AllReduceTraceRead();
       CK(cudaGraphExecDestroy(ge));
       CK(cudaGraphDestroy(g));
       if (rank == 0)
         printf("[fp8 phase] bf16 %zu MiB: full fp8 allreduce eager %.1f us, graph %.1f us "
                "(algbw %.0f GB/s)\n",
                bytes >> 20, eager, graph, double(bytes) / (graph * 1e3));
-      printTrace(tr, rank, bytes);
     }
     c->finalize();
   }, std::chrono::seconds(600));
   echoTagged(res2.log, "[fp8 phase]");
-  echoTagged(res2.log, "[fp8 trace]");
   ASSERT_TRUE(res2.ok()) << res2.log;
 }
 

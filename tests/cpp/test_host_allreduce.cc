@@ -10,7 +10,7 @@
 #include "core/config.h"
 #include "helpers/mp.h"
 #include "test_host_util.h"
-#include "transport/shm.h"
+#include "host/shm.h"
 
 using namespace cclx;
 using namespace hosttest;

@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "algos/host_reduce_kernels.h"
+#include "host/reduce_kernels.h"
 #include "test_host_util.h"
-#include "transport/shm.h"
+#include "host/shm.h"
 
 using namespace cclx;
 using namespace hosttest;

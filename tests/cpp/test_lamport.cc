@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "algos/lamport.h"
+#include "core/lamport.h"
 
 using namespace cclx;
 

@@ -1,0 +1,154 @@
+// Algorithm selection for both backends (see select.h). Size tables: bytes per rank, measured on
+// 2x H200 (docs/PERF.md, runs 13 and 16); other world sizes are estimates until measured.
+#include "core/select.h"
+
+#include <limits>
+#include <string>
+
+#include "core/error.h"
+
+namespace cclx {
+
+namespace {
+
+constexpr size_t kNever = 0;
+constexpr size_t kAlways = std::numeric_limits<size_t>::max();
+
+size_t flatTable(int n) { return n <= 2 ? (512u << 10) : n <= 4 ? (256u << 10) : (128u << 10); }
+// Lamport one-shot: measured on 2 ranks only; larger worlds push (N - 1) x the message per rank
+// and use the tree unless CCLX_DDA_LAMPORT_MAX_BYTES says otherwise.
+size_t lamportTable(int n) { return n <= 2 ? (16u << 20) : kNever; }
+size_t treeTable(int n) { return n <= 2 ? (64u << 20) : n <= 4 ? (16u << 20) : (8u << 20); }
+// FP8 one-shot against two-shot, 2 ranks: faster up to 32 MiB, equal at 48, slower at 64. Other
+// world sizes push N - 1 copies of the message; not measured.
+size_t fp8OneShotTable(int n) { return n == 2 ? (size_t(32) << 20) : kNever; }
+
+size_t pick(size_t setting, size_t table) { return setting ? setting : table; }
+
+const std::string* hint(const CollArgs& a, const char* key) {
+  auto it = a.opts.hints.find(key);
+  return it == a.opts.hints.end() ? nullptr : &it->second;
+}
+
+enum class Want { Auto, Flat, Lamport, Tree, Nccl };
+
+// Hint "algo" (per call, else per comm: Comm merges them), else CCLX_ALLREDUCE_ALGO.
+Want allReduceWant(const CollArgs& a, const Config& cfg) {
+  const std::string* h = hint(a, "algo");
+  const std::string& w = h ? *h : cfg.allreduceAlgo;
+  if (w == "auto") return Want::Auto;
+  if (w == "flat") return Want::Flat;
+  if (w == "lamport") return Want::Lamport;
+  if (w == "tree") return Want::Tree;
+  if (w == "nccl") return Want::Nccl;
+  CCLX_THROW(cclxInvalidArgument, "allreduce algorithm '%s' is not one of auto|flat|lamport|tree|nccl",
+             w.c_str());
+}
+
+// Hint "fp8_algo", else CCLX_FP8_ALLREDUCE_ALGO: true for one-shot.
+bool fp8OneShotWanted(const CollArgs& a, const Config& cfg, int n) {
+  const std::string* h = hint(a, "fp8_algo");
+  const std::string& w = h ? *h : cfg.fp8AllReduceAlgo;
+  if (w == "oneshot") return true;
+  if (w == "twoshot") return false;
+  CCLX_ARG_CHECK(w == "auto", "fp8 allreduce algorithm '%s' is not one of auto|oneshot|twoshot",
+                 w.c_str());
+  return a.bytes() <= fp8OneShotMaxBytes(cfg, n);
+}
+
+bool isBitwise(RedOpKind k) {
+  return k == RedOpKind::BAND || k == RedOpKind::BOR || k == RedOpKind::BXOR;
+}
+
+Algo selectAllReduce(const CollArgs& a, const Config& cfg, const Caps& c) {
+  const Want want = allReduceWant(a, cfg);  // a bad name fails whatever runs
+  const bool bitwise = isBitwise(a.op.kind);
+  if (!c.plainNccl && !bitwise && lowPrecisionWanted(a, cfg)) {
+    // A one-shot call that does not fit the one-shot inboxes runs two-shot.
+    if (c.fp8OneShot && fp8OneShotWanted(a, cfg, c.worldSize)) return Algo::Fp8OneShot;
+    if (c.fp8) return Algo::Fp8;
+  }
+  const size_t bytes = a.bytes();
+  if (c.host) {
+    if (want == Want::Flat) return Algo::Flat;
+    if (want == Want::Tree) return Algo::Tree;
+    if (want == Want::Lamport) return c.lamport ? Algo::Lamport : Algo::Tree;
+    return bytes <= cfg.shmFlatMaxBytes ? Algo::Flat : Algo::Tree;
+  }
+  if (!c.peer || (c.plainNccl && !bitwise)) return Algo::Base;
+  const size_t flatMax = c.timed ? ddaFlatMaxBytes(cfg, c.worldSize) : kAlways;
+  const size_t lamportMax = c.timed ? ddaLamportMaxBytes(cfg, c.worldSize) : kAlways;
+  const size_t treeMax = c.timed ? ddaTreeMaxBytes(cfg, c.worldSize) : kAlways;
+  switch (want) {
+    case Want::Flat: return c.flat ? Algo::Flat : Algo::Tree;
+    case Want::Lamport: return c.lamport ? Algo::Lamport : Algo::Tree;
+    case Want::Tree: return Algo::Tree;
+    case Want::Nccl:
+      if (!bitwise) return Algo::Base;
+      break;
+    case Want::Auto: break;
+  }
+  if (bytes <= flatMax && c.flat) return Algo::Flat;
+  if (bytes <= lamportMax && c.lamport) return Algo::Lamport;
+  if (bytes <= treeMax || bitwise || !c.nccl) return Algo::Tree;
+  return Algo::Base;
+}
+
+}  // namespace
+
+const char* algoName(Algo a) {
+  switch (a) {
+    case Algo::Base: return "base";
+    case Algo::Flat: return "flat";
+    case Algo::Lamport: return "lamport";
+    case Algo::Tree: return "tree";
+    case Algo::Fp8: return "fp8";
+    case Algo::Fp8OneShot: return "fp8_oneshot";
+    case Algo::PeerBarrier: return "peer-barrier";
+  }
+  return "?";
+}
+
+size_t ddaFlatMaxBytes(const Config& cfg, int n) { return pick(cfg.ddaFlatMaxBytes, flatTable(n)); }
+size_t ddaLamportMaxBytes(const Config& cfg, int n) {
+  return pick(cfg.ddaLamportMaxBytes, lamportTable(n));
+}
+size_t ddaTreeMaxBytes(const Config& cfg, int n) { return pick(cfg.ddaTreeMaxBytes, treeTable(n)); }
+size_t fp8OneShotMaxBytes(const Config& cfg, int n) {
+  return pick(cfg.fp8OneShotMaxBytes, fp8OneShotTable(n));
+}
+
+bool lowPrecisionWanted(const CollArgs& a, const Config& cfg) {
+  bool enabled = false;
+  switch (a.type) {
+    case CollType::AllReduce: enabled = cfg.lpAllReduce; break;
+    case CollType::AllGather: enabled = cfg.lpAllGather; break;
+    case CollType::ReduceScatter: enabled = cfg.lpReduceScatter; break;
+    case CollType::AllToAll: enabled = cfg.lpAllToAll; break;
+    default: return false;
+  }
+  if (a.dtype != DataType::f32 && a.dtype != DataType::bf16 && a.dtype != DataType::f16)
+    return false;
+  if ((a.type == CollType::AllReduce || a.type == CollType::ReduceScatter) &&
+      a.op.kind != RedOpKind::SUM && a.op.kind != RedOpKind::AVG)
+    return false;
+  if (const std::string* h = hint(a, "low_precision")) {
+    if (*h == "fp8") return true;
+    if (*h == "off") return false;
+  }
+  return enabled && a.bytes() >= cfg.lpMinBytes;
+}
+
+Algo select(const CollArgs& a, const Config& cfg, const Caps& c) {
+  switch (a.type) {
+    case CollType::AllReduce: return selectAllReduce(a, cfg, c);
+    case CollType::AllGather:
+    case CollType::ReduceScatter:
+    case CollType::AllToAll:
+      return !c.plainNccl && c.fp8 && lowPrecisionWanted(a, cfg) ? Algo::Fp8 : Algo::Base;
+    case CollType::Barrier: return c.peerBarrier && !c.plainNccl ? Algo::PeerBarrier : Algo::Base;
+    default: return Algo::Base;
+  }
+}
+
+}  // namespace cclx

@@ -1,0 +1,149 @@
+// DDA flat allreduce: one kernel, one-shot, LL16 packets (data and flag in the same 16 bytes).
+//
+// Synchronization contract. The grid is always kFlatBlocks blocks; block b owns the 8-byte units
+// [b*per, (b+1)*per) of the message and a private packet slot range in every rank's flat staging
+// region, addressed [set][source rank][block][unit]. Block b reads its epoch e from its device
+// counter (advanced by the kernel at exit, so CUDA-graph replays keep counting), then:
+//   1. each thread loads its units from `send` and pushes them as LL16 packets {d0, f, d1, f}
+//      with f = e + 1 into slot set (e & 1), source = this rank, of every peer (16-byte stores);
+//   2. each thread, for its same units, combines the values of ranks 0..N-1 in that order (its
+//      own from `send`, the others by polling its local slots until both flag words equal f) and
+//      writes the result to `recv`. The same thread reads send[u] before writing recv[u], so
+//      in-place works.
+// No barrier is needed: the data is the flag, and a stale packet (older epoch) never equals f.
+// Why a slot is never overwritten while a peer still reads it: rank A writes set s again at epoch
+// e + 2 only after finishing epoch e + 1, which needed at least one packet of epoch e + 1 from
+// rank B (every launch has >= 1 unit); B pushes epoch e + 1 packets only after its epoch-e kernel
+// has completely finished (flat launches are stream-ordered on each rank, the backend guarantees
+// it), i.e. after B has read everything of set s at epoch e. On a deadline (%globaltimer) the
+// waiting thread records the missing rank in the error words and stops writing.
+#include "gpu/device/units.cuh"
+
+namespace cclx {
+namespace {
+
+struct FlatParams {
+  dev::PeerPtrs peers;      // flat region bases
+  const char* send;
+  char* recv;
+  size_t bytes;
+  size_t per;               // units per block
+  size_t slotBytes;         // bytes of one [set][src][block] slot range
+  uint64_t* counters;       // kFlatBlocks entries
+  uint32_t* err;
+  uint64_t timeoutNs;
+  int rank, size;
+  RedOpKind op;
+  double factor;
+};
+
+__device__ __forceinline__ uint4* flatSlot(const FlatParams& p, int dst, int set, int src, size_t i) {
+  char* base = p.peers.staging[dst] +
+               ((size_t(set) * p.size + src) * kFlatBlocks + blockIdx.x) * p.slotBytes;
+  return reinterpret_cast<uint4*>(base) + i;
+}
+
+template <class T, RedOpKind Op>
+__device__ void flatBody(const FlatParams& p, uint64_t epoch) {
+  const uint32_t flag = uint32_t(epoch) + 1u;
+  const int set = int(epoch & 1);
+  const size_t units = (p.bytes + 7) / 8;
+  const size_t u0 = blockIdx.x * p.per;
+  const size_t u1 = min(u0 + p.per, units);
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  using A = typename math::AccOf<T>::type;
+  const A factor = Op == RedOpKind::PREMUL_SUM ? A(p.factor) : A(1);
+
+  for (size_t u = u0 + threadIdx.x; u < u1; u += blockDim.x) {
+    int valid = dev::validBytes<8>(p.bytes, u);
+    uint32_t w[2];
+    dev::loadUnit<8>(p.send + u * 8, valid, w);
+    for (int r = 0; r < p.size; ++r)
+      if (r != p.rank) dev::stLL16(flatSlot(p, r, set, p.rank, u - u0), w[0], w[1], flag);
+  }
+  bool failed = false;
+  for (size_t u = u0 + threadIdx.x; u < u1 && !failed; u += blockDim.x) {
+    int valid = dev::validBytes<8>(p.bytes, u);
+    dev::UnitAcc<T, Op, 8> acc;
+    for (int r = 0; r < p.size; ++r) {
+      uint32_t w[2];
+      if (r == p.rank) {
+        dev::loadUnit<8>(p.send + u * 8, valid, w);
+      } else {
+        const uint4* slot = flatSlot(p, p.rank, set, r, u - u0);
+        uint4 v = dev::ldLL16(slot);
+        uint32_t spins = 0;
+        while (v.y != flag || v.w != flag) {
+          if ((++spins & 255u) == 0 && dev::globalTimerNs() > deadline) {
+            dev::reportTimeout(p.err, r);
+            failed = true;
+            break;
+          }
+          v = dev::ldLL16(slot);
+        }
+        if (failed) break;
+        w[0] = v.x, w[1] = v.z;
+      }
+      acc.add(w, r == 0, factor);
+    }
+    if (failed) break;
+    uint32_t out[2];
+    acc.result(p.size, out);
+    dev::storeUnit<8>(p.recv + u * 8, valid, out);
+  }
+}
+
+template <class T>
+struct FlatRun {
+  const FlatParams& p;
+  uint64_t e;
+  template <RedOpKind Op> __device__ void operator()() { flatBody<T, Op>(p, e); }
+};
+
+template <class T>
+__global__ void __launch_bounds__(512) ddaFlatKernel(FlatParams p) {
+  const uint64_t epoch = p.counters[blockIdx.x];
+  dev::dispatchOp<T>(p.op, FlatRun<T>{p, epoch});
+  __syncthreads();  // every thread has read the counter
+  if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
+}
+
+size_t flatSlotBytes(const DeviceCtx& ctx) {
+  size_t region = ctx.peer->regionBytes(StagingRegion::kFlat);
+  return (region / (2 * size_t(ctx.size) * kFlatBlocks)) & ~size_t(15);
+}
+
+bool flatFits(size_t bytes, const DeviceCtx& ctx) {
+  if (!ctx.peerUsable() || bytes == 0) return false;
+  size_t units = (bytes + 7) / 8;
+  size_t per = (units + kFlatBlocks - 1) / kFlatBlocks;
+  return per <= flatSlotBytes(ctx) / 16;
+}
+
+class DdaFlat final : public DeviceAlgo {
+ public:
+  const char* name() const override { return "flat"; }
+  bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
+    return a.type == CollType::AllReduce && ddaOpSupported(a.op.kind, a.dtype) &&
+           flatFits(a.bytes(), ctx);
+  }
+  void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    const size_t bytes = a.bytes();
+    FlatParams p{};
+    for (int r = 0; r < ctx.size; ++r) p.peers.staging[r] = ctx.peer->region(r, StagingRegion::kFlat);
+    dev::fillCallParams(p, a, ctx, kCounterFlat);
+    size_t units = (bytes + 7) / 8;
+    p.per = (units + kFlatBlocks - 1) / kFlatBlocks;
+    p.slotBytes = flatSlotBytes(ctx);
+    int threads = int(std::min<size_t>(512, std::max<size_t>(32, (p.per + 31) / 32 * 32)));
+    auto s = static_cast<cudaStream_t>(stream);
+    dev::dispatchType(a.dtype, [&]<class T>() { ddaFlatKernel<T><<<kFlatBlocks, threads, 0, s>>>(p); });
+    CCLX_CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceAlgo> makeDdaFlat() { return std::make_unique<DdaFlat>(); }
+
+}  // namespace cclx

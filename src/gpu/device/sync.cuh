@@ -1,0 +1,73 @@
+// Device-side synchronization primitives for peer-memory kernels (DDA, barrier, FP8).
+//
+// Memory-ordering contract: a writer makes its data visible to a peer GPU with
+//   (all threads write data) -> __syncthreads() -> one thread per peer: st.release.sys(flag, v)
+// and a reader observes it with
+//   one thread per peer: ld.acquire.sys(flag) >= v -> __syncthreads() -> all threads read data.
+// Flag values only increase (no resets), so a late reader never misses a signal and a stale value
+// can never look new. Every spin loop carries a %globaltimer deadline: on expiry it records the
+// missing rank in the host-mapped error words (see gpu/algo.h) and gives up instead of hanging.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/algo.h"
+#include "gpu/device/prims.cuh"
+
+namespace cclx {
+namespace dev {
+
+/// Records a timeout: error word 0 = kErrTimeout, word 1 + missingRank = 1 (host-mapped memory,
+/// plain stores: no atomics are needed because every writer writes the same values).
+__device__ __forceinline__ void reportTimeout(uint32_t* err, int missingRank) {
+  volatile uint32_t* e = err;
+  e[1 + missingRank] = 1u;
+  e[0] = kErrTimeout;
+  __threadfence_system();
+}
+
+/// Spins until *flag >= expected (acquire, system scope) or the deadline passes. Returns false on
+/// timeout after reporting `peer` as missing.
+__device__ __forceinline__ bool waitFlagGE(const uint64_t* flag, uint64_t expected,
+                                           uint64_t deadlineNs, uint32_t* err, int peer) {
+  uint32_t spins = 0;
+  while (ldAcquireSys(flag) < expected) {
+    if ((++spins & 1023u) == 0 && globalTimerNs() > deadlineNs) {
+      reportTimeout(err, peer);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Block-level barrier with the same block index on every rank: thread t < size signals rank t
+/// (slot [myRank] of t's flag row) and waits for slot [t] of the local row. `rows[r]` points to
+/// rank r's flag row for this block (kMaxRanks uint64 each). Call with all threads of the block;
+/// returns false (in every thread) on timeout. Includes the __syncthreads() on both sides.
+__device__ __forceinline__ bool blockBarrier(uint64_t* const* rows, int rank, int size,
+                                             uint64_t value, uint64_t deadlineNs, uint32_t* err) {
+  __syncthreads();  // the block's writes happen before the release below
+  int t = threadIdx.x, failed = 0;
+  if (t < size) {
+    stReleaseSys(rows[t] + rank, value);
+    failed = !waitFlagGE(rows[rank] + t, value, deadlineNs, err, t);
+  }
+  return __syncthreads_or(failed) == 0;  // the acquires happen before the block's reads
+}
+
+/// A team: whole warps [first, first + threads) of a block with their own named barrier (ids 1
+/// and 2; 0 is __syncthreads). Kernels that pipeline split a block into a producer and a
+/// consumer team that meet only at the start and the end of a call (__syncthreads) and
+/// otherwise talk through flags.
+struct Team {
+  int id, first, threads;
+  __device__ int tid() const { return int(threadIdx.x) - first; }
+};
+
+__device__ __forceinline__ void teamSync(const Team& t) { barSync(t.id, t.threads); }
+
+/// Barrier of the team that also ORs `v` over its threads.
+__device__ __forceinline__ bool teamAny(const Team& t, bool v) { return barSyncOr(t.id, t.threads, v); }
+
+}  // namespace dev
+}  // namespace cclx

@@ -1,0 +1,18 @@
+// Every collective through NCCL (colls.cc): what the peer algorithms do not take. Needs only the
+// NCCL comm, this rank and the world size.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/backend.h"
+#include "gpu/nccl/loader.h"
+
+namespace cclx {
+
+/// Enqueues one collective (validated arguments) on `stream` through NCCL. Throws cclxNcclError
+/// with NCCL's message on failure.
+void ncclRunCollective(const CollArgs& a, nccl::ncclComm_t comm, int rank, int size,
+                       cudaStream_t stream);
+nccl::ncclDataType_t ncclType(DataType t);
+
+}  // namespace cclx

@@ -1,0 +1,153 @@
+// Run-time loading of libnccl (see nccl_cuda.h for the search order).
+#include "gpu/nccl/loader.h"
+
+#include <cclx/nccl_info.h>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace cclx {
+
+namespace {
+
+template <class Fn>
+bool loadSym(void* h, const char* name, Fn& out, bool required, std::string& missing) {
+  out = reinterpret_cast<Fn>(dlsym(h, name));
+  if (!out && required) missing += std::string(missing.empty() ? "" : ", ") + name;
+  return out != nullptr;
+}
+
+// Fills `lib` from handle `h`; returns an empty string on success, else what is missing.
+std::string bind(void* h, NcclLib& lib) {
+  std::string missing;
+  loadSym(h, "ncclGetVersion", lib.getVersion, true, missing);
+  loadSym(h, "ncclGetUniqueId", lib.getUniqueId, true, missing);
+  loadSym(h, "ncclCommInitRank", lib.commInitRank, true, missing);
+  loadSym(h, "ncclCommDestroy", lib.commDestroy, true, missing);
+  loadSym(h, "ncclCommAbort", lib.commAbort, true, missing);
+  loadSym(h, "ncclCommFinalize", lib.commFinalize, false, missing);
+  loadSym(h, "ncclCommGetAsyncError", lib.commGetAsyncError, true, missing);
+  loadSym(h, "ncclGetErrorString", lib.getErrorString, true, missing);
+  loadSym(h, "ncclGetLastError", lib.getLastError, false, missing);
+  loadSym(h, "ncclAllReduce", lib.allReduce, true, missing);
+  loadSym(h, "ncclReduce", lib.reduce, true, missing);
+  loadSym(h, "ncclBroadcast", lib.broadcast, true, missing);
+  loadSym(h, "ncclAllGather", lib.allGather, true, missing);
+  loadSym(h, "ncclReduceScatter", lib.reduceScatter, true, missing);
+  loadSym(h, "ncclSend", lib.send, true, missing);
+  loadSym(h, "ncclRecv", lib.recv, true, missing);
+  loadSym(h, "ncclGroupStart", lib.groupStart, true, missing);
+  loadSym(h, "ncclGroupEnd", lib.groupEnd, true, missing);
+  loadSym(h, "ncclRedOpCreatePreMulSum", lib.redOpCreatePreMulSum, true, missing);
+  loadSym(h, "ncclRedOpDestroy", lib.redOpDestroy, true, missing);
+  if (!missing.empty()) return "missing symbols: " + missing;
+  int v = 0;
+  if (lib.getVersion(&v) != nccl::ncclSuccess || v < 21900)
+    return strFormat("version %d is older than 2.19", v);
+  lib.version = v;
+  return "";
+}
+
+struct Loader {
+  NcclLib lib;
+  std::string error;
+  bool ok = false;
+
+  bool tryHandle(void* h, const std::string& where, const char* how) {
+    if (!h) return false;
+    NcclLib l;
+    std::string why = bind(h, l);
+    if (!why.empty()) {
+      error += "\n  " + where + ": " + why;
+      dlclose(h);
+      return false;
+    }
+    Dl_info info{};
+    l.path = where;
+    if (l.getVersion && dladdr(reinterpret_cast<void*>(l.getVersion), &info) && info.dli_fname)
+      l.path = info.dli_fname;
+    lib = l;
+    ok = true;
+    CCLX_INFO("NCCL %d.%d.%d loaded from %s (%s)", l.version / 10000, (l.version / 100) % 100,
+              l.version % 100, lib.path.c_str(), how);
+    return true;
+  }
+  bool tryPath(const std::string& p, const char* how) {
+    void* h = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char* e = dlerror();
+      error += "\n  " + p + ": " + (e ? e : "dlopen failed");
+      return false;
+    }
+    return tryHandle(h, p, how);
+  }
+
+  Loader() {
+    // Fresh read: the Python package may set CCLX_NCCL_PIP_DIR after the first config() use.
+    const Config cfg = Config::fromEnv();
+    const std::string& forced = cfg.ncclPath;
+    if (!forced.empty()) {
+      // An explicit path is binding: no silent fallback to another library.
+      if (!tryPath(forced, "CCLX_NCCL_PATH")) error = "CCLX_NCCL_PATH=" + forced + ":" + error;
+      return;
+    }
+    if (tryHandle(dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD), "libnccl.so.2", "already loaded"))
+      return;
+    // Hand-off from the Python layer: the lib directory of the nvidia-nccl pip package.
+    if (!cfg.ncclPipDir.empty())
+      if (tryPath(cfg.ncclPipDir + "/libnccl.so.2", "nvidia-nccl pip package")) return;
+    if (tryPath("libnccl.so.2", "system")) return;
+    tryPath("libnccl.so", "system");
+  }
+};
+
+Loader& loader() {
+  static Loader* l = new Loader();  // intentionally never destroyed (used at exit by comms)
+  return *l;
+}
+
+}  // namespace
+
+const NcclLib& ncclLib() {
+  static std::once_flag once;
+  std::call_once(once, [] { loader(); });
+  Loader& l = loader();
+  if (!l.ok)
+    CCLX_THROW(cclxUnsupported, "no usable NCCL library found (set CCLX_NCCL_PATH); tried:%s",
+               l.error.c_str());
+  return l.lib;
+}
+
+void ncclCheck(nccl::ncclResult_t r, const char* what, nccl::ncclComm_t comm) {
+  if (r == nccl::ncclSuccess) return;
+  const NcclLib& l = ncclLib();
+  const char* last = (comm && l.getLastError) ? l.getLastError(comm) : nullptr;
+  CCLX_THROW(cclxNcclError, "%s failed: NCCL error %d (%s)%s%s", what, int(r),
+             l.getErrorString ? l.getErrorString(r) : "?", last && *last ? ": " : "",
+             last ? last : "");
+}
+
+int ncclRuntimeVersion() {
+  try {
+    return ncclLib().version;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+std::string ncclRuntimePath() {
+  try {
+    return ncclLib().path;
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+}  // namespace cclx

@@ -1,0 +1,43 @@
+// libnccl loaded at run time (dlopen). Search order: CCLX_NCCL_PATH; a libnccl.so.2 already loaded
+// in the process (e.g. by torch); the nvidia-nccl pip package (directory in env CCLX_NCCL_PIP_DIR,
+// then the site-packages layouts the Python layer reports); the system's libnccl.so.2.
+#pragma once
+
+#include <string>
+
+#include "gpu/nccl/api.h"
+
+namespace cclx {
+
+struct NcclLib {
+  nccl::GetVersionFn getVersion = nullptr;
+  nccl::GetUniqueIdFn getUniqueId = nullptr;
+  nccl::CommInitRankFn commInitRank = nullptr;
+  nccl::CommFn commDestroy = nullptr;
+  nccl::CommFn commAbort = nullptr;
+  nccl::CommFn commFinalize = nullptr;  // optional (NCCL >= 2.14)
+  nccl::CommGetAsyncErrorFn commGetAsyncError = nullptr;
+  nccl::GetErrorStringFn getErrorString = nullptr;
+  nccl::GetLastErrorFn getLastError = nullptr;  // optional
+  nccl::AllReduceFn allReduce = nullptr;
+  nccl::ReduceFn reduce = nullptr;
+  nccl::BroadcastFn broadcast = nullptr;
+  nccl::AllGatherFn allGather = nullptr;
+  nccl::ReduceScatterFn reduceScatter = nullptr;
+  nccl::SendFn send = nullptr;
+  nccl::RecvFn recv = nullptr;
+  nccl::GroupFn groupStart = nullptr;
+  nccl::GroupFn groupEnd = nullptr;
+  nccl::RedOpCreatePreMulSumFn redOpCreatePreMulSum = nullptr;
+  nccl::RedOpDestroyFn redOpDestroy = nullptr;
+  int version = 0;   // NCCL_VERSION_CODE of the loaded library (e.g. 22809)
+  std::string path;  // where it came from
+};
+
+/// Loads libnccl once per process (thread-safe) and returns its symbol table. Throws
+/// cclx::Error(cclxUnsupported) naming every place tried when no usable library is found.
+const NcclLib& ncclLib();
+/// Throws cclx::Error(cclxNcclError) with NCCL's message when r != ncclSuccess.
+void ncclCheck(nccl::ncclResult_t r, const char* what, nccl::ncclComm_t comm = nullptr);
+
+}  // namespace cclx

@@ -1,0 +1,71 @@
+// A GPU backend for a cclx Comm: setup records travel through the comm's store, and the NCCL comm
+// is created here (rank 0's unique id through the store) and owned by the backend.
+#include <cstring>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "gpu/backend.h"
+#include "store/bootstrap.h"
+
+namespace cclx {
+
+namespace {
+
+class StoreExchange final : public Exchange {
+ public:
+  explicit StoreExchange(const BootstrapInfo& info) : info_(info) {}
+  std::vector<std::string> allGather(const std::string& tag, const std::string& mine) override {
+    return storeAllGather(*info_.store, "cclx_" + tag, mine, info_.rank, info_.size,
+                          info_.opts.timeout,
+                          strFormat("GPU setup (%s) of comm '%s'", tag.c_str(), info_.opts.name.c_str()));
+  }
+
+ private:
+  const BootstrapInfo& info_;
+};
+
+// Rank 0's unique id through the store, after every rank has arrived (so that a missing rank is a
+// store timeout naming it, not a hang inside NCCL).
+nccl::ncclComm_t createNccl(const BootstrapInfo& info) {
+  const NcclLib& L = ncclLib();
+  info.store->set(strFormat("cclx_nccl_arrive_%d", info.rank), "1");
+  std::vector<std::string> keys;
+  for (int r = 0; r < info.size; ++r) keys.push_back(strFormat("cclx_nccl_arrive_%d", r));
+  info.store->wait(keys, info.opts.timeout);
+  nccl::ncclUniqueId uid;
+  if (info.rank == 0) {
+    ncclCheck(L.getUniqueId(&uid), "ncclGetUniqueId");
+    info.store->set("cclx_nccl_uid", std::string(uid.internal, sizeof(uid.internal)));
+  } else {
+    std::string v = info.store->get("cclx_nccl_uid", info.opts.timeout);
+    CCLX_REQUIRE(v.size() == sizeof(uid.internal), cclxRemoteError, "malformed NCCL unique id");
+    std::memcpy(uid.internal, v.data(), sizeof(uid.internal));
+  }
+  nccl::ncclComm_t comm = nullptr;
+  ncclCheck(L.commInitRank(&comm, info.size, uid, info.rank), "ncclCommInitRank");
+  CCLX_INFO("NCCL %d comm of %d ranks created", L.version, info.size);
+  return comm;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> makeCudaBackend(const BootstrapInfo& info) {
+  GpuSetup s;
+  s.rank = info.rank;
+  s.size = info.size;
+  s.device = info.device.index;
+  s.localRank = info.localRank;
+  s.cfg = info.cfg;
+  s.timeout = info.opts.timeout;
+  s.plainNccl = info.opts.backend == "nccl";
+  StoreExchange ex(info);
+  auto b = std::make_unique<CudaBackend>(s, ex);
+  if (b->ncclRefusal().empty()) {
+    b->attachNccl(createNccl(info), /*owned=*/true);
+  } else {
+    CCLX_INFO("no NCCL comm: %s", b->ncclRefusal().c_str());
+  }
+  return b;
+}
+
+}  // namespace cclx

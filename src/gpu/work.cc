@@ -1,0 +1,158 @@
+// Work handles of the GPU backend and the failure state they share with it.
+#include <thread>
+
+#include "gpu/backend.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "gpu/cuda_check.h"
+
+namespace cclx {
+
+CudaShared::~CudaShared() {
+  for (cudaEvent_t e : freeEvents) (void)cudaEventDestroy(e);
+  if (errHost) (void)cudaFreeHost(const_cast<uint32_t*>(errHost));
+}
+
+void CudaShared::throwIfFailed() {
+  if (!failed.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> g(mu);
+  throw Error(failCode, failMsg);
+}
+
+Error CudaShared::fail(cclxResult_t code, const std::string& msg) {
+  std::lock_guard<std::mutex> g(mu);
+  if (!failed.load()) {
+    failCode = code;
+    failMsg = msg;
+    failed.store(true, std::memory_order_release);
+    CCLX_WARN("%s", msg.c_str());
+  }
+  return Error(failCode, failMsg);
+}
+
+void CudaShared::checkDeviceError() {
+  if (!errHost || errHost[0] == kErrNone) return;
+  std::string missing;
+  for (int r = 0; r < size && r < kMaxRanks; ++r)
+    if (errHost[1 + r]) {
+      if (!missing.empty()) missing += ",";
+      missing += std::to_string(r);
+    }
+  abortNccl();
+  throw fail(cclxTimeout,
+             strFormat("rank %d: collective timed out on cuda:%d waiting for rank(s) %s that never "
+                       "arrived; the communicator is unusable",
+                       rank, device, missing.empty() ? "?" : missing.c_str()));
+}
+
+void CudaShared::abortNccl() {
+  nccl::ncclComm_t c = nullptr;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (!ownsComm) return;  // the application's comm: its owner aborts it
+    std::swap(c, comm);
+  }
+  if (c) {
+    nccl::ncclResult_t r = ncclLib().commAbort(c);
+    if (r != nccl::ncclSuccess) CCLX_WARN("ncclCommAbort returned %d", int(r));
+  }
+}
+
+cudaEvent_t CudaShared::takeEvent() {
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (!freeEvents.empty()) {
+      cudaEvent_t e = freeEvents.back();
+      freeEvents.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e;
+  CCLX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void CudaShared::returnEvent(cudaEvent_t e) {
+  std::lock_guard<std::mutex> g(mu);
+  if (freeEvents.size() < 256) freeEvents.push_back(e);
+  else (void)cudaEventDestroy(e);
+}
+
+DeviceGuard::DeviceGuard(int dev) {
+  CCLX_CUDA_CHECK(cudaGetDevice(&prev_));
+  if (prev_ != dev) CCLX_CUDA_CHECK(cudaSetDevice(dev));
+}
+DeviceGuard::~DeviceGuard() {
+  int cur = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur != prev_) (void)cudaSetDevice(prev_);
+}
+
+namespace {
+
+class CudaWork final : public Work {
+ public:
+  CudaWork(std::shared_ptr<CudaShared> sh, cudaEvent_t ev, bool captured,
+           std::chrono::milliseconds timeout)
+      : sh_(std::move(sh)), ev_(ev), captured_(captured), timeout_(timeout) {}
+  ~CudaWork() override {
+    // A pooled event may be re-recorded at once: a later record does not affect earlier waits.
+    if (ev_) sh_->returnEvent(ev_);
+  }
+
+  bool isCompleted() override {
+    if (done_) return true;
+    sh_->throwIfFailed();
+    sh_->checkDeviceError();
+    if (captured_) return true;  // graph work: completion belongs to each replay
+    DeviceGuard g(sh_->device);
+    cudaError_t e = cudaEventQuery(ev_);
+    if (e == cudaErrorNotReady) return false;
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw sh_->fail(cclxCudaError, strFormat("collective failed on cuda:%d: %s", sh_->device,
+                                                cudaGetErrorString(e)));
+    }
+    sh_->checkDeviceError();  // the kernel may have finished by giving up
+    done_ = true;
+    return true;
+  }
+
+  void wait(void* stream) override {
+    sh_->throwIfFailed();
+    DeviceGuard g(sh_->device);
+    CCLX_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ev_, 0));
+  }
+
+  void waitBlocking(std::chrono::milliseconds timeout) override {
+    if (timeout.count() <= 0) timeout = timeout_;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    int polls = 0;
+    while (!isCompleted()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        sh_->abortNccl();
+        throw sh_->fail(cclxTimeout,
+                        strFormat("rank %d: collective on cuda:%d did not complete within %lld ms "
+                                  "(a peer never arrived or is stuck); NCCL aborted, the "
+                                  "communicator is unusable",
+                                  sh_->rank, sh_->device, (long long)timeout.count()));
+      }
+      if (++polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  std::shared_ptr<CudaShared> sh_;
+  cudaEvent_t ev_;
+  bool captured_;
+  bool done_ = false;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+std::shared_ptr<Work> makeCudaWork(std::shared_ptr<CudaShared> sh, cudaEvent_t ev, bool captured,
+                                   std::chrono::milliseconds timeout) {
+  return std::make_shared<CudaWork>(std::move(sh), ev, captured, timeout);
+}
+
+}  // namespace cclx

@@ -1,0 +1,128 @@
+// The CPU backend: every collective runs on the calling thread over the host shared-memory
+// transport and has finished when run() returns. core/select.h chooses the algorithm.
+#include <memory>
+
+#include "host/algos.h"
+#include "core/error.h"
+#include "core/select.h"
+#include "core/log.h"
+#include "host/shm.h"
+
+namespace cclx {
+namespace {
+
+class HostBackend final : public Backend {
+ public:
+  explicit HostBackend(const BootstrapInfo& info) : info_(info) {
+    if (info.device.type != DeviceSpec::CPU)
+      CCLX_THROW(cclxInvalidUsage, "host backend asked to serve a non-CPU device");
+    ctx_ = std::make_unique<HostCtx>(info);
+    flat_ = makeHostFlatAllReduce();
+    tree_ = makeHostTreeAllReduce();
+    lamport_ = makeHostLamportAllReduce();
+    reduce_ = makeHostReduce();
+    bcast_ = makeHostBroadcast();
+    allGather_ = makeHostAllGather();
+    reduceScatter_ = makeHostReduceScatter();
+    allToAll_ = makeHostAllToAll();
+    allToAllV_ = makeHostAllToAllV();
+    p2p_ = makeHostSendRecv();
+    barrier_ = makeHostBarrier();
+    fp8AllReduce_ = makeHostFp8AllReduce();
+    fp8OneShot_ = makeHostFp8OneShotAllReduce();
+    fp8AllGather_ = makeHostFp8AllGather();
+    fp8ReduceScatter_ = makeHostFp8ReduceScatter();
+    fp8AllToAll_ = makeHostFp8AllToAll();
+  }
+
+  const char* name() const override { return "shm"; }
+
+  std::shared_ptr<Work> run(const CollArgs& args) override {
+    if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
+    HostAlgo* algo = pick(args);
+    auto t = args.opts.timeout.count() > 0 ? args.opts.timeout : ctx_->timeout;
+    ctx_->beginColl(collName(args.type), t);
+    // Size 0: every rank of the collective sees the same count, so all skip alike. AllToAllV
+    // counts differ per rank and Barrier has none: they always run.
+    if (args.count == 0 && args.type != CollType::AllToAllV && args.type != CollType::Barrier)
+      return completedWork();
+    CCLX_TRACE("host %s count=%zu dtype=%s algo=%s", collName(args.type), args.count,
+               dtypeName(args.dtype), algo->name());
+    algo->run(args, *ctx_);
+    return completedWork();
+  }
+
+  std::string selectAllReduce(const CollArgs& args) override { return pick(args)->name(); }
+
+  void finalize() override {
+    if (ctx_) ctx_->finalize();
+    ctx_.reset();
+  }
+  void abort() override {
+    if (ctx_) ctx_->abort();
+    ctx_.reset();
+  }
+
+ private:
+  // What the host algorithms accept for this call (the allreduce rows of core/select.h).
+  Caps caps(const CollArgs& a) const {
+    Caps c;
+    c.worldSize = ctx_->size;
+    c.host = true;
+    switch (a.type) {
+      case CollType::AllReduce:
+        c.flat = c.tree = c.peer = true;
+        c.lamport = lamport_->canRun(a, *ctx_);
+        c.fp8 = fp8AllReduce_->canRun(a, *ctx_);
+        c.fp8OneShot = fp8OneShot_->canRun(a, *ctx_);
+        break;
+      case CollType::AllGather: c.fp8 = a.recvList.empty() && fp8AllGather_->canRun(a, *ctx_); break;
+      case CollType::ReduceScatter:
+        c.fp8 = a.sendList.empty() && fp8ReduceScatter_->canRun(a, *ctx_);
+        break;
+      case CollType::AllToAll: c.fp8 = fp8AllToAll_->canRun(a, *ctx_); break;
+      default: break;
+    }
+    return c;
+  }
+
+  HostAlgo* pick(const CollArgs& a) const {
+    if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
+    const Algo algo = select(a, info_.cfg, caps(a));
+    switch (a.type) {
+      case CollType::AllReduce:
+        switch (algo) {
+          case Algo::Fp8OneShot: return fp8OneShot_.get();
+          case Algo::Fp8: return fp8AllReduce_.get();
+          case Algo::Lamport: return lamport_.get();
+          case Algo::Flat: return flat_.get();
+          default: return tree_.get();
+        }
+      case CollType::Reduce: return reduce_.get();
+      case CollType::Broadcast: return bcast_.get();
+      case CollType::AllGather: return algo == Algo::Fp8 ? fp8AllGather_.get() : allGather_.get();
+      case CollType::ReduceScatter:
+        return algo == Algo::Fp8 ? fp8ReduceScatter_.get() : reduceScatter_.get();
+      case CollType::AllToAll: return algo == Algo::Fp8 ? fp8AllToAll_.get() : allToAll_.get();
+      case CollType::AllToAllV: return allToAllV_.get();
+      case CollType::Send:
+      case CollType::Recv: return p2p_.get();
+      case CollType::Barrier: return barrier_.get();
+    }
+    CCLX_THROW(cclxInternalError, "host backend: unknown collective %d", int(a.type));
+  }
+
+  BootstrapInfo info_;
+  std::unique_ptr<HostCtx> ctx_;
+  std::unique_ptr<HostAlgo> flat_, tree_, lamport_, reduce_, bcast_, allGather_, reduceScatter_, allToAll_,
+      allToAllV_, p2p_, barrier_;
+  std::unique_ptr<HostAlgo> fp8AllReduce_, fp8OneShot_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeHostBackend(const BootstrapInfo& info) {
+  return std::make_unique<HostBackend>(info);
+}
+
+}  // namespace cclx

@@ -1,0 +1,17 @@
+// Builds without CUDA: CUDA communicators are refused with a clear error, and no NCCL is loaded.
+#include <cclx/nccl_info.h>
+
+#include "core/backend.h"
+#include "core/error.h"
+
+namespace cclx {
+
+std::unique_ptr<Backend> makeCudaBackend(const BootstrapInfo&) {
+  CCLX_THROW(cclxUnsupported,
+             "cclx was built without CUDA: CUDA communicators are unavailable (use DeviceSpec::cpu())");
+}
+
+int ncclRuntimeVersion() { return 0; }
+std::string ncclRuntimePath() { return ""; }
+
+}  // namespace cclx
