@@ -240,7 +240,6 @@ class Comm : public std::enable_shared_from_this<Comm> {
 
   // Internal.
   explicit Comm(std::unique_ptr<CommState> st);
-  CommState& state() { return *st_; }
 
  private:
   std::unique_ptr<CommState> st_;

@@ -6,7 +6,10 @@
 
 #include <cclx/cclx.hpp>
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <string>
 
 namespace cclx::py {
@@ -39,5 +42,37 @@ View viewOf(const Array& a, const char* what, DataType dtype, const Comm& comm);
 
 /// Element type of `a` from its DLPack dtype (override >= 0 wins after a size check).
 DataType dtypeOf(const Array& a, int override, const char* what);
+
+// ---- Comm and Work (comm.cc, comm_reduce.cc, comm_data.cc, work.cc)
+
+using Hints = std::map<std::string, std::string>;
+using CommClass = nb::class_<Comm>;
+
+/// Docstring of the collectives that take the trailing options.
+inline constexpr const char* kCollDoc =
+    "Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.";
+
+void bindWork(nb::module_& m);
+/// all_reduce, reduce, reduce_scatter (single and list).
+void bindReductions(CommClass& c);
+/// broadcast, all_gather (single and list), all_to_all(_v), send, recv, barrier.
+void bindDataMovement(CommClass& c);
+
+/// `seconds` (named `what` in messages) as milliseconds, rounded up; must be finite and >= 0.
+std::chrono::milliseconds msOf(double seconds, const char* what);
+/// The trailing options of a collective (timeout in seconds, 0 = the comm's).
+CollOptions collOpts(bool async, uintptr_t stream, const Hints& hints, double timeout);
+/// A cclx dtype code from Python.
+DataType checkedDtype(int code, const char* op);
+/// The dtype code from Python, or (code < 0) the one DLPack reports for `first`.
+DataType resolveDtype(int code, const Array& first, const char* op);
+/// The reduction must be defined for `t`.
+void checkOp(const char* op, const ReduceOp& r, DataType t);
+/// `r` (named `what`) must be a rank of `c`.
+void checkRank(const char* op, const char* what, int r, const Comm& c);
+/// `what` must have `want` elements.
+void checkNumel(const char* op, const char* what, size_t got, size_t want);
+/// "op: arg", the name of an argument in messages.
+std::string msg(const char* op, const char* arg);
 
 }  // namespace cclx::py

@@ -83,9 +83,10 @@ void validate(const CollArgs& a, int rank, int size) {
       }
       break;
     case CollType::AllToAllV: {
-      CCLX_ARG_CHECK(a.sendCounts.size() == size_t(size) && a.recvCounts.size() == size_t(size),
-                     "%s: count vectors have %zu and %zu entries, need %d", name,
-                     a.sendCounts.size(), a.recvCounts.size(), size);
+      CCLX_ARG_CHECK(a.sendCounts.size() == size_t(size), "%s: %zu send counts for %d ranks", name,
+                     a.sendCounts.size(), size);
+      CCLX_ARG_CHECK(a.recvCounts.size() == size_t(size), "%s: %zu receive counts for %d ranks",
+                     name, a.recvCounts.size(), size);
       size_t s = 0, r = 0;
       for (int i = 0; i < size; ++i) {
         checkCount(a.sendCounts[size_t(i)], a.dtype, 1);

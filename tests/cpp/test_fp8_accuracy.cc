@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "test_fp8_util.h"
+#include "helpers/fp8_util.h"
 
 using namespace cclx;
 using namespace fp8test;

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "core/select.h"
+#include "helpers/fp8_util.h"
 #include "helpers/mp.h"
-#include "test_fp8_util.h"
 
 using namespace cclx;
 using namespace fp8test;

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #if defined(CCLX_HAVE_CUDA)
-#include "test_gpu_util.h"
+#include "helpers/gpu_util.h"
 
 using namespace cclx;
 using namespace gputest;
@@ -74,13 +74,11 @@ std::vector<ReduceOp> opsFor(DataType t) {
   return ops;
 }
 
-int worldSize() { return std::min(gpuCount(), 8); }
-
 }  // namespace
 
 TEST(GpuDda, EveryTypeOpSizeLayout) {
   GPU_REQUIRE(2);
-  const int n = worldSize();
+  const int n = gpuWorldSize();
   auto res = test::runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = makeGpuComm(rank, size, store);
     cudaStream_t s;
@@ -106,7 +104,7 @@ TEST(GpuDda, EveryTypeOpSizeLayout) {
 
 TEST(GpuDda, LargeMessagesAndAutoSelection) {
   GPU_REQUIRE(2);
-  const int n = worldSize();
+  const int n = gpuWorldSize();
   auto res = test::runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = makeGpuComm(rank, size, store);
     cudaStream_t s;
@@ -188,7 +186,7 @@ TEST(GpuDda, SelectionFollowsSettings) {
 // must neither hang the readers nor come out as anything but NaN.
 TEST(GpuDda, LamportAllOnesInputs) {
   GPU_REQUIRE(2);
-  const int n = worldSize();
+  const int n = gpuWorldSize();
   auto res = test::runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = makeGpuComm(rank, size, store);
     const size_t count = 100001;

@@ -7,7 +7,7 @@
 #if defined(CCLX_HAVE_CUDA)
 #include <thread>
 
-#include "test_gpu_util.h"
+#include "helpers/gpu_util.h"
 
 using namespace cclx;
 using namespace gputest;
@@ -35,8 +35,7 @@ struct Inputs {
 };
 
 void expectBits(const char* dev, const std::vector<char>& want, const char* what) {
-  std::vector<char> got(want.size());
-  CK(cudaMemcpy(got.data(), dev, got.size(), cudaMemcpyDeviceToHost));
+  std::vector<char> got = d2h(dev, want.size());
   for (size_t i = 0; i < got.size(); ++i)
     MP_CHECK(got[i] == want[i], "%s: byte %zu differs from the fixed-order result", what, i);
 }

@@ -19,11 +19,13 @@
 #include "core/select.h"
 #include "gpu/fp8_selftest.h"
 #include "core/config.h"
-#include "test_fp8_util.h"
-#include "test_gpu_util.h"
+#include "helpers/fp8_util.h"
+#include "helpers/gpu_util.h"
 
 using namespace cclx;
 using namespace fp8test;
+using gputest::DevBuf;
+using gputest::Timer;
 
 namespace {
 
@@ -33,14 +35,6 @@ Options fp8Opts() {
   o.timeout = std::chrono::milliseconds(60000);
   return o;
 }
-
-struct Dev {
-  char* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(size_t b) : bytes(b + 64) { CK(cudaMalloc(&p, bytes)); }
-  ~Dev() { (void)cudaFree(p); }
-  void poison() { CK(cudaMemset(p, 0x5a, bytes)); }
-};
 
 /// Runs one collective on device buffers and compares with the host model; returns wrong count.
 /// `oneShot` picks the allreduce algorithm (hint fp8_algo; checked) and its model.
@@ -53,10 +47,10 @@ size_t runGpu(Comm& c, CollType t, DataType dt, RedOpKind op, size_t count, bool
   std::vector<Buf> X;
   for (int r = 0; r < N; ++r) X.push_back(makeData(dt, inN, Kind::Gaussian, r, seed));
   Expect ex = expectFor(t, X, me, count, 128, op == RedOpKind::AVG, dt, oneShot);
-  Dev sendB(inN * es), recvB(std::max(inN, outN) * es);
-  recvB.poison();
-  char* send = sendB.p;
-  char* recv = recvB.p;
+  DevBuf sendB(inN * es), recvB(std::max(inN, outN) * es);
+  recvB.poison(0x5a);
+  char* send = sendB.base;
+  char* recv = recvB.base;
   if (inPlace) {
     send = recv + (t == CollType::AllGather ? me * count * es : 0);
     if (t == CollType::ReduceScatter) recv = send + me * count * es;
@@ -89,20 +83,6 @@ size_t runGpu(Comm& c, CollType t, DataType dt, RedOpKind op, size_t count, bool
   return wrong;
 }
 
-/// Prints (in the parent) every line of a runRanks log that carries `tag`, starting at the tag.
-void echoTagged(const std::string& log, const char* tag) {
-  size_t pos = 0;
-  while (pos < log.size()) {
-    size_t end = log.find('\n', pos);
-    if (end == std::string::npos) end = log.size();
-    size_t t = log.find(tag, pos);
-    if (t != std::string::npos && t < end) printf("%s\n", log.substr(t, end - t).c_str());
-    pos = end + 1;
-  }
-  fflush(stdout);
-}
-
-
 /// Checks every collective against the host model: for each (collective, dtype, op) with
 /// sizes(t, dt, op) non-empty, every size out of place and in place; `seed` advances per call.
 template <class Sizes>
@@ -128,39 +108,6 @@ void checkCollectives(Comm& c, cudaStream_t s, std::initializer_list<DataType> d
             }
       }
 }
-
-/// A non-blocking stream and two events on the current device: microseconds per call of a
-/// stream-ordered callable, eager or replayed from a CUDA graph.
-struct Timer {
-  cudaStream_t s;
-  cudaEvent_t e0, e1;
-  Timer() {
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-  }
-  ~Timer() {
-    (void)cudaEventDestroy(e0);
-    (void)cudaEventDestroy(e1);
-    (void)cudaStreamDestroy(s);
-  }
-  template <class F>
-  double eagerUs(F&& call, int iters) {
-    for (int i = 0; i < 3; ++i) call();
-    CK(cudaStreamSynchronize(s));
-    return timeUs([&] { for (int i = 0; i < iters; ++i) call(); }, iters);
-  }
-  template <class F>
-  double timeUs(F&& launch, int iters) {
-    CK(cudaEventRecord(e0, s));
-    launch();
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return 1000.0 * ms / iters;
-  }
-};
 
 }  // namespace
 
@@ -300,40 +247,40 @@ TEST(GpuFp8, GraphCaptureAndReplay) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const size_t n = (1u << 22) + 17;
     const DataType dt = DataType::bf16;
-    Dev in(n * 2), out(n * 2 * size), out1(n * 2), ag(n * 2 * size);
+    DevBuf in(n * 2), out(n * 2 * size), out1(n * 2), ag(n * 2 * size);
     // Warm-up outside capture (lazy init), then capture allreduce (two-shot and one-shot, the
     // latter twice so that both inbox parities are replayed) + allgather.
     CollOptions co, one;
     co.stream = one.stream = s;
     co.hints["fp8_algo"] = "twoshot";
     one.hints["fp8_algo"] = "oneshot";
-    c->allReduce(in.p, out.p, n, dt, RedOpKind::SUM, co);
+    c->allReduce(in.base, out.base, n, dt, RedOpKind::SUM, co);
     CK(cudaStreamSynchronize(s));
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    c->allReduce(in.p, out.p, n, dt, RedOpKind::SUM, co);
-    c->allReduce(in.p, out1.p, n, dt, RedOpKind::SUM, one);
-    c->allReduce(in.p, out1.p, n, dt, RedOpKind::SUM, one);
-    c->allGather(in.p, ag.p, n, dt, co);
+    c->allReduce(in.base, out.base, n, dt, RedOpKind::SUM, co);
+    c->allReduce(in.base, out1.base, n, dt, RedOpKind::SUM, one);
+    c->allReduce(in.base, out1.base, n, dt, RedOpKind::SUM, one);
+    c->allGather(in.base, ag.base, n, dt, co);
     CK(cudaStreamEndCapture(s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     for (int rep = 0; rep < 3; ++rep) {
       std::vector<Buf> X;
       for (int r = 0; r < size; ++r) X.push_back(makeData(dt, n, Kind::Gaussian, r, 500 + rep));
-      CK(cudaMemcpy(in.p, X[rank].data(), n * 2, cudaMemcpyHostToDevice));
-      out.poison();
-      out1.poison();
-      ag.poison();
+      CK(cudaMemcpy(in.base, X[rank].data(), n * 2, cudaMemcpyHostToDevice));
+      out.poison(0x5a);
+      out1.poison(0x5a);
+      ag.poison(0x5a);
       CK(cudaGraphLaunch(ge, s));
       CK(cudaStreamSynchronize(s));
       Expect ea = expectFor(CollType::AllReduce, X, rank, n, 128, false, dt);
       Expect e1 = expectFor(CollType::AllReduce, X, rank, n, 128, false, dt, true);
       Expect eg = expectFor(CollType::AllGather, X, rank, n, 128, false, dt);
       Buf ga(dt, n), g1(dt, n), gg(dt, n * size);
-      CK(cudaMemcpy(ga.data(), out.p, n * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(g1.data(), out1.p, n * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(gg.data(), ag.p, n * 2 * size, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(ga.data(), out.base, n * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(g1.data(), out1.base, n * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(gg.data(), ag.base, n * 2 * size, cudaMemcpyDeviceToHost));
       size_t wa = 0, w1 = 0, wg = 0;
       for (size_t i = 0; i < n; ++i) wa += !sameBits(ga, ea.want, i);
       for (size_t i = 0; i < n; ++i) w1 += !sameBits(g1, e1.want, i);
@@ -378,14 +325,14 @@ TEST(GpuFp8, OneShotSpecialsAndBackToBack) {
         X.push_back(std::move(x));
       }
       Expect ex = expectFor(CollType::AllReduce, X, rank, n, 128, false, dt, true);
-      Dev in(n * es), out(n * es);
-      out.poison();
-      CK(cudaMemcpy(in.p, X[rank].data(), n * es, cudaMemcpyHostToDevice));
+      DevBuf in(n * es), out(n * es);
+      out.poison(0x5a);
+      CK(cudaMemcpy(in.base, X[rank].data(), n * es, cudaMemcpyHostToDevice));
       MP_CHECK(c->selectAllReduceAlgo(n, dt, RedOpKind::SUM, one) == "fp8_oneshot", "selection");
-      c->allReduce(in.p, out.p, n, dt, RedOpKind::SUM, one);
+      c->allReduce(in.base, out.base, n, dt, RedOpKind::SUM, one);
       CK(cudaStreamSynchronize(s));
       Buf got(dt, n);
-      CK(cudaMemcpy(got.data(), out.p, n * es, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(got.data(), out.base, n * es, cudaMemcpyDeviceToHost));
       size_t wrong = 0;
       for (size_t i = 0; i < n; ++i) wrong += !sameBits(got, ex.want, i);
       MP_CHECK(wrong == 0, "specials %s: %zu elements differ from the host model", dtypeName(dt),
@@ -397,7 +344,7 @@ TEST(GpuFp8, OneShotSpecialsAndBackToBack) {
     const DataType dt = DataType::bf16;
     const size_t sizes[] = {3000017, 777, 65536};
     const int calls = 24;
-    std::vector<std::unique_ptr<Dev>> ins, outs;
+    std::vector<std::unique_ptr<DevBuf>> ins, outs;
     std::vector<Expect> want;
     std::vector<size_t> ns;
     for (int k = 0; k < calls; ++k) {
@@ -405,28 +352,28 @@ TEST(GpuFp8, OneShotSpecialsAndBackToBack) {
       std::vector<Buf> X;
       for (int r = 0; r < size; ++r) X.push_back(makeData(dt, n, Kind::Gaussian, r, 7000 + k));
       want.push_back(expectFor(CollType::AllReduce, X, rank, n, 128, false, dt, true));
-      ins.push_back(std::make_unique<Dev>(n * 2));
-      outs.push_back(std::make_unique<Dev>(n * 2));
-      outs.back()->poison();
-      CK(cudaMemcpy(ins.back()->p, X[rank].data(), n * 2, cudaMemcpyHostToDevice));
+      ins.push_back(std::make_unique<DevBuf>(n * 2));
+      outs.push_back(std::make_unique<DevBuf>(n * 2));
+      outs.back()->poison(0x5a);
+      CK(cudaMemcpy(ins.back()->base, X[rank].data(), n * 2, cudaMemcpyHostToDevice));
       ns.push_back(n);
     }
-    Dev dda(4096 * 2);
-    CK(cudaMemset(dda.p, 0, 4096 * 2));
+    DevBuf dda(4096 * 2);
+    CK(cudaMemset(dda.base, 0, 4096 * 2));
     CK(cudaDeviceSynchronize());
     CollOptions plain;
     plain.stream = s;
     plain.hints["low_precision"] = "off";
     for (int k = 0; k < calls; ++k) {
       const bool inPlace = k % 4 == 3;
-      if (inPlace) CK(cudaMemcpyAsync(outs[k]->p, ins[k]->p, ns[k] * 2, cudaMemcpyDeviceToDevice, s));
-      c->allReduce(inPlace ? outs[k]->p : ins[k]->p, outs[k]->p, ns[k], dt, RedOpKind::SUM, one);
-      if (k % 5 == 2) c->allReduce(dda.p, dda.p, 4096, dt, RedOpKind::SUM, plain);
+      if (inPlace) CK(cudaMemcpyAsync(outs[k]->base, ins[k]->base, ns[k] * 2, cudaMemcpyDeviceToDevice, s));
+      c->allReduce(inPlace ? outs[k]->base : ins[k]->base, outs[k]->base, ns[k], dt, RedOpKind::SUM, one);
+      if (k % 5 == 2) c->allReduce(dda.base, dda.base, 4096, dt, RedOpKind::SUM, plain);
     }
     CK(cudaStreamSynchronize(s));
     for (int k = 0; k < calls; ++k) {
       Buf got(dt, ns[k]);
-      CK(cudaMemcpy(got.data(), outs[k]->p, ns[k] * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(got.data(), outs[k]->base, ns[k] * 2, cudaMemcpyDeviceToHost));
       size_t wrong = 0;
       for (size_t i = 0; i < ns[k]; ++i) wrong += !sameBits(got, want[k].want, i);
       MP_CHECK(wrong == 0, "back-to-back call %d (%zu elements): %zu wrong", k, ns[k], wrong);
@@ -444,8 +391,8 @@ TEST(GpuFp8, TimingPrint) {
     auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
     Timer tm;
     const size_t maxBytes = size_t(256) << 20;
-    Dev a(maxBytes), b(maxBytes * size);
-    CK(cudaMemset(a.p, 0x3c, maxBytes));
+    DevBuf a(maxBytes), b(maxBytes * size);
+    CK(cudaMemset(a.base, 0x3c, maxBytes));
     for (CollType t : {CollType::AllReduce, CollType::AllGather, CollType::ReduceScatter,
                        CollType::AllToAll})
       for (size_t bytes : {size_t(16) << 20, size_t(64) << 20, size_t(256) << 20})
@@ -458,10 +405,10 @@ TEST(GpuFp8, TimingPrint) {
           if (t == CollType::ReduceScatter || t == CollType::AllToAll) count /= size;
           auto call = [&] {
             switch (t) {
-              case CollType::AllReduce: c->allReduce(a.p, a.p, count, DataType::bf16, RedOpKind::SUM, co); break;
-              case CollType::AllGather: c->allGather(a.p, b.p, count, DataType::bf16, co); break;
-              case CollType::ReduceScatter: c->reduceScatter(a.p, b.p, count, DataType::bf16, RedOpKind::SUM, co); break;
-              default: c->allToAll(a.p, b.p, count, DataType::bf16, co); break;
+              case CollType::AllReduce: c->allReduce(a.base, a.base, count, DataType::bf16, RedOpKind::SUM, co); break;
+              case CollType::AllGather: c->allGather(a.base, b.base, count, DataType::bf16, co); break;
+              case CollType::ReduceScatter: c->reduceScatter(a.base, b.base, count, DataType::bf16, RedOpKind::SUM, co); break;
+              default: c->allToAll(a.base, b.base, count, DataType::bf16, co); break;
             }
           };
           const double us = tm.eagerUs(call, 20);
@@ -471,7 +418,7 @@ TEST(GpuFp8, TimingPrint) {
         }
     c->finalize();
   }, std::chrono::seconds(600));
-  echoTagged(res.log, "[fp8 timing]");
+  test::echoTagged(res.log, "[fp8 timing]");
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
@@ -501,18 +448,18 @@ TEST(GpuFp8, PhaseTiming) {
              bytes >> 20, shard, w2, double(shard) / (w2 * 1e3), w1, double(shard) / (w1 * 1e3));
     }
   });
-  echoTagged(res1.log, "[fp8 phase]");
+  test::echoTagged(res1.log, "[fp8 phase]");
   ASSERT_TRUE(res1.ok()) << res1.log;
   auto res2 = test::runRanks(2, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto c = gputest::makeGpuComm(rank, size, store, fp8Opts());
     Timer tm;
-    Dev a(kSizes[2]);
-    CK(cudaMemset(a.p, 0x3c, kSizes[2]));
+    DevBuf a(kSizes[2]);
+    CK(cudaMemset(a.base, 0x3c, kSizes[2]));
     CollOptions co;
     co.stream = tm.s;
     for (size_t bytes : kSizes) {
       const size_t count = bytes / 2;
-      auto call = [&] { c->allReduce(a.p, a.p, count, DataType::bf16, RedOpKind::SUM, co); };
+      auto call = [&] { c->allReduce(a.base, a.base, count, DataType::bf16, RedOpKind::SUM, co); };
       const double eager = tm.eagerUs(call, iters);
       cudaGraph_t g;
       cudaGraphExec_t ge;
@@ -532,7 +479,7 @@ TEST(GpuFp8, PhaseTiming) {
     }
     c->finalize();
   }, std::chrono::seconds(600));
-  echoTagged(res2.log, "[fp8 phase]");
+  test::echoTagged(res2.log, "[fp8 phase]");
   ASSERT_TRUE(res2.ok()) << res2.log;
 }
 

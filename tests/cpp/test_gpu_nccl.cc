@@ -9,31 +9,12 @@
 #include <cstring>
 
 #include "core/config.h"
-#include "test_gpu_util.h"
+#include "helpers/gpu_util.h"
 
 using namespace cclx;
 using namespace gputest;
 
 namespace {
-
-std::vector<char> d2h(const void* p, size_t bytes) {
-  std::vector<char> v(bytes);
-  CK(cudaMemcpy(v.data(), p, bytes, cudaMemcpyDeviceToHost));
-  return v;
-}
-char* h2d(const std::vector<char>& v, size_t extra = 0) {
-  char* p;
-  CK(cudaMalloc(&p, v.size() + extra + 1));
-  CK(cudaMemset(p, 0xff, v.size() + extra + 1));
-  CK(cudaMemcpy(p, v.data(), v.size(), cudaMemcpyHostToDevice));
-  return p;
-}
-char* poisoned(size_t bytes) {
-  char* p;
-  CK(cudaMalloc(&p, bytes + 1));
-  CK(cudaMemset(p, 0xff, bytes + 1));
-  return p;
-}
 
 // Reductions: exact for integers, float64-close for floats (NCCL may order ranks differently).
 void expectReduced(DataType t, ReduceOp op, const std::vector<std::vector<char>>& in, size_t first,
@@ -199,7 +180,7 @@ void allCollectives(Comm& c, int rank, int n, DataType t, cudaStream_t s) {
 
 TEST(GpuNccl, EveryCollectiveBothBackends) {
   GPU_REQUIRE(2);
-  const int n = std::min(gpuCount(), 8);
+  const int n = gpuWorldSize();
   auto res = test::runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
     for (const char* backend : {"nccl", "cclx"}) {
       Options opts;

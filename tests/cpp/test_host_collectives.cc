@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/config.h"
+#include "helpers/host_util.h"
 #include "helpers/mp.h"
-#include "test_host_util.h"
 
 using namespace cclx;
 using namespace hosttest;

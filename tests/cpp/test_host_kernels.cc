@@ -1,11 +1,11 @@
 // Single-process tests of the host reduction loops and the range splitter, against the
-// independent references of test_host_util.h.
+// independent references of helpers/host_util.h.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "helpers/host_util.h"
 #include "host/reduce_kernels.h"
-#include "test_host_util.h"
 #include "host/shm.h"
 
 using namespace cclx;

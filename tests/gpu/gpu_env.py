@@ -20,8 +20,10 @@ def require_two_gpus():
 
 
 def case_suite(name):
-    """Returns (module fixture running tests/gpu/<name> on 2 processes, one GPU each; its case
-    names). Assign the fixture to `results` in the test module."""
+    """Skips the calling module without 2 GPUs; else returns (module fixture running
+    tests/gpu/<name> on 2 processes, one GPU each; a test parametrized over its cases). Assign
+    them in the test module as `results` and a test_* name."""
+    require_two_gpus()
     import harness
 
     path = os.path.join(HERE, name)
@@ -31,4 +33,8 @@ def case_suite(name):
         env = {"CCLX_TEST_PG_PORT": str(harness.free_port()), "NCCL_NVLS_ENABLE": "0"}
         return harness.run(path, 2, timeout=420, env=env)
 
-    return results, harness.case_names(path)
+    @pytest.mark.parametrize("case", harness.case_names(path))
+    def test_case(results, case):
+        harness.check(results, case)
+
+    return results, test_case

@@ -1,14 +1,4 @@
 """GPU suite (2 processes, one GPU each): CUDA graphs and async_op."""
-import pytest
+from gpu_env import case_suite
 
-from gpu_env import case_suite, require_two_gpus
-
-require_two_gpus()
-import harness  # noqa: E402
-
-results, CASES = case_suite("cases_gpu_graph.py")
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_gpu_graph(results, case):
-    harness.check(results, case)
+results, test_gpu_graph = case_suite("cases_gpu_graph.py")

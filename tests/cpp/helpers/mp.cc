@@ -68,6 +68,18 @@ bool MpResult::ok() const {
 
 int mpRank() { return gRank; }
 
+void echoTagged(const std::string& log, const char* tag) {
+  size_t pos = 0;
+  while (pos < log.size()) {
+    size_t end = log.find('\n', pos);
+    if (end == std::string::npos) end = log.size();
+    size_t t = log.find(tag, pos);
+    if (t != std::string::npos && t < end) std::printf("%s\n", log.substr(t, end - t).c_str());
+    pos = end + 1;
+  }
+  std::fflush(stdout);
+}
+
 void mpFail(const char* file, int line, const char* cond, const char* fmt, ...) {
   char msg[2048] = "";
   if (fmt) {

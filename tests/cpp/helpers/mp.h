@@ -37,6 +37,9 @@ std::shared_ptr<Comm> makeCpuComm(int rank, int size, std::shared_ptr<Store> sto
 /// Rank of this process inside runRanks (-1 in the parent).
 int mpRank();
 
+/// Prints (in the parent) every line of a runRanks log that carries `tag`, starting at the tag.
+void echoTagged(const std::string& log, const char* tag);
+
 [[noreturn]] void mpFail(const char* file, int line, const char* cond, const char* fmt = nullptr,
                          ...) __attribute__((format(printf, 4, 5)));
 

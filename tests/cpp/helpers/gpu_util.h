@@ -1,7 +1,10 @@
 // Helpers of the GPU tests: GPU count without initializing CUDA in the parent (a forked probe),
-// comm creation in ranks, deterministic random data per (seed, rank, index), the fixed-order
-// reference (src/core/dtype_math.h) and a float64 reference.
+// the number of ranks to run, comm creation in ranks, device buffers, an event timer,
+// deterministic random data per (seed, rank, index), the fixed-order reference
+// (src/core/dtype_math.h) and a float64 reference. Empty in builds without CUDA.
 #pragma once
+
+#if defined(CCLX_HAVE_CUDA)
 
 #include <cclx/cclx.hpp>
 #include <cuda_runtime.h>
@@ -9,8 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,6 +54,9 @@ inline int gpuCount() {
     cudaError_t e_ = (call);                                                               \
     MP_CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                  \
   } while (0)
+
+/// Ranks of the multi-GPU tests: one per GPU, at most 8.
+inline int gpuWorldSize() { return std::min(gpuCount(), 8); }
 
 /// Comms of the tests time out after 20 s (unless the test sets its own), so that a stuck
 /// collective fails the test quickly with a message instead of waiting for the harness.
@@ -197,14 +206,74 @@ inline double tolerance(DataType t) {
   return t == DataType::bf16 ? 1.0 / 64 : t == DataType::f16 ? 1.0 / 512 : t == DataType::f32 ? 1e-5 : 1e-12;
 }
 
-/// Device buffer with `guard` poisoned bytes after the payload and an optional byte offset.
+/// Device buffer with `extra` bytes after the payload (poisoned with the rest by poison()).
 struct DevBuf {
   char* base = nullptr;
   size_t total = 0;
   DevBuf(size_t bytes, size_t extra = 64) : total(bytes + extra) { CK(cudaMalloc(&base, total)); }
   ~DevBuf() { (void)cudaFree(base); }
   DevBuf(const DevBuf&) = delete;
-  void poison() { CK(cudaMemset(base, 0xff, total)); }
+  void poison(int byte = 0xff) { CK(cudaMemset(base, byte, total)); }
+};
+
+/// `bytes` bytes of device memory at `p`, copied to the host.
+inline std::vector<char> d2h(const void* p, size_t bytes) {
+  std::vector<char> v(bytes);
+  CK(cudaMemcpy(v.data(), p, bytes, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+/// A new device copy of `v` followed by `extra` + 1 bytes of 0xff (free with cudaFree).
+inline char* h2d(const std::vector<char>& v, size_t extra = 0) {
+  char* p;
+  CK(cudaMalloc(&p, v.size() + extra + 1));
+  CK(cudaMemset(p, 0xff, v.size() + extra + 1));
+  CK(cudaMemcpy(p, v.data(), v.size(), cudaMemcpyHostToDevice));
+  return p;
+}
+
+/// `bytes` + 1 bytes of new device memory, all 0xff (free with cudaFree).
+inline char* poisoned(size_t bytes) {
+  char* p;
+  CK(cudaMalloc(&p, bytes + 1));
+  CK(cudaMemset(p, 0xff, bytes + 1));
+  return p;
+}
+
+/// A non-blocking stream and two events on the current device: microseconds per call of a
+/// stream-ordered callable, eager or replayed from a CUDA graph.
+struct Timer {
+  cudaStream_t s;
+  cudaEvent_t e0, e1;
+  Timer() {
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+  }
+  ~Timer() {
+    (void)cudaEventDestroy(e0);
+    (void)cudaEventDestroy(e1);
+    (void)cudaStreamDestroy(s);
+  }
+  Timer(const Timer&) = delete;
+  template <class F>
+  double eagerUs(F&& call, int iters) {
+    for (int i = 0; i < 3; ++i) call();
+    CK(cudaStreamSynchronize(s));
+    return timeUs([&] { for (int i = 0; i < iters; ++i) call(); }, iters);
+  }
+  template <class F>
+  double timeUs(F&& launch, int iters) {
+    CK(cudaEventRecord(e0, s));
+    launch();
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return 1000.0 * ms / iters;
+  }
 };
 
 }  // namespace gputest
+
+#endif  // CCLX_HAVE_CUDA
