@@ -138,6 +138,11 @@ def run_rank(args: argparse.Namespace, torch: Any) -> int:
     import cclx
 
     cuda = args.cuda
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    if cuda and local > torch.cuda.device_count():
+        raise SystemExit(f"cclx-perf: {local} ranks on {torch.cuda.device_count()} GPU(s): ranks "
+                         "would share a GPU, which time-slices between processes, so times "
+                         "would mean nothing (and NCCL refuses it); run one rank per GPU")
     dev = torch.device("cuda") if cuda else "cpu"
     comms = {"cclx": cclx.new_comm("cclx", dev, name="perf", timeout=args.timeout)}
     if cuda and not args.no_nccl:
@@ -257,7 +262,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run_rank(args, torch)
     n = args.nranks or (torch.cuda.device_count() if args.cuda else 4)
     if args.cuda and n > torch.cuda.device_count():
-        raise SystemExit(f"cclx-perf: {n} ranks but only {torch.cuda.device_count()} GPUs")
+        raise SystemExit(f"cclx-perf: {n} ranks but only {torch.cuda.device_count()} GPU(s): "
+                         "ranks sharing a GPU time-slice, so times would mean nothing")
     return _launch(argv, n)
 
 

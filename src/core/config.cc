@@ -146,6 +146,28 @@ Config Config::fromEnv() {
     c.fp8AllReduceAlgo = s;
   }
   readSize("CCLX_FP8_ONESHOT_MAX_BYTES", c.fp8OneShotMaxBytes);
+
+  readBool("CCLX_NCCL_INTERCEPT", c.ncclIntercept);
+  if (const char* v = envOrNull("CCLX_NCCL_FORWARD")) {
+    std::string list = lower(v) + ",";
+    for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+      std::string name = list.substr(at, comma - at);
+      while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+      while (!name.empty() && std::isspace(static_cast<unsigned char>(name.front()))) name.erase(0, 1);
+      if (name.empty()) continue;
+      if (name == "allreduce") c.ncclForward |= kForwardAllReduce;
+      else if (name == "allgather") c.ncclForward |= kForwardAllGather;
+      else if (name == "reducescatter") c.ncclForward |= kForwardReduceScatter;
+      else if (name == "alltoall") c.ncclForward |= kForwardAllToAll;
+      else if (name == "all") c.ncclForward |= kForwardAllReduce | kForwardAllGather |
+                                                kForwardReduceScatter | kForwardAllToAll;
+      else
+        CCLX_THROW(cclxInvalidArgument,
+                   "CCLX_NCCL_FORWARD='%s': '%s' is not one of allreduce, allgather, "
+                   "reducescatter, alltoall, all",
+                   v, name.c_str());
+    }
+  }
   return c;
 }
 

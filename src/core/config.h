@@ -50,8 +50,20 @@ struct Config {
   std::string fp8AllReduceAlgo = "auto";  // CCLX_FP8_ALLREDUCE_ALGO=auto|oneshot|twoshot
   size_t fp8OneShotMaxBytes = 0;    // CCLX_FP8_ONESHOT_MAX_BYTES (0 = tuned table)
 
+  // NCCL drop-in (libnccl.so.2 built by cclx).
+  bool ncclIntercept = true;     // CCLX_NCCL_INTERCEPT=0: forward every call to the real NCCL
+  unsigned ncclForward = 0;      // CCLX_NCCL_FORWARD=allreduce,allgather,...: kForward* bits
+
   /// Reads the environment. Throws cclx::Error(cclxInvalidArgument) on a malformed value.
   static Config fromEnv();
+};
+
+/// Bits of Config::ncclForward: collectives the drop-in always forwards.
+enum : unsigned {
+  kForwardAllReduce = 1,
+  kForwardAllGather = 2,
+  kForwardReduceScatter = 4,
+  kForwardAllToAll = 8,
 };
 
 /// The process-wide configuration, read on first use.

@@ -260,9 +260,12 @@ void CudaBackend::enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, 
   sh_->throwIfFailed();
   sh_->checkDeviceError();
   DeviceGuard guard(sh_->device);
-  RelaxedCapture relaxed(capturing);
-  checkPointers(a);
   enqueue(a, algo, s, capturing);
+}
+
+std::string CudaBackend::failureMessage() const {
+  std::lock_guard<std::mutex> g(sh_->mu);
+  return sh_->failMsg;
 }
 
 std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {

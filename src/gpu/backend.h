@@ -104,9 +104,12 @@ class CudaBackend final : public Backend {
   Algo select(const CollArgs& a) const;
   /// True when `algo` runs on the peer kernels (not NCCL).
   static bool onPeers(Algo algo) { return algo != Algo::Base; }
-  /// Enqueues a call already validated and selected on `s`, without a Work (the drop-in's
-  /// path; run() adds stream forking and the Work). Checks failure state and pointers first.
+  /// Enqueues a call already validated and selected on `s`, without a Work: the drop-in's path,
+  /// which checks what NCCL checks (no pointer attributes). run() adds pointer checks, stream
+  /// forking and the Work.
   void enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
+  /// The message of the failure that made the comm unusable ("" while healthy).
+  std::string failureMessage() const;
 
  private:
   void setupDevice(const GpuSetup& setup);

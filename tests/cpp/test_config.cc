@@ -23,7 +23,8 @@ const char* kVars[] = {"CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX
                        "CCLX_LOW_PRECISION_ALLGATHER", "CCLX_LOW_PRECISION_REDUCESCATTER",
                        "CCLX_LOW_PRECISION_ALLTOALL", "CCLX_LOW_PRECISION_MIN_BYTES",
                        "CCLX_FP8_BLOCK_SIZE", "CCLX_FP8_PRODUCER_WARPS", "CCLX_FP8_TILES_PER_CTA",
-                       "CCLX_FP8_ALLREDUCE_ALGO", "CCLX_FP8_ONESHOT_MAX_BYTES"};
+                       "CCLX_FP8_ALLREDUCE_ALGO", "CCLX_FP8_ONESHOT_MAX_BYTES",
+                       "CCLX_NCCL_INTERCEPT", "CCLX_NCCL_FORWARD"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -116,6 +117,24 @@ TEST_F(ConfigTest, LowPrecisionSwitches) {
   c = cclx::Config::fromEnv();
   EXPECT_TRUE(c.lpReduceScatter);
   EXPECT_FALSE(c.lpAllReduce || c.lpAllGather || c.lpAllToAll);
+}
+
+TEST_F(ConfigTest, NcclDropinSettings) {
+  cclx::Config d = cclx::Config::fromEnv();
+  EXPECT_TRUE(d.ncclIntercept);
+  EXPECT_EQ(d.ncclForward, 0u);
+  set("CCLX_NCCL_INTERCEPT", "off");
+  set("CCLX_NCCL_FORWARD", " AllReduce, alltoall ,");
+  cclx::Config c = cclx::Config::fromEnv();
+  EXPECT_FALSE(c.ncclIntercept);
+  EXPECT_EQ(c.ncclForward, unsigned(cclx::kForwardAllReduce | cclx::kForwardAllToAll));
+  set("CCLX_NCCL_FORWARD", "all");
+  EXPECT_EQ(cclx::Config::fromEnv().ncclForward,
+            unsigned(cclx::kForwardAllReduce | cclx::kForwardAllGather |
+                     cclx::kForwardReduceScatter | cclx::kForwardAllToAll));
+  unsetenv("CCLX_NCCL_FORWARD");
+  EXPECT_NE(rejected("CCLX_NCCL_FORWARD", "allreduce,bcast").find("'bcast'"), std::string::npos);
+  EXPECT_NE(rejected("CCLX_NCCL_INTERCEPT", "maybe").find("CCLX_NCCL_INTERCEPT"), std::string::npos);
 }
 
 TEST_F(ConfigTest, JobIdSources) {

@@ -1,4 +1,4 @@
-// Run-time loading of libnccl (see nccl_cuda.h for the search order).
+// Run-time loading of libnccl (see loader.h for the search order).
 #include "gpu/nccl/loader.h"
 
 #include <cclx/nccl_info.h>
@@ -62,6 +62,11 @@ struct Loader {
 
   bool tryHandle(void* h, const std::string& where, const char* how) {
     if (!h) return false;
+    if (dlsym(h, "cclxDropinRealNccl")) {  // the cclx drop-in: never NCCL itself
+      error += "\n  " + where + ": the cclx drop-in, not NCCL";
+      dlclose(h);
+      return false;
+    }
     NcclLib l;
     std::string why = bind(h, l);
     if (!why.empty()) {
@@ -98,8 +103,19 @@ struct Loader {
       if (!tryPath(forced, "CCLX_NCCL_PATH")) error = "CCLX_NCCL_PATH=" + forced + ":" + error;
       return;
     }
-    if (tryHandle(dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD), "libnccl.so.2", "already loaded"))
-      return;
+    // A process that runs the cclx drop-in: the NCCL it forwards to.
+    if (void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD)) {
+      using RealFn = void* (*)(const char**);
+      auto real = reinterpret_cast<RealFn>(dlsym(h, "cclxDropinRealNccl"));
+      if (!real) real = reinterpret_cast<RealFn>(dlsym(RTLD_DEFAULT, "cclxDropinRealNccl"));
+      const char* path = nullptr;
+      if (real && real(&path) && path) {
+        dlclose(h);
+        if (tryPath(path, "the NCCL behind the cclx drop-in")) return;
+      } else if (tryHandle(h, "libnccl.so.2", "already loaded")) {
+        return;
+      }
+    }
     // Hand-off from the Python layer: the lib directory of the nvidia-nccl pip package.
     if (!cfg.ncclPipDir.empty())
       if (tryPath(cfg.ncclPipDir + "/libnccl.so.2", "nvidia-nccl pip package")) return;

@@ -1,6 +1,7 @@
-// libnccl loaded at run time (dlopen). Search order: CCLX_NCCL_PATH; a libnccl.so.2 already loaded
-// in the process (e.g. by torch); the nvidia-nccl pip package (directory in env CCLX_NCCL_PIP_DIR,
-// then the site-packages layouts the Python layer reports); the system's libnccl.so.2.
+// libnccl loaded at run time (dlopen). Search order: CCLX_NCCL_PATH; in a process that runs the
+// cclx drop-in (src/nccl_dropin), the real NCCL behind it; a libnccl.so.2 already loaded in the
+// process (e.g. by torch); the nvidia-nccl pip package (directory in env CCLX_NCCL_PIP_DIR, which
+// the Python layer sets); the system's libnccl.so.2. A library that is the drop-in is skipped.
 #pragma once
 
 #include <string>

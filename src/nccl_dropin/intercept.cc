@@ -1,0 +1,380 @@
+// The NCCL functions the drop-in defines itself: the collectives that may run on cclx's algorithms
+// (the same selection and kernels as cclx.new_comm), the group depth they depend on, and the life
+// cycle that keeps the side table (comms.h) in step with NCCL's comms.
+//
+// A collective runs on cclx when: interception is on (CCLX_NCCL_INTERCEPT, CCLX_NCCL_FORWARD,
+// cclxDropinSetIntercept), the calling thread is outside ncclGroupStart/End, the comm is known and
+// set up, the dtype and op are built-in ones cclx implements, and core/select.h picks a peer
+// algorithm for it (DDA allreduce within the size tables; FP8 where CCLX_LOW_PRECISION_* asks).
+// Everything else goes to the real NCCL unchanged.
+#include <atomic>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "nccl_dropin/comms.h"
+#include "nccl_dropin/errors.h"
+#include "nccl_dropin/real.h"
+
+namespace cclx {
+namespace dropin {
+
+namespace {
+
+thread_local int tDepth = 0;         // ncclGroupStart nesting of this thread
+thread_local std::string tError;     // the drop-in's last error on this thread
+std::atomic<int> gIntercept{-1};     // -1: not read yet; then 0 / 1
+
+bool interceptOn() {
+  int v = gIntercept.load(std::memory_order_relaxed);
+  if (v < 0) {
+    try {
+      v = config().ncclIntercept ? 1 : 0;
+    } catch (const Error&) {
+      v = 0;  // a malformed setting fails comm creation (settingsError), never a collective
+    }
+    int expected = -1;
+    if (!gIntercept.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v == 1;
+}
+
+bool intercepting(unsigned forwardBit) {
+  if (!interceptOn()) return false;
+  try {
+    return (config().ncclForward & forwardBit) == 0;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// A malformed CCLX_* setting: comm creation fails with it (NCCL's code for a bad argument).
+bool settingsError(ncclResult_t& r) {
+  try {
+    (void)config();
+    return false;
+  } catch (const Error& e) {
+    r = fail(nccl::ncclInvalidArgument, e.what());
+    return true;
+  }
+}
+
+bool toCclx(ncclDataType_t t, DataType& out) {
+  switch (t) {
+    case nccl::ncclInt8: out = DataType::i8; return true;
+    case nccl::ncclUint8: out = DataType::u8; return true;
+    case nccl::ncclInt32: out = DataType::i32; return true;
+    case nccl::ncclUint32: out = DataType::u32; return true;
+    case nccl::ncclInt64: out = DataType::i64; return true;
+    case nccl::ncclUint64: out = DataType::u64; return true;
+    case nccl::ncclFloat16: out = DataType::f16; return true;
+    case nccl::ncclFloat32: out = DataType::f32; return true;
+    case nccl::ncclFloat64: out = DataType::f64; return true;
+    case nccl::ncclBfloat16: out = DataType::bf16; return true;
+    default: return false;  // FP8 types and anything newer: NCCL's
+  }
+}
+
+bool toCclx(ncclRedOp_t op, RedOpKind& out) {
+  switch (op) {
+    case nccl::ncclSum: out = RedOpKind::SUM; return true;
+    case nccl::ncclProd: out = RedOpKind::PRODUCT; return true;
+    case nccl::ncclMax: out = RedOpKind::MAX; return true;
+    case nccl::ncclMin: out = RedOpKind::MIN; return true;
+    case nccl::ncclAvg: out = RedOpKind::AVG; return true;
+    default: return false;  // a PreMulSum handle: NCCL's
+  }
+}
+
+// Runs `a` on cclx when its comm is set up and the selection picks a peer algorithm. Returns
+// false when the call should go to NCCL; `r` holds the result otherwise.
+bool tryRun(CollType type, const void* send, void* recv, size_t count, ncclDataType_t t,
+            RedOpKind op, ncclComm_t comm, ncclStream_t stream, ncclResult_t& r) {
+  DataType dt;
+  if (count == 0 || !send || !recv || tDepth > 0 || !toCclx(t, dt)) return false;
+  std::shared_ptr<DropinComm> dc = findComm(comm);
+  if (!dc || prepare(*dc, stream, tDepth) != DropinComm::State::Ready) return false;
+  CollArgs a;
+  a.type = type;
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.dtype = dt;
+  a.op = ReduceOp(op);
+  a.opts.stream = stream;
+  a.opts.timeout = dc->timeout;
+  try {
+    const Algo algo = dc->backend->select(a);
+    if (algo == Algo::Base) return false;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(static_cast<::cudaStream_t>(stream), &cs);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      r = fail(nccl::ncclUnhandledCudaError, strFormat("cudaStreamIsCapturing: %s", cudaGetErrorString(e)));
+      return true;
+    }
+    dc->backend->enqueueSelected(a, algo, static_cast<::cudaStream_t>(stream),
+                                 cs != cudaStreamCaptureStatusNone);
+    r = nccl::ncclSuccess;
+  } catch (const Error& e) {
+    r = fail(e);
+  }
+  return true;
+}
+
+// After a call that creates `*comm`: register it, set up now when the call completed.
+ncclResult_t created(ncclResult_t r, ncclComm_t* comm) {
+  if ((r == nccl::ncclSuccess || r == nccl::ncclInProgress) && comm && *comm)
+    addComm(*comm, r == nccl::ncclSuccess && tDepth == 0);
+  return r;
+}
+
+}  // namespace
+
+ncclResult_t fail(ncclResult_t code, const std::string& msg) {
+  tError = "cclx: " + msg;
+  CCLX_WARN("NCCL drop-in: %s", msg.c_str());
+  return code;
+}
+
+ncclResult_t fail(const Error& e) {
+  switch (e.code()) {
+    case cclxInvalidArgument: return fail(nccl::ncclInvalidArgument, e.what());
+    case cclxInvalidUsage:
+    case cclxUnsupported:
+    case cclxAborted: return fail(nccl::ncclInvalidUsage, e.what());
+    case cclxCudaError: return fail(nccl::ncclUnhandledCudaError, e.what());
+    case cclxSystemError: return fail(nccl::ncclSystemError, e.what());
+    case cclxTimeout:
+    case cclxRemoteError: return fail(nccl::ncclRemoteError, e.what());
+    default: return fail(nccl::ncclInternalError, e.what());
+  }
+}
+
+ncclResult_t missing(const char* name) {
+  const RealNccl& L = real();
+  if (!L.handle) return fail(nccl::ncclSystemError, L.error);
+  return fail(nccl::ncclInvalidUsage,
+              strFormat("%s is not in the loaded NCCL %d (%s)", name, L.version, L.path.c_str()));
+}
+
+void clearError() { tError.clear(); }
+const char* lastError() { return tError.empty() ? nullptr : tError.c_str(); }
+
+}  // namespace dropin
+}  // namespace cclx
+
+using namespace cclx;
+using namespace cclx::dropin;
+
+// ---- collectives ----
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count,
+                                              ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
+                                              ncclStream_t stream) {
+  clearError();
+  auto fn = real().ncclAllReduce;
+  if (!fn) return missing("ncclAllReduce");
+  RedOpKind k;
+  ncclResult_t r;
+  if (intercepting(kForwardAllReduce) && toCclx(op, k) &&
+      tryRun(CollType::AllReduce, send, recv, count, t, k, comm, stream, r))
+    return r;
+  return fn(send, recv, count, t, op, comm, stream);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count,
+                                                  ncclDataType_t t, ncclRedOp_t op,
+                                                  ncclComm_t comm, ncclStream_t stream) {
+  clearError();
+  auto fn = real().ncclReduceScatter;
+  if (!fn) return missing("ncclReduceScatter");
+  RedOpKind k;
+  ncclResult_t r;
+  if (intercepting(kForwardReduceScatter) && toCclx(op, k) &&
+      tryRun(CollType::ReduceScatter, send, recv, count, t, k, comm, stream, r))
+    return r;
+  return fn(send, recv, count, t, op, comm, stream);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size_t count,
+                                              ncclDataType_t t, ncclComm_t comm,
+                                              ncclStream_t stream) {
+  clearError();
+  auto fn = real().ncclAllGather;
+  if (!fn) return missing("ncclAllGather");
+  ncclResult_t r;
+  if (intercepting(kForwardAllGather) &&
+      tryRun(CollType::AllGather, send, recv, count, t, RedOpKind::SUM, comm, stream, r))
+    return r;
+  return fn(send, recv, count, t, comm, stream);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclAlltoAll(const void* send, void* recv, size_t count,
+                                             ncclDataType_t t, ncclComm_t comm,
+                                             ncclStream_t stream) {
+  clearError();
+  auto fn = real().ncclAlltoAll;
+  if (!fn) return missing("ncclAlltoAll");
+  ncclResult_t r;
+  if (intercepting(kForwardAllToAll) &&
+      tryRun(CollType::AllToAll, send, recv, count, t, RedOpKind::SUM, comm, stream, r))
+    return r;
+  return fn(send, recv, count, t, comm, stream);
+}
+
+// ---- groups ----
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclGroupStart() {
+  clearError();
+  auto fn = real().ncclGroupStart;
+  if (!fn) return missing("ncclGroupStart");
+  ncclResult_t r = fn();
+  if (r == nccl::ncclSuccess) ++tDepth;
+  return r;
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclGroupEnd() {
+  clearError();
+  auto fn = real().ncclGroupEnd;
+  if (!fn) return missing("ncclGroupEnd");
+  if (tDepth > 0) --tDepth;  // the group is closed whatever NCCL reports
+  return fn();
+}
+
+// ---- creation ----
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id,
+                                                 int rank) {
+  clearError();
+  auto fn = real().ncclCommInitRank;
+  if (!fn) return missing("ncclCommInitRank");
+  ncclResult_t r;
+  if (settingsError(r)) return r;
+  return created(fn(comm, nranks, id, rank), comm);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
+                                                       ncclUniqueId id, int rank,
+                                                       ncclConfig_t* cfg) {
+  clearError();
+  auto fn = real().ncclCommInitRankConfig;
+  if (!fn) return missing("ncclCommInitRankConfig");
+  ncclResult_t r;
+  if (settingsError(r)) return r;
+  return created(fn(comm, nranks, id, rank, cfg), comm);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank,
+                                                         int nId, ncclUniqueId* ids,
+                                                         ncclConfig_t* cfg) {
+  clearError();
+  auto fn = real().ncclCommInitRankScalable;
+  if (!fn) return missing("ncclCommInitRankScalable");
+  ncclResult_t r;
+  if (settingsError(r)) return r;
+  return created(fn(comm, nranks, rank, nId, ids, cfg), comm);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+                                              ncclComm_t* newcomm, ncclConfig_t* cfg) {
+  clearError();
+  auto fn = real().ncclCommSplit;
+  if (!fn) return missing("ncclCommSplit");
+  return created(fn(comm, color, key, newcomm, cfg), newcomm);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int nExclude,
+                                               ncclComm_t* newcomm, ncclConfig_t* cfg, int flags) {
+  clearError();
+  auto fn = real().ncclCommShrink;
+  if (!fn) return missing("ncclCommShrink");
+  return created(fn(comm, exclude, nExclude, newcomm, cfg, flags), newcomm);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nranks, const ncclUniqueId* id,
+                                             int rank, ncclComm_t* newcomm, ncclConfig_t* cfg) {
+  clearError();
+  auto fn = real().ncclCommGrow;
+  if (!fn) return missing("ncclCommGrow");
+  return created(fn(comm, nranks, id, rank, newcomm, cfg), newcomm);
+}
+
+// ---- teardown and errors ----
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  clearError();
+  auto fn = real().ncclCommFinalize;
+  if (!fn) return missing("ncclCommFinalize");
+  dropComm(comm, /*graceful=*/true);
+  return fn(comm);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  clearError();
+  auto fn = real().ncclCommDestroy;
+  if (!fn) return missing("ncclCommDestroy");
+  dropComm(comm, /*graceful=*/true);
+  return fn(comm);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  clearError();
+  auto fn = real().ncclCommAbort;
+  if (!fn) return missing("ncclCommAbort");
+  dropComm(comm, /*graceful=*/false);
+  return fn(comm);
+}
+
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags) {
+  clearError();
+  auto fn = real().ncclCommRevoke;
+  if (!fn) return missing("ncclCommRevoke");
+  dropComm(comm, /*graceful=*/false);
+  return fn(comm, flags);
+}
+
+// cclx's device-side failures (a peer that never arrived) first, then NCCL's own.
+CCLX_DROPIN_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* err) {
+  clearError();
+  auto fn = real().ncclCommGetAsyncError;
+  if (!fn) return missing("ncclCommGetAsyncError");
+  if (err) {
+    if (std::shared_ptr<DropinComm> dc = findComm(comm)) {
+      if (dc->backend) {
+        cclxResult_t mine = dc->backend->asyncError();
+        if (mine != cclxSuccess && mine != cclxInProgress) {
+          *err = nccl::ncclRemoteError;
+          (void)fail(nccl::ncclRemoteError, dc->backend->failureMessage());
+          return nccl::ncclSuccess;
+        }
+      }
+    }
+  }
+  return fn(comm, err);
+}
+
+CCLX_DROPIN_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
+  if (const char* mine = lastError()) return mine;
+  auto fn = real().ncclGetLastError;
+  return fn ? fn(comm) : "";
+}
+
+// ---- the drop-in's own entry points ----
+
+/// 1: collectives may run on cclx's algorithms; 0: every call goes to the real NCCL. Returns the
+/// previous setting. Comms are set up either way, so the switch may flip at any time.
+CCLX_DROPIN_EXPORT int cclxDropinSetIntercept(int enabled) {
+  (void)interceptOn();
+  return gIntercept.exchange(enabled ? 1 : 0);
+}
+
+/// The calling thread's ncclGroupStart depth (0 outside groups).
+CCLX_DROPIN_EXPORT int cclxDropinGroupDepth() { return tDepth; }
+
+/// The real NCCL's dlopen handle and file (null when none was found), for code in the same
+/// process that must call NCCL itself rather than the drop-in.
+CCLX_DROPIN_EXPORT void* cclxDropinRealNccl(const char** path) {
+  const RealNccl& L = real();
+  if (path) *path = L.handle ? L.path.c_str() : nullptr;
+  return L.handle;
+}

@@ -1,0 +1,162 @@
+// core/select.h: the one selection function both backends use, checked with made-up
+// capabilities (no comm, no GPU needed).
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/select.h"
+
+using namespace cclx;
+
+namespace {
+
+CollArgs allreduce(size_t bytes, DataType t = DataType::f32, RedOpKind op = RedOpKind::SUM) {
+  CollArgs a;
+  a.type = CollType::AllReduce;
+  a.dtype = t;
+  a.count = bytes / dtypeSize(t);
+  a.op = op;
+  return a;
+}
+
+// A GPU comm of n ranks with one GPU each: every peer algorithm fits.
+Caps gpu(int n) {
+  Caps c;
+  c.worldSize = n;
+  c.nccl = true;
+  c.peer = c.flat = c.lamport = c.tree = c.fp8 = c.fp8OneShot = true;
+  return c;
+}
+
+Caps host(int n) {
+  Caps c = gpu(n);
+  c.host = true;
+  c.nccl = false;
+  return c;
+}
+
+}  // namespace
+
+TEST(Select, GpuTablesByWorldSize) {
+  Config cfg;
+  EXPECT_EQ(select(allreduce(4 << 10), cfg, gpu(2)), Algo::Flat);
+  EXPECT_EQ(select(allreduce(2 << 20), cfg, gpu(2)), Algo::Lamport);
+  EXPECT_EQ(select(allreduce(32 << 20), cfg, gpu(2)), Algo::Tree);
+  EXPECT_EQ(select(allreduce(size_t(128) << 20), cfg, gpu(2)), Algo::Base);
+  EXPECT_EQ(select(allreduce(2 << 20), cfg, gpu(8)), Algo::Tree);  // Lamport off above 2 ranks
+  EXPECT_EQ(select(allreduce(64 << 20), cfg, gpu(8)), Algo::Base);
+  Caps noFlat = gpu(2);
+  noFlat.flat = false;  // the message does not fit one slot set
+  EXPECT_EQ(select(allreduce(4 << 10), cfg, noFlat), Algo::Lamport);
+  cfg.ddaTreeMaxBytes = size_t(1) << 30;  // a setting moves a threshold
+  EXPECT_EQ(select(allreduce(size_t(128) << 20), cfg, gpu(2)), Algo::Tree);
+}
+
+// Ranks that share a GPU: no NCCL, and the size tables (about time) do not apply.
+TEST(Select, SharedGpuRunsPeerAlgorithmsAtEverySize) {
+  Config cfg;
+  Caps c = gpu(8);
+  c.nccl = false;
+  c.timed = false;
+  EXPECT_EQ(select(allreduce(4 << 10), cfg, c), Algo::Flat);
+  EXPECT_EQ(select(allreduce(size_t(256) << 20), cfg, c), Algo::Flat);  // flat fits (made up)
+  c.flat = false;
+  EXPECT_EQ(select(allreduce(size_t(256) << 20), cfg, c), Algo::Lamport);
+  c.lamport = false;
+  EXPECT_EQ(select(allreduce(size_t(1) << 30), cfg, c), Algo::Tree);
+  // A hint still forces one.
+  CollArgs a = allreduce(1 << 10);
+  a.opts.hints["algo"] = "tree";
+  EXPECT_EQ(select(a, cfg, gpu(3)), Algo::Tree);
+  // What no peer algorithm takes goes to NCCL, which the backend then refuses clearly.
+  c.peer = false;
+  EXPECT_EQ(select(allreduce(4 << 10), cfg, c), Algo::Base);
+}
+
+TEST(Select, HintsAndSettings) {
+  Config cfg;
+  CollArgs a = allreduce(size_t(128) << 20);
+  a.opts.hints["algo"] = "flat";
+  EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Flat);
+  a.opts.hints["algo"] = "lamport";
+  Caps c = gpu(2);
+  c.lamport = false;
+  EXPECT_EQ(select(a, cfg, c), Algo::Tree);  // a forced Lamport that does not fit runs the tree
+  a.opts.hints["algo"] = "nccl";
+  EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Base);
+  a.opts.hints["algo"] = "auto";
+  cfg.allreduceAlgo = "flat";  // an explicit per-call "auto" wins over the setting
+  EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Base);
+  a.opts.hints.clear();
+  EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Flat);
+  // An unknown name is an argument error on every backend alike.
+  a.opts.hints["algo"] = "fastest";
+  for (const Caps& k : {gpu(2), host(2)}) {
+    try {
+      (void)select(a, cfg, k);
+      ADD_FAILURE() << "accepted algo=fastest";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), cclxInvalidArgument);
+    }
+  }
+}
+
+TEST(Select, HostRules) {
+  Config cfg;
+  EXPECT_EQ(select(allreduce(1 << 10), cfg, host(4)), Algo::Flat);
+  EXPECT_EQ(select(allreduce(1 << 20), cfg, host(4)), Algo::Tree);
+  CollArgs a = allreduce(1 << 20);
+  a.opts.hints["algo"] = "nccl";  // no NCCL on CPU comms: the size rule
+  EXPECT_EQ(select(a, cfg, host(4)), Algo::Tree);
+  a.opts.hints["algo"] = "flat";  // flat works at any size on the host
+  EXPECT_EQ(select(a, cfg, host(4)), Algo::Flat);
+  a.opts.hints["algo"] = "lamport";
+  Caps c = host(4);
+  c.lamport = false;
+  EXPECT_EQ(select(a, cfg, c), Algo::Tree);
+}
+
+TEST(Select, LowPrecision) {
+  Config cfg;
+  cfg.lpAllReduce = true;
+  CollArgs a = allreduce(size_t(16) << 20);
+  EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Fp8OneShot);  // 2 ranks up to 32 MiB
+  EXPECT_EQ(select(allreduce(size_t(64) << 20), cfg, gpu(2)), Algo::Fp8);
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Fp8);  // one-shot off above 2 ranks
+  Caps c = gpu(2);
+  c.fp8OneShot = false;  // a one-shot that does not fit the inboxes runs two-shot
+  EXPECT_EQ(select(a, cfg, c), Algo::Fp8);
+  a.opts.hints["fp8_algo"] = "twoshot";
+  EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Fp8);
+  a.opts.hints["fp8_algo"] = "bogus";
+  EXPECT_THROW((void)select(a, cfg, gpu(2)), Error);
+  // Bitwise ops and backend "nccl" never take FP8; small messages need the hint.
+  Caps ints = gpu(2);
+  ints.lamport = false;  // the data-as-flag protocol carries float types only
+  EXPECT_EQ(select(allreduce(size_t(16) << 20, DataType::i32, RedOpKind::BAND), cfg, ints), Algo::Tree);
+  Caps plain = gpu(2);
+  plain.plainNccl = true;
+  EXPECT_EQ(select(allreduce(size_t(16) << 20), cfg, plain), Algo::Base);
+  EXPECT_EQ(select(allreduce(1 << 10), cfg, gpu(2)), Algo::Flat);
+  CollArgs ag;
+  ag.type = CollType::AllGather;
+  ag.dtype = DataType::bf16;
+  ag.count = 1000;
+  ag.opts.hints["low_precision"] = "fp8";
+  EXPECT_EQ(select(ag, cfg, gpu(2)), Algo::Fp8);
+  Caps noFp8 = gpu(2);
+  noFp8.fp8 = false;
+  EXPECT_EQ(select(ag, cfg, noFp8), Algo::Base);
+}
+
+TEST(Select, Barrier) {
+  Config cfg;
+  CollArgs b;
+  b.type = CollType::Barrier;
+  Caps c = gpu(2);
+  EXPECT_EQ(select(b, cfg, c), Algo::Base);
+  c.peerBarrier = true;
+  EXPECT_EQ(select(b, cfg, c), Algo::PeerBarrier);
+  c.plainNccl = true;
+  EXPECT_EQ(select(b, cfg, c), Algo::Base);
+}
