@@ -101,4 +101,20 @@ const char* collName(CollType t) {
   return "Unknown";
 }
 
+// Work handles that are complete on creation (host collectives finish before returning).
+
+namespace {
+class CompletedWork final : public Work {
+ public:
+  bool isCompleted() override { return true; }
+  void wait(void*) override {}
+  void waitBlocking(std::chrono::milliseconds) override {}
+};
+}  // namespace
+
+std::shared_ptr<Work> completedWork() {
+  static const std::shared_ptr<Work> w = std::make_shared<CompletedWork>();
+  return w;
+}
+
 }  // namespace cclx

@@ -28,7 +28,7 @@ std::unique_ptr<HostAlgo> makeHostBroadcast();         // "shm-broadcast" broadc
 std::unique_ptr<HostAlgo> makeHostAllGather();         // "shm-allgather" allgather.cc (single and list)
 std::unique_ptr<HostAlgo> makeHostReduceScatter();     // "shm-reducescatter" reducescatter.cc
 std::unique_ptr<HostAlgo> makeHostAllToAll();          // "shm-alltoall"  alltoall.cc
-std::unique_ptr<HostAlgo> makeHostAllToAllV();         // "shm-alltoallv" alltoallv.cc
+std::unique_ptr<HostAlgo> makeHostAllToAllV();         // "shm-alltoallv" alltoall.cc
 std::unique_ptr<HostAlgo> makeHostSendRecv();          // "shm-p2p"       sendrecv.cc (Send and Recv)
 std::unique_ptr<HostAlgo> makeHostBarrier();           // "shm-barrier"   barrier.cc
 

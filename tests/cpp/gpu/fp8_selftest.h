@@ -1,4 +1,4 @@
-// Device-side checks of the FP8 codec for tests/cpp/test_gpu_fp8.cc (CUDA builds only): they run
+// Device-side checks of the FP8 codec for tests/cpp/gpu/test_gpu_fp8.cc (CUDA builds only): they run
 // the exact device code paths of the collectives (fp8_device.cuh) on the current device.
 #pragma once
 
@@ -29,7 +29,7 @@ void deviceCvt(const float* in, size_t n, uint8_t* out);
 /// them with the device dequantizer. Host arrays: in[nb*B], codes[nb*B], metas[nb], out[nb*B].
 void deviceRoundTrip(const float* in, size_t nb, int B, uint8_t* codes, Meta* metas, float* out);
 
-/// Phase timing (tests/cpp/test_gpu_fp8.cc): microseconds per pass, averaged over `iters`
+/// Phase timing (tests/cpp/gpu/test_gpu_fp8.cc): microseconds per pass, averaged over `iters`
 /// back-to-back launches timed with CUDA events on the current device, with the collectives'
 /// grid (min(SMs, 128) CTAs of 512 threads, grid-stride, two units per thread per round).
 /// Quantize: bf16 [count] -> codes + metas. Dequantize: codes + metas -> bf16 [count].

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# GPU validation that one GPU can carry, in stages (each fits a 10-minute command):
+#   scripts/gpu_one.sh build    configure and build cclx with CUDA, the Python extension, the NCCL
+#                               drop-in and the GPU tests into build-dev (Ninja; GoogleTest from
+#                               $GTEST_SRC, .dev/googletest or /usr/src/googletest when not installed)
+#   scripts/gpu_one.sh cpp [N]  device codec checks (test_gpu_fp8) and the several-ranks-per-GPU
+#                               suites (scripts/gpu_shared.sh; N = world sizes, default "2 3 4 5 8")
+#   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench)
+#                               and the TP benchmark smoke run (bench/tp_smoke.sh)
+# Results and logs go to ${OUT:-bench/results}; each stage prints one summary line.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|py}
+OUT=${OUT:-bench/results}
+BUILD=build-dev
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+JOBS=$(nproc 2>/dev/null || echo 8)
+PY=${PYTHON:-python3}
+t0=$(date +%s)
+line() { echo "gpu_one $STAGE: $1, $(( $(date +%s) - t0 ))s"; }
+
+case "$STAGE" in
+build)
+  log="$OUT/build.log"
+  args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCCLX_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+        -DCCLX_BUILD_TESTS=ON -DCCLX_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v $PY)"
+        -Dnanobind_DIR="$($PY -m nanobind --cmake_dir)")
+  if ! cmake -S . -B "$BUILD" "${args[@]}" >"$log" 2>&1; then
+    src=""
+    for c in "${GTEST_SRC:-}" .dev/googletest /usr/src/googletest; do
+      if [ -n "$c" ] && [ -f "$c/CMakeLists.txt" ]; then src=$c; break; fi
+    done
+    [ -n "$src" ] || { tail -20 "$log"; line "CONFIGURE FAILED (no GoogleTest)"; exit 1; }
+    gt="$PWD/$BUILD/_gtest"
+    { cmake -S "$src" -B "$gt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
+        -DCMAKE_INSTALL_PREFIX="$gt/install" -DCMAKE_POSITION_INDEPENDENT_CODE=ON &&
+      cmake --build "$gt/build" -j"$JOBS" && cmake --install "$gt/build"; } >>"$log" 2>&1 ||
+      { tail -20 "$log"; line "GOOGLETEST BUILD FAILED"; exit 1; }
+    rm -f "$BUILD/CMakeCache.txt"
+    cmake -S . -B "$BUILD" "${args[@]}" -DCMAKE_PREFIX_PATH="$gt/install" >>"$log" 2>&1 ||
+      { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
+  fi
+  if ! cmake --build "$BUILD" -j"$JOBS" --target cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared \
+       >>"$log" 2>&1; then
+    grep -E "error|FAILED" "$log" | head -40
+    line "BUILD FAILED"
+    exit 1
+  fi
+  line "built"
+  ;;
+cpp)
+  sizes=${2:-2 3 4 5 8}
+  "$BUILD/tests/test_gpu_fp8" --gtest_filter='GpuFp8.DeviceCodec*' \
+    --gtest_output="json:$OUT/gpu_fp8_codec.json" >"$OUT/gpu_fp8_codec.log" 2>&1
+  crc=$?
+  echo "gpu_one: device codec rc=$crc $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu_fp8_codec.log" | tr '\n' ' ')"
+  OUT="$OUT" bash scripts/gpu_shared.sh "$BUILD" "$sizes"
+  src=$?
+  line "codec rc=$crc shared rc=$src"
+  [ $crc -eq 0 ] && [ $src -eq 0 ]
+  ;;
+py)
+  export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  $PY -m pytest -q -rs tests/gpu --junitxml="$OUT/pytest_gpu.xml" >"$OUT/pytest_gpu.log" 2>&1
+  prc=$?
+  tail -15 "$OUT/pytest_gpu.log"
+  brc=0
+  if [ -f bench/tp_smoke.sh ]; then
+    mkdir -p "$OUT/tp"
+    timeout 300 bash bench/tp_smoke.sh "$OUT/tp" >"$OUT/tp_smoke.log" 2>&1
+    brc=$?
+    tail -12 "$OUT/tp_smoke.log"
+  fi
+  line "pytest rc=$prc tp_smoke rc=$brc"
+  [ $prc -eq 0 ] && [ $brc -eq 0 ]
+  ;;
+*)
+  echo "unknown stage $STAGE"
+  exit 2
+  ;;
+esac
