@@ -66,9 +66,13 @@ def header(args: Any, n: int, libs: List[str], facts: Dict[str, Any]) -> str:
         f"op {args.op}, root {args.root}",
         f"# iters {args.iters} warmup {args.warmup} repeats {args.repeats} graph {args.graph} "
         f"blocking {args.blocking} algo {args.algo} low_precision {int(args.low_precision)} "
-        f"fp8_algo {getattr(args, 'fp8_algo', 'auto')} "
+        f"fp8_algo {getattr(args, 'fp8_algo', 'auto')} api {getattr(args, 'api', 'cclx')} "
         f"check {args.check}; time = median of repeats, max over ranks; GB = 1e9",
     ]
+    api = facts.get("nccl_api")
+    if api:
+        lines.append(f"# NCCL API: dropin = {api['dropin']}, nccl = {api['real_nccl']} "
+                     f"(version {api['real_nccl_version']}); speedup = nccl / dropin")
     cols = f"# {'coll':>14} {'size(B)':>12} {'count':>11} {'type':>5} {'redop':>5} {'root':>4}"
     for lib in libs:
         cols += f" | {lib + ' time(us)':>15} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
@@ -113,7 +117,7 @@ def summary_line(s: Dict[str, Any], libs: List[str]) -> str:
     for lib in libs:
         parts.append(f"{lib}_avg_busbw={s[lib + '_avg_busbw']:.2f}GB/s")
     if "speedup_geomean" in s:
-        parts.append(f"speedup(nccl/cclx) geomean={s['speedup_geomean']:.3f} "
+        parts.append(f"speedup({libs[-1]}/{libs[0]}) geomean={s['speedup_geomean']:.3f} "
                      f"min={s['speedup_min']:.3f} max={s['speedup_max']:.3f}")
     parts.append("PASSED" if s["passed"] else "FAILED")
     return "# cclx-perf summary: " + " ".join(parts)

@@ -3,6 +3,7 @@
     python -m cclx.perf                      # allreduce 1K..256M bf16 on all local GPUs
     python -m cclx.perf --device cpu -N 4    # 4 CPU processes (host transport)
     python -m cclx.perf -C all -b 8 -e 64M -f 2 -G 10 --json out.json --plot out.png
+    python -m cclx.perf --api nccl           # NCCL's C API: the cclx drop-in vs the real NCCL
 
 Starts one process per rank itself, or runs as one rank when RANK/WORLD_SIZE are set (torchrun).
 Exits non-zero when any result is wrong.
@@ -60,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-N", "--nranks", type=int, default=None,
                    help="processes to start (default: all local GPUs, or 4 on CPU)")
     p.add_argument("--no-nccl", action="store_true", help="skip the NCCL comparison")
+    p.add_argument("--api", default="cclx", choices=("cclx", "nccl"),
+                   help="cclx: cclx comms (backend cclx vs nccl); nccl: NCCL's C API through "
+                   "the cclx drop-in libnccl.so.2 vs the real NCCL (ctypes, GPUs only)")
     p.add_argument("--json", default=None, help="write every number and machine facts here")
     p.add_argument("--plot", default=None, help="write latency/busbw plots (PNG) here")
     p.add_argument("--timeout", type=float, default=300.0, help="communicator timeout (s)")
@@ -92,6 +96,12 @@ def _resolve(args: argparse.Namespace, torch: Any) -> None:
         raise SystemExit("cclx-perf: -f must be > 1")
     if args.graph and not args.cuda:
         raise SystemExit("cclx-perf: -G needs CUDA")
+    if args.api == "nccl":
+        if not args.cuda:
+            raise SystemExit("cclx-perf: --api nccl needs CUDA")
+        if _hints(args) or args.no_nccl:
+            raise SystemExit("cclx-perf: --api nccl takes no --algo, --low-precision, "
+                             "--fp8-algo or --no-nccl (the drop-in reads CCLX_* settings)")
 
 
 def _launch(argv: List[str], n: int) -> int:
@@ -143,26 +153,37 @@ def run_rank(args: argparse.Namespace, torch: Any) -> int:
         raise SystemExit(f"cclx-perf: {local} ranks on {torch.cuda.device_count()} GPU(s): ranks "
                          "would share a GPU, which time-slices between processes, so times "
                          "would mean nothing (and NCCL refuses it); run one rank per GPU")
-    dev = torch.device("cuda") if cuda else "cpu"
-    comms = {"cclx": cclx.new_comm("cclx", dev, name="perf", timeout=args.timeout)}
-    if cuda and not args.no_nccl:
-        comms["nccl"] = cclx.new_comm("nccl", dev, name="perf_nccl", timeout=args.timeout)
-    libs = list(comms)
-    ctl = comms.get("nccl", comms["cclx"])
-    rank, n = ctl.get_rank(), ctl.get_size()
-    xp = B.Xp(torch if cuda else None, ctl.get_device() if cuda else None, args.dtype)
-    redop = {"sum": cclx.ReduceOp.SUM, "prod": cclx.ReduceOp.PRODUCT, "min": cclx.ReduceOp.MIN,
-             "max": cclx.ReduceOp.MAX, "avg": cclx.ReduceOp.AVG}[args.op]
-    hints = {"cclx": _hints(args), "nccl": {}}
-    timer = B.Timer(torch, cuda, args.graph, bool(args.blocking))
-    tol = B.tolerance(args.op, args.dtype, args.low_precision, n)
-    esize = B.DTYPES[args.dtype][1]
-
     # Times and wrong counts are combined through the rendezvous store, not through the
     # communicators under test.
     from . import _rendezvous as rdv
 
-    ctl_store = rdv.default_store(rank, n, rdv.next_prefix("perf_ctl"), args.timeout)
+    dev = torch.device("cuda") if cuda else "cpu"
+    api_facts: Dict[str, Any] = {}
+    if args.api == "nccl":
+        from . import _perf_nccl_api as NA
+
+        rank, n = rdv.rank_size()
+        ctl_store = rdv.default_store(rank, n, rdv.next_prefix("perf_ctl"), args.timeout)
+        comms, api_facts = NA.open_comms(torch, rank, n, ctl_store, args.timeout)
+        redop = args.op
+    else:
+        comms = {"cclx": cclx.new_comm("cclx", dev, name="perf", timeout=args.timeout)}
+        if cuda and not args.no_nccl:
+            comms["nccl"] = cclx.new_comm("nccl", dev, name="perf_nccl", timeout=args.timeout)
+        redop = {"sum": cclx.ReduceOp.SUM, "prod": cclx.ReduceOp.PRODUCT,
+                 "min": cclx.ReduceOp.MIN, "max": cclx.ReduceOp.MAX,
+                 "avg": cclx.ReduceOp.AVG}[args.op]
+    libs = list(comms)
+    ctl = comms.get("nccl", comms[libs[0]])
+    rank, n = ctl.get_rank(), ctl.get_size()
+    xp = B.Xp(torch if cuda else None, ctl.get_device() if cuda else None, args.dtype)
+    hints = {lib: {} for lib in libs}
+    hints[libs[0]] = _hints(args)
+    timer = B.Timer(torch, cuda, args.graph, bool(args.blocking))
+    tol = B.tolerance(args.op, args.dtype, args.low_precision, n)
+    esize = B.DTYPES[args.dtype][1]
+    if args.api != "nccl":
+        ctl_store = rdv.default_store(rank, n, rdv.next_prefix("perf_ctl"), args.timeout)
     ctl_seq = [0]
 
     def reduce_vals(vals: List[float], how: str) -> List[float]:
@@ -173,12 +194,18 @@ def run_rank(args: argparse.Namespace, torch: Any) -> int:
         return [max(c) if how == "max" else sum(c) for c in zip(*allv)]
 
     facts = R.machine_facts(torch, cuda) if rank == 0 else {}
+    if api_facts:
+        facts["nccl_api"] = api_facts
     if rank == 0:
         print(R.header(args, n, libs, facts), flush=True)
         if tol:
             print(f"# check tolerance: |got - expected| <= {tol:g}", flush=True)
     rows: List[Dict[str, Any]] = []
     for coll in args.colls:
+        if args.api == "nccl" and not all(c.has(coll) for c in comms.values()):
+            if rank == 0:
+                print(f"# {coll}: not in the loaded NCCL, skipped", flush=True)
+            continue
         seen = set()
         for size in B.sizes(args.minbytes, args.maxbytes, args.stepfactor):
             count, nbytes = B.count_for(coll, size, esize, n)
@@ -207,7 +234,9 @@ def _one_size(args, coll, count, nbytes, rank, n, xp, comms, redop, hints, timer
               reduce_vals) -> Dict[str, Any]:
     factor = B.COLLS[coll][0](n)
     libs = list(comms)
-    cases = {lib: B.Case(xp, coll, count, rank, n, args.op, args.root) for lib in libs}
+    shared = args.api == "nccl"  # the NCCL API: both libraries on the same buffers
+    one = B.Case(xp, coll, count, rank, n, args.op, args.root) if shared else None
+    cases = {lib: one or B.Case(xp, coll, count, rank, n, args.op, args.root) for lib in libs}
     fns = {lib: cases[lib].call(comms[lib], redop, hints[lib]) for lib in libs}
     wrong = {lib: 0 for lib in libs}
     graphs = {}
@@ -227,9 +256,13 @@ def _one_size(args, coll, count, nbytes, rank, n, xp, comms, redop, hints, timer
     timer.sync()
     if args.check:  # out-of-place: the last timed op left the same exact result
         for lib in libs:
+            if shared:  # the last op was another library's: one more of this one
+                cases[lib].poison()
+                fns[lib]()
+                timer.sync()
             wrong[lib] += cases[lib].wrong(tol)
     if args.corrupt_check and rank == 0:
-        wrong["cclx"] += 1
+        wrong[libs[0]] += 1
     med = reduce_vals([B.median(times[lib]) for lib in libs], "max")
     wr = reduce_vals([float(wrong[lib]) for lib in libs], "sum")
     row: Dict[str, Any] = {"coll": coll, "bytes": nbytes, "count": count, "dtype": args.dtype,
@@ -241,8 +274,8 @@ def _one_size(args, coll, count, nbytes, rank, n, xp, comms, redop, hints, timer
         algbw = nbytes / (t * 1e-6) / 1e9 if t > 0 else 0.0
         row[lib] = {"time_us": t, "algbw": algbw, "busbw": algbw * factor, "wrong": int(wr[i]),
                     "times_us_rank": times[lib]}
-    if "nccl" in row and row["cclx"]["time_us"] > 0:
-        row["speedup"] = row["nccl"]["time_us"] / row["cclx"]["time_us"]
+    if len(libs) > 1 and row[libs[0]]["time_us"] > 0:  # NCCL time / time of the one tested
+        row["speedup"] = row[libs[-1]]["time_us"] / row[libs[0]]["time_us"]
     for g in graphs.values():
         del g
     return row

@@ -12,7 +12,6 @@
 #include <mutex>
 #include <vector>
 
-#include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -24,6 +23,13 @@ namespace {
 std::string realPath(const std::string& p) {
   char buf[PATH_MAX];
   return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+}
+
+// A setting read directly: a malformed CCLX_* variable elsewhere must not make every NCCL call
+// throw out of the C ABI (comm creation reports it, see intercept.cc).
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
 }
 
 bool exists(const std::string& p) {
@@ -75,14 +81,14 @@ class Loader {
   RealNccl lib;
 
   Loader() {
-    const Config cfg = Config::fromEnv();
+    const std::string ncclPath = env("CCLX_NCCL_PATH"), pipDir = env("CCLX_NCCL_PIP_DIR");
     self_ = selfPath();
-    if (!cfg.ncclPath.empty()) {  // binding: no fallback to another library
-      if (!tryPath(cfg.ncclPath, "CCLX_NCCL_PATH")) finish("CCLX_NCCL_PATH=" + cfg.ncclPath + " is not usable");
+    if (!ncclPath.empty()) {  // binding: no fallback to another library
+      if (!tryPath(ncclPath, "CCLX_NCCL_PATH")) finish("CCLX_NCCL_PATH=" + ncclPath + " is not usable");
       return;
     }
     std::vector<std::string> pip;
-    if (!cfg.ncclPipDir.empty()) pip.push_back(cfg.ncclPipDir + "/libnccl.so.2");
+    if (!pipDir.empty()) pip.push_back(pipDir + "/libnccl.so.2");
     std::vector<std::string> prefixes;
     if (const char* venv = std::getenv("VIRTUAL_ENV")) prefixes.push_back(venv);
     prefixes.push_back(dirOf(dirOf(realPath("/proc/self/exe"))));

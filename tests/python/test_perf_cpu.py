@@ -55,3 +55,5 @@ def test_perf_launcher_help():
 def test_perf_bad_arguments(tmp_path):
     r = _run(["-C", "all_sum"], tmp_path)
     assert r.returncode != 0 and "unknown collective" in r.stderr
+    r = _run(["--api", "nccl"], tmp_path)
+    assert r.returncode != 0 and "--api nccl needs CUDA" in r.stderr
