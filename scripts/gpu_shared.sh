@@ -25,8 +25,8 @@ import json, os, subprocess
 out, sizes = os.environ["OUT"], os.environ["SIZES"].split()
 gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                       capture_output=True, text=True).stdout.split("\n")
-rec = {"commit": subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                                text=True).stdout.strip() or os.environ.get("CCLX_GIT_COMMIT", "?"),
+rec = {"commit": os.environ.get("CCLX_GIT_COMMIT") or subprocess.run(
+           ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip(),
        "gpus": [g for g in gpus if g], "world_sizes": {}}
 for n in sizes:
     try:

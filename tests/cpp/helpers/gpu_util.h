@@ -229,6 +229,9 @@ inline char* h2d(const std::vector<char>& v, size_t extra = 0) {
   CK(cudaMalloc(&p, v.size() + extra + 1));
   CK(cudaMemset(p, 0xff, v.size() + extra + 1));
   CK(cudaMemcpy(p, v.data(), v.size(), cudaMemcpyHostToDevice));
+  // A copy from pageable memory may return before its DMA is done: the callers' collectives run
+  // on non-blocking streams.
+  CK(cudaDeviceSynchronize());
   return p;
 }
 
@@ -237,6 +240,7 @@ inline char* poisoned(size_t bytes) {
   char* p;
   CK(cudaMalloc(&p, bytes + 1));
   CK(cudaMemset(p, 0xff, bytes + 1));
+  CK(cudaDeviceSynchronize());
   return p;
 }
 
