@@ -11,10 +11,14 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(__HIPCC__)
 #define CCLX_HD __host__ __device__ __forceinline__
 #else
 #define CCLX_HD inline
+#endif
+// The device pass of the CUDA or the HIP compiler: device intrinsics instead of the host forms.
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define CCLX_DEVICE_PASS 1
 #endif
 
 namespace cclx {
@@ -27,7 +31,7 @@ struct fp8e5m2_t { uint8_t bits; };
 namespace math {
 
 CCLX_HD uint32_t f32Bits(float f) {
-#if defined(__CUDA_ARCH__)
+#if defined(CCLX_DEVICE_PASS)
   return __float_as_uint(f);
 #else
   uint32_t u;
@@ -36,7 +40,7 @@ CCLX_HD uint32_t f32Bits(float f) {
 #endif
 }
 CCLX_HD float bitsF32(uint32_t u) {
-#if defined(__CUDA_ARCH__)
+#if defined(CCLX_DEVICE_PASS)
   return __uint_as_float(u);
 #else
   float f;

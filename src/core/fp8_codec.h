@@ -58,7 +58,7 @@ CCLX_HD size_t blockLaneElem(int j, int lane, int B, int elemBytes) {
 /// on the host an empty asm hides the product from the optimizer, so builds with FMA enabled,
 /// e.g. -march=native, still round the product on its own like the device).
 CCLX_HD float mulRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if defined(CCLX_DEVICE_PASS)
   return __fmul_rn(a, b);
 #else
   float r = a * b;
@@ -71,14 +71,14 @@ CCLX_HD float mulRn(float a, float b) {
 #endif
 }
 CCLX_HD float addRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if defined(CCLX_DEVICE_PASS)
   return __fadd_rn(a, b);
 #else
   return a + b;
 #endif
 }
 CCLX_HD float divRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if defined(CCLX_DEVICE_PASS)
   return __fdiv_rn(a, b);
 #else
   return a / b;

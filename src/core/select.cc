@@ -45,15 +45,15 @@ Want allReduceWant(const CollArgs& a, const Config& cfg) {
              w.c_str());
 }
 
-// Hint "fp8_algo", else CCLX_FP8_ALLREDUCE_ALGO: true for one-shot.
-bool fp8OneShotWanted(const CollArgs& a, const Config& cfg, int n) {
+// Hint "fp8_algo", else CCLX_FP8_ALLREDUCE_ALGO: true for one-shot (auto: only with dataAsFlag).
+bool fp8OneShotWanted(const CollArgs& a, const Config& cfg, const Caps& c) {
   const std::string* h = hint(a, "fp8_algo");
   const std::string& w = h ? *h : cfg.fp8AllReduceAlgo;
   if (w == "oneshot") return true;
   if (w == "twoshot") return false;
   CCLX_ARG_CHECK(w == "auto", "fp8 allreduce algorithm '%s' is not one of auto|oneshot|twoshot",
                  w.c_str());
-  return a.bytes() <= fp8OneShotMaxBytes(cfg, n);
+  return c.dataAsFlag && a.bytes() <= fp8OneShotMaxBytes(cfg, c.worldSize);
 }
 
 bool isBitwise(RedOpKind k) {
@@ -65,7 +65,7 @@ Algo selectAllReduce(const CollArgs& a, const Config& cfg, const Caps& c) {
   const bool bitwise = isBitwise(a.op.kind);
   if (!c.plainNccl && !bitwise && lowPrecisionWanted(a, cfg)) {
     // A one-shot call that does not fit the one-shot inboxes runs two-shot.
-    if (c.fp8OneShot && fp8OneShotWanted(a, cfg, c.worldSize)) return Algo::Fp8OneShot;
+    if (c.fp8OneShot && fp8OneShotWanted(a, cfg, c)) return Algo::Fp8OneShot;
     if (c.fp8) return Algo::Fp8;
   }
   const size_t bytes = a.bytes();
@@ -88,8 +88,8 @@ Algo selectAllReduce(const CollArgs& a, const Config& cfg, const Caps& c) {
       break;
     case Want::Auto: break;
   }
-  if (bytes <= flatMax && c.flat) return Algo::Flat;
-  if (bytes <= lamportMax && c.lamport) return Algo::Lamport;
+  if (bytes <= flatMax && c.flat && c.dataAsFlag) return Algo::Flat;
+  if (bytes <= lamportMax && c.lamport && c.dataAsFlag) return Algo::Lamport;
   if (bytes <= treeMax || bitwise || !c.nccl) return Algo::Tree;
   return Algo::Base;
 }

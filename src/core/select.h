@@ -35,6 +35,9 @@ struct Caps {
   bool flat = false, lamport = false, tree = false;
   bool fp8 = false, fp8OneShot = false;
   bool peerBarrier = false;
+  bool dataAsFlag = true;  // auto may pick the kernels whose data is its own flag (flat, lamport,
+                           // fp8_oneshot); false on HIP builds, where that relies on a link
+                           // property AMD does not document (forced choices still run them)
 };
 
 /// The algorithm for one call. Throws cclxInvalidArgument for an unknown "algo" or "fp8_algo"

@@ -41,6 +41,7 @@ struct DeviceCtx {
   uint64_t* counters = nullptr;       // device pointer, kNumCounters entries
   uint32_t* errorFlagDev = nullptr;   // device pointer of the host-mapped error words
   volatile uint32_t* errorFlagHost = nullptr;  // host pointer of the same words
+  double timerScale = 1.0;  // device-timer ns per real ns (gpurt::timerScale; 1 with CUDA)
   bool peerUsable() const { return peer && peer->usable; }
 };
 
@@ -56,10 +57,15 @@ class DeviceAlgo {
   virtual void launch(const CollArgs& args, DeviceCtx& ctx, void* stream) = 0;
 };
 
-/// The collective timeout of one call, in nanoseconds, as kernels take it.
+/// The collective timeout of one call, in nanoseconds.
 inline uint64_t timeoutNs(const CollArgs& a) {
   auto ms = a.opts.timeout.count();
   return ms <= 0 ? 600ull * 1000000000ull : uint64_t(ms) * 1000000ull;
+}
+/// The same timeout as kernels take it: in nanoseconds of the device timer (dev::globalTimerNs).
+inline uint64_t timeoutNs(const CollArgs& a, const DeviceCtx& ctx) {
+  const uint64_t ns = timeoutNs(a);
+  return ctx.timerScale == 1.0 ? ns : uint64_t(double(ns) * ctx.timerScale);
 }
 
 }  // namespace cclx

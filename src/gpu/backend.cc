@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "gpu/cuda_check.h"
+#include "gpu/runtime.h"
 #include "gpu/dda/dda.h"
 #include "gpu/fp8/fp8.h"
 #include "gpu/nccl/colls.h"
@@ -72,6 +72,7 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   ctx_.device = dev;
   ctx_.cfg = s.cfg;
   CCLX_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.smCount, cudaDevAttrMultiProcessorCount, dev));
+  ctx_.timerScale = gpurt::timerScale(dev);
   CCLX_CUDA_CHECK(cudaStreamCreateWithFlags(&internal_, cudaStreamNonBlocking));
   CCLX_CUDA_CHECK(cudaEventCreateWithFlags(&forkEv_, cudaEventDisableTiming));
   CCLX_CUDA_CHECK(cudaEventCreateWithFlags(&orderEv_, cudaEventDisableTiming));
@@ -132,6 +133,7 @@ Caps CudaBackend::caps(const CollArgs& a) const {
   c.plainNccl = plainNccl_;
   c.timed = pm_.sharing.empty();
   c.peer = ctx_.peerUsable() && a.count > 0 && ddaOpSupported(a.op.kind, a.dtype);
+  c.dataAsFlag = !gpurt::kHip;  // docs/DESIGN.md "AMD (HIP)"
   switch (a.type) {
     case CollType::AllReduce:
       c.flat = flat_->canRun(a, ctx_);
@@ -175,16 +177,15 @@ std::string CudaBackend::selectAllReduce(const CollArgs& a) {
 
 void CudaBackend::checkPointer(const void* p, const char* what) const {
   if (!p) return;
-  cudaPointerAttributes at{};
-  cudaError_t e = cudaPointerGetAttributes(&at, p);
-  if (e != cudaSuccess) (void)cudaGetLastError();
-  if (e == cudaSuccess && at.type == cudaMemoryTypeManaged) return;
-  if (e != cudaSuccess || at.type != cudaMemoryTypeDevice)
+  int device = -1;
+  const gpurt::MemKind kind = gpurt::memKind(p, device);
+  if (kind == gpurt::MemKind::kManaged) return;
+  if (kind != gpurt::MemKind::kDevice)
     CCLX_THROW(cclxInvalidUsage, "%s buffer %p is host memory, not memory of the comm's device cuda:%d",
                what, p, sh_->device);
-  if (at.device != sh_->device)
+  if (device != sh_->device)
     CCLX_THROW(cclxInvalidUsage, "%s buffer %p is on cuda:%d but the comm uses cuda:%d", what, p,
-               at.device, sh_->device);
+               device, sh_->device);
 }
 
 void CudaBackend::checkPointers(const CollArgs& a) const {

@@ -5,8 +5,6 @@
 // NCCL drop-in (src/nccl_dropin: the application's NCCL comm, borrowed).
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -19,6 +17,7 @@
 #include "gpu/algo.h"
 #include "gpu/nccl/loader.h"
 #include "gpu/peer_mem.h"
+#include "gpu/runtime.h"
 
 namespace cclx {
 

@@ -1,7 +1,5 @@
-// CUDA IPC peer memory (see ipc.h).
+// Peer memory over CUDA (or HIP) IPC (see peer_mem.h).
 #include "gpu/peer_mem.h"
-
-#include <cuda_runtime.h>
 
 #include <unistd.h>
 
@@ -10,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "gpu/cuda_check.h"
+#include "gpu/runtime.h"
 #include "store/bootstrap.h"
 
 namespace cclx {
@@ -121,10 +119,10 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, Exchange& ex) {
   size_t staging = (std::max<size_t>(s.cfg.ddaStagingBytes, 1u << 20) + 4095) & ~size_t(4095);
   char* base = nullptr;
   if (why.empty()) {
-    cudaError_t e = cudaMalloc(&base, staging + kSignalBytes);
+    cudaError_t e = gpurt::mallocPeerVisible(&base, staging + kSignalBytes);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      why = strFormat("cudaMalloc of %zu bytes failed on rank %d: %s", staging + kSignalBytes,
+      why = strFormat("allocating %zu bytes of peer memory failed on rank %d: %s", staging + kSignalBytes,
                       s.rank, cudaGetErrorString(e));
       base = nullptr;
     } else {

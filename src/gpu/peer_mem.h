@@ -1,7 +1,8 @@
 // CUDA IPC peer memory: for ranks of one host whose GPUs have P2P access between every pair (or
 // that share a GPU: several processes on one device), each rank allocates a staging buffer and a
 // signal area, and every rank maps every peer's with CUDA IPC. The pointers below are valid in
-// this process (peer pointers are IPC mappings over NVLink/PCIe, or of the same device).
+// this process (peer pointers are IPC mappings over NVLink/PCIe, or of the same device). HIP
+// builds allocate the buffer fine-grained (gpurt::mallocPeerVisible) and map it with HIP IPC.
 //
 // Staging layout (bytes, S = stagingBytes, every region 256-byte aligned):
 //   [kFlat]       [0, S/22)        DDA flat allreduce: LL16 packet slots, two sets by epoch

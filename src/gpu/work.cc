@@ -4,7 +4,7 @@
 #include "gpu/backend.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "gpu/cuda_check.h"
+#include "gpu/runtime.h"
 
 namespace cclx {
 

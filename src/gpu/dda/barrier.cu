@@ -27,7 +27,7 @@ class DdaBarrier final : public DeviceAlgo {
     dev::PeerPtrs p{};
     for (int r = 0; r < ctx.size; ++r) p.signal[r] = ctx.peer->signalRegion(r, SignalRegion::kBarrier);
     ddaBarrierKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(
-        p, ctx.counters + kCounterBarrier, ctx.errorFlagDev, timeoutNs(a), ctx.rank, ctx.size);
+        p, ctx.counters + kCounterBarrier, ctx.errorFlagDev, timeoutNs(a, ctx), ctx.rank, ctx.size);
     CCLX_CUDA_CHECK(cudaGetLastError());
   }
 };

@@ -169,7 +169,7 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
             const uint4* in = box(me, 0, r);
 #pragma unroll
             for (int k = 0; k < kUnroll; ++k)
-              if (v0 + k * st < hi) x[k] = __ldcg(in + (v0 + k * st - part.lo));
+              if (v0 + k * st < hi) x[k] = dev::ldCg(in + (v0 + k * st - part.lo));
           }
 #pragma unroll
           for (int k = 0; k < kUnroll; ++k)
@@ -203,7 +203,7 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
         Acc acc;
         for (int r = 0; r < N; ++r) {
           uint4 x = r == me ? ldTail(p.send, fullV, tailBytes)
-                            : __ldcg(box(me, 0, r) + (fullV - part.lo));
+                            : dev::ldCg(box(me, 0, r) + (fullV - part.lo));
           uint32_t w[4] = {x.x, x.y, x.z, x.w};
           acc.add(w, r == 0, factor);
         }
@@ -227,12 +227,12 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
         uint4 x[kUnroll];
 #pragma unroll
         for (int k = 0; k < kUnroll; ++k)
-          if (v0 + k * st < hi) x[k] = __ldcg(src + (v0 + k * st - part.lo));
+          if (v0 + k * st < hi) x[k] = dev::ldCg(src + (v0 + k * st - part.lo));
 #pragma unroll
         for (int k = 0; k < kUnroll; ++k)
           if (v0 + k * st < hi) stUser<Al>(p.recv, v0 + k * st, x[k]);
       });
-      if (tailHere(part)) stTail(p.recv, fullV, tailBytes, __ldcg(src + (fullV - part.lo)));
+      if (tailHere(part)) stTail(p.recv, fullV, tailBytes, dev::ldCg(src + (fullV - part.lo)));
     }
   }
   *seqOut = seq0 + nChunks;

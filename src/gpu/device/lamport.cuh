@@ -54,6 +54,7 @@ template <class P>
 __device__ __forceinline__ uint64_t lamportBegin(const P& p, uint32_t* pushed) {
   const uint64_t epoch = p.counters[blockIdx.x];
   if (threadIdx.x == 0) *pushed = 0;
+  namedBarriersInit();  // teamRounds' producer barrier (HIP: emulated in shared memory)
   __syncthreads();
   return epoch;
 }

@@ -4,6 +4,8 @@
 //   (all threads write data) -> __syncthreads() -> one thread per peer: st.release.sys(flag, v)
 // and a reader observes it with
 //   one thread per peer: ld.acquire.sys(flag) >= v -> __syncthreads() -> all threads read data.
+// (HIP: every thread also fences at system scope before the first barrier and after the second,
+// fenceBeforeSignal / fenceAfterWait in device/prims.cuh.)
 // Flag values only increase (no resets), so a late reader never misses a signal and a stale value
 // can never look new. Every spin loop carries a %globaltimer deadline: on expiry it records the
 // missing rank in the host-mapped error words (see gpu/algo.h) and gives up instead of hanging.
@@ -23,7 +25,7 @@ __device__ __forceinline__ void reportTimeout(uint32_t* err, int missingRank) {
   volatile uint32_t* e = err;
   e[1 + missingRank] = 1u;
   e[0] = kErrTimeout;
-  __threadfence_system();
+  fenceSystem();
 }
 
 /// Spins until *flag >= expected (acquire, system scope) or the deadline passes. Returns false on
@@ -46,19 +48,23 @@ __device__ __forceinline__ bool waitFlagGE(const uint64_t* flag, uint64_t expect
 /// returns false (in every thread) on timeout. Includes the __syncthreads() on both sides.
 __device__ __forceinline__ bool blockBarrier(uint64_t* const* rows, int rank, int size,
                                              uint64_t value, uint64_t deadlineNs, uint32_t* err) {
+  fenceBeforeSignal();
   __syncthreads();  // the block's writes happen before the release below
   int t = threadIdx.x, failed = 0;
   if (t < size) {
     stReleaseSys(rows[t] + rank, value);
     failed = !waitFlagGE(rows[rank] + t, value, deadlineNs, err, t);
   }
-  return __syncthreads_or(failed) == 0;  // the acquires happen before the block's reads
+  const bool ok = syncThreadsOr(failed) == 0;  // the acquires happen before the block's reads
+  fenceAfterWait();
+  return ok;
 }
 
 /// A team: whole warps [first, first + threads) of a block with their own named barrier (ids 1
 /// and 2; 0 is __syncthreads). Kernels that pipeline split a block into a producer and a
 /// consumer team that meet only at the start and the end of a call (__syncthreads) and
-/// otherwise talk through flags.
+/// otherwise talk through flags. On AMD a team is whole wavefronts, and a kernel with teams calls
+/// namedBarriersInit() first.
 struct Team {
   int id, first, threads;
   __device__ int tid() const { return int(threadIdx.x) - first; }

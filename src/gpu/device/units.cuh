@@ -3,7 +3,6 @@
 // round once), so every rank computes the same bits as the host transport.
 #pragma once
 
-#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -12,7 +11,7 @@
 #include "gpu/device/sync.cuh"
 #include "core/dtype_math.h"
 #include "core/error.h"
-#include "gpu/cuda_check.h"
+#include "gpu/runtime.h"
 
 namespace cclx {
 namespace dev {
@@ -163,7 +162,7 @@ void fillCallParams(P& p, const CollArgs& a, const DeviceCtx& ctx, int counterBa
   p.bytes = a.count * dtypeSize(a.dtype);
   p.counters = ctx.counters + counterBase;
   p.err = ctx.errorFlagDev;
-  p.timeoutNs = timeoutNs(a);
+  p.timeoutNs = timeoutNs(a, ctx);
   p.rank = ctx.rank;
   p.size = ctx.size;
   p.op = a.op.kind;

@@ -16,9 +16,6 @@
 // Decoding is exact (e4m3 -> f16 in hardware, f16 -> f32), then __fmul_rn by the block's d.
 #pragma once
 
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -70,7 +67,7 @@ template <> struct Vec<f16_t> { static constexpr int kLoads = 2; };
 /// only feed the quantizer, which treats every NaN alike.
 template <class T>
 __device__ __forceinline__ float toF32(uint16_t bits) {
-  if constexpr (std::is_same_v<T, f16_t>) return __half2float(__ushort_as_half(bits));
+  if constexpr (std::is_same_v<T, f16_t>) return dev::f16BitsToF32(bits);
   else return math::load(T{bits});
 }
 template <class T>
@@ -266,8 +263,8 @@ __device__ __forceinline__ uint4 quantize16(const float v[kEPT], int group, fp8:
   }
   int infI = inf ? 1 : 0;
   for (int off = group >> 1; off > 0; off >>= 1) {
-    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    infI |= __shfl_xor_sync(0xffffffffu, infI, off);
+    amax = max(amax, dev::shflXor32(amax, off));
+    infI |= dev::shflXor32(infI, off);
   }
   fp8::Meta meta = fp8::makeMeta(amax, infI != 0);
   float q = fp8::metaQuantMul(meta);
@@ -306,7 +303,7 @@ __device__ __forceinline__ void dequantize16(uint4 c, fp8::Meta meta, float v[kE
         const uint32_t hh = dev::cvtE4m3x2ToF16x2(pair);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float x = __half2float(__ushort_as_half(uint16_t(hh >> (16 * e))));
+          float x = dev::f16BitsToF32(uint16_t(hh >> (16 * e)));
           v[4 * k + 2 * h + e] = __fmul_rn(x, d);
         }
       }
@@ -343,6 +340,7 @@ __device__ __forceinline__ uint64_t* flagAt(uint64_t* base, int phase, int cta, 
 /// flag [phase][cta][rank]. Release at system scope after __syncthreads() makes every thread's
 /// earlier stores (local and remote) visible before the flag.
 __device__ __forceinline__ void signalAll(const Params& p, int phase, uint64_t value) {
+  dev::fenceBeforeSignal();
   __syncthreads();
   int t = threadIdx.x;
   if (t < p.size) dev::stReleaseSys(flagAt(p.flags[t], phase, blockIdx.x, p.rank), value);
@@ -361,6 +359,7 @@ __device__ __forceinline__ bool waitAll(const Params& p, int phase, uint64_t val
       !dev::waitFlagGE(flagAt(p.flags[p.rank], phase, blockIdx.x, t), value, deadline, p.err, t))
     s_fail = 1;
   __syncthreads();
+  dev::fenceAfterWait();
   return s_fail == 0;
 }
 
@@ -415,6 +414,15 @@ inline int ctaCap(const DeviceCtx& ctx) {
 /// segment, so it is fastest with 6 of 16 (64 MiB: 80 us against 90 us with 8).
 inline int defaultProducerWarps(CollType t) { return t == CollType::AllToAll ? 6 : kWarps / 2; }
 
+/// Threads of a producer team of `warps` warps: whole hardware wavefronts (on AMD an odd number
+/// of 32-lane warps rounds up to 64-lane wavefronts), at least one, and one left to the consumer.
+inline int producerThreads(int warps) {
+  constexpr int kPerWave = dev::kWaveLanes / 32;
+  const int waves = std::min(std::max((warps + kPerWave - 1) / kPerWave, 1),
+                             kThreads / dev::kWaveLanes - 1);
+  return waves * dev::kWaveLanes;
+}
+
 /// Host side: fills the shared fields of Params. `slotsPerTile(tb)` is the staging bytes one CTA
 /// needs for a tile of tb codec blocks; the largest tb that fits ctaBytes is taken. Returns false
 /// when peer memory is not usable or not even one block fits.
@@ -463,9 +471,10 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
   }
   p.counters = ctx.counters + kCounterFp8;
   p.err = ctx.errorFlagDev;
-  p.timeoutNs = timeoutNs(a);
-  p.producerThreads = teams ? 32 * (ctx.cfg.fp8ProducerWarps > 0 ? ctx.cfg.fp8ProducerWarps
-                                                                : defaultProducerWarps(a.type))
+  p.timeoutNs = timeoutNs(a, ctx);
+  p.producerThreads = teams ? producerThreads(ctx.cfg.fp8ProducerWarps > 0
+                                                  ? ctx.cfg.fp8ProducerWarps
+                                                  : defaultProducerWarps(a.type))
                              : kThreads;
   return true;
 }

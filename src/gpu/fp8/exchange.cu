@@ -26,8 +26,6 @@
 // after the team's named barrier, ld.acquire.sys then the team's barrier (fp8_device.cuh). CTAs
 // never wait on CTAs of the same GPU; at most 128 CTAs of 512 threads and one per SM, all
 // co-resident.
-#include <cuda_runtime.h>
-
 #include "gpu/fp8/fp8.h"
 #include "gpu/fp8/device.cuh"
 #include "core/error.h"
@@ -179,6 +177,7 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
 
 template <class T, int B, int M>
 __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
+  dev::namedBarriersInit();  // the teams' barriers (HIP: emulated in shared memory)
   const int cta = blockIdx.x;
   const uint64_t e0 = p.counters[cta];
   const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
@@ -207,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
       teamSignal(p, tm, kPhaseConsumed, e);
     }
   }
-  if (__syncthreads_or(!ok)) return;  // a timeout: no "done", the error words say who is missing
+  if (dev::syncThreadsOr(!ok)) return;  // a timeout: no "done", the error words say who is missing
   endCall(p, e0 + nIt);
 }
 

@@ -27,8 +27,6 @@
 // and the producers read a round before the consumers start it; no other thread touches the unit.
 // On a deadline (%globaltimer) the waiting warp records the missing rank and stops; the comm then
 // refuses work, so a half-refilled inbox is never reused.
-#include <cuda_runtime.h>
-
 #include "gpu/device/lamport.cuh"
 #include "gpu/fp8/device.cuh"
 #include "gpu/fp8/fp8.h"
@@ -98,7 +96,7 @@ struct OneShot {
     const int lane = int(threadIdx.x & 31);
     uint32_t m4[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) m4[i] = __shfl_sync(0xffffffffu, meta, ((4 * lane + i) * G) & 31);
+    for (int i = 0; i < 4; ++i) m4[i] = dev::shfl32(meta, ((4 * lane + i) * G) & 31);
     if (u < hi) dev::stVolatile16(dst + u * 16, c);
     const size_t wb = (u - size_t(lane)) / G;  // first block of the warp
     if (u - size_t(lane) + 32 <= hi) {
@@ -173,7 +171,7 @@ struct OneShot {
         for (int j = 0; j < kEPT; ++j) acc[k][j] = r == 0 ? v[j] : __fadd_rn(acc[k][j], v[j]);
       }
     }
-    if (__any_sync(0xffffffffu, timedOut)) return false;
+    if (dev::any32(timedOut)) return false;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       if (uu[k] >= hi) continue;
@@ -259,7 +257,7 @@ class Fp8OneShotAllReduce : public DeviceAlgo {
     inboxNeed(a.count, ctx.cfg.fp8BlockSize, p.metaOff);
     p.counters = ctx.counters + kCounterFp8OneShot;
     p.err = ctx.errorFlagDev;
-    p.timeoutNs = timeoutNs(a);
+    p.timeoutNs = timeoutNs(a, ctx);
     p.rank = ctx.rank;
     p.size = ctx.size;
     p.avg = a.op.kind == RedOpKind::AVG ? 1 : 0;

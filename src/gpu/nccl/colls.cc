@@ -10,7 +10,7 @@
 
 #include "core/dtype_math.h"
 #include "core/error.h"
-#include "gpu/cuda_check.h"
+#include "gpu/runtime.h"
 
 namespace cclx {
 

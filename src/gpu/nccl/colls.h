@@ -2,10 +2,9 @@
 // NCCL comm, this rank and the world size.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include "core/backend.h"
 #include "gpu/nccl/loader.h"
+#include "gpu/runtime.h"
 
 namespace cclx {
 

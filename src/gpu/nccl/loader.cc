@@ -1,4 +1,4 @@
-// Run-time loading of libnccl (see loader.h for the search order).
+// Run-time loading of libnccl, or librccl in HIP builds (see loader.h for the search order).
 #include "gpu/nccl/loader.h"
 
 #include <cclx/nccl_info.h>
@@ -16,6 +16,17 @@
 namespace cclx {
 
 namespace {
+
+// The library behind NCCL's API: NCCL on NVIDIA GPUs, RCCL (the same API and ABI) on AMD GPUs.
+#if defined(CCLX_HAVE_HIP)
+constexpr const char* kLib = "RCCL";
+constexpr const char* kSoname = "librccl.so.1";
+constexpr const char* kDevName = "librccl.so";
+#else
+constexpr const char* kLib = "NCCL";
+constexpr const char* kSoname = "libnccl.so.2";
+constexpr const char* kDevName = "libnccl.so";
+#endif
 
 template <class Fn>
 bool loadSym(void* h, const char* name, Fn& out, bool required, std::string& missing) {
@@ -80,7 +91,7 @@ struct Loader {
       l.path = info.dli_fname;
     lib = l;
     ok = true;
-    CCLX_INFO("NCCL %d.%d.%d loaded from %s (%s)", l.version / 10000, (l.version / 100) % 100,
+    CCLX_INFO("%s %d.%d.%d loaded from %s (%s)", kLib, l.version / 10000, (l.version / 100) % 100,
               l.version % 100, lib.path.c_str(), how);
     return true;
   }
@@ -104,7 +115,7 @@ struct Loader {
       return;
     }
     // A process that runs the cclx drop-in: the NCCL it forwards to.
-    if (void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD)) {
+    if (void* h = dlopen(kSoname, RTLD_NOW | RTLD_NOLOAD)) {
       using RealFn = void* (*)(const char**);
       auto real = reinterpret_cast<RealFn>(dlsym(h, "cclxDropinRealNccl"));
       if (!real) real = reinterpret_cast<RealFn>(dlsym(RTLD_DEFAULT, "cclxDropinRealNccl"));
@@ -112,15 +123,15 @@ struct Loader {
       if (real && real(&path) && path) {
         dlclose(h);
         if (tryPath(path, "the NCCL behind the cclx drop-in")) return;
-      } else if (tryHandle(h, "libnccl.so.2", "already loaded")) {
+      } else if (tryHandle(h, kSoname, "already loaded")) {
         return;
       }
     }
     // Hand-off from the Python layer: the lib directory of the nvidia-nccl pip package.
     if (!cfg.ncclPipDir.empty())
-      if (tryPath(cfg.ncclPipDir + "/libnccl.so.2", "nvidia-nccl pip package")) return;
-    if (tryPath("libnccl.so.2", "system")) return;
-    tryPath("libnccl.so", "system");
+      if (tryPath(cfg.ncclPipDir + "/" + kSoname, "nvidia-nccl pip package")) return;
+    if (tryPath(kSoname, "system")) return;
+    tryPath(kDevName, "system");
   }
 };
 
@@ -136,7 +147,7 @@ const NcclLib& ncclLib() {
   std::call_once(once, [] { loader(); });
   Loader& l = loader();
   if (!l.ok)
-    CCLX_THROW(cclxUnsupported, "no usable NCCL library found (set CCLX_NCCL_PATH); tried:%s",
+    CCLX_THROW(cclxUnsupported, "no usable %s library found (set CCLX_NCCL_PATH); tried:%s", kLib,
                l.error.c_str());
   return l.lib;
 }

@@ -2,6 +2,8 @@
 // cclx drop-in (src/nccl_dropin), the real NCCL behind it; a libnccl.so.2 already loaded in the
 // process (e.g. by torch); the nvidia-nccl pip package (directory in env CCLX_NCCL_PIP_DIR, which
 // the Python layer sets); the system's libnccl.so.2. A library that is the drop-in is skipped.
+// HIP builds look for RCCL, which implements the same API and ABI, the same way: librccl.so.1
+// (CCLX_NCCL_PATH, already loaded, the system's).
 #pragma once
 
 #include <string>
