@@ -149,6 +149,26 @@ TEST(Select, LowPrecision) {
   EXPECT_EQ(select(ag, cfg, noFp8), Algo::Base);
 }
 
+// Where the data-as-flag kernels are not known to be safe (HIP builds), auto never picks them;
+// a hint still forces them.
+TEST(Select, DataAsFlagOffLeavesThemToHints) {
+  Config cfg;
+  Caps c = gpu(2);
+  c.dataAsFlag = false;
+  EXPECT_EQ(select(allreduce(4 << 10), cfg, c), Algo::Tree);
+  EXPECT_EQ(select(allreduce(2 << 20), cfg, c), Algo::Tree);
+  CollArgs a = allreduce(4 << 10);
+  a.opts.hints["algo"] = "flat";
+  EXPECT_EQ(select(a, cfg, c), Algo::Flat);
+  a.opts.hints["algo"] = "lamport";
+  EXPECT_EQ(select(a, cfg, c), Algo::Lamport);
+  cfg.lpAllReduce = true;
+  CollArgs f = allreduce(size_t(16) << 20);
+  EXPECT_EQ(select(f, cfg, c), Algo::Fp8);  // auto: two-shot
+  f.opts.hints["fp8_algo"] = "oneshot";
+  EXPECT_EQ(select(f, cfg, c), Algo::Fp8OneShot);
+}
+
 TEST(Select, Barrier) {
   Config cfg;
   CollArgs b;

@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(512) ddaTreeKernel(TreeParams p) {
 
 }  // namespace
 
-// Default grid: with fewer blocks a single H200 cannot keep enough stores in flight to fill NVLink
-// (2 ranks, 16 MiB: 32 blocks 101 us, 64 blocks 78 us, 128 blocks 71 us before the rework).
+// Default grid: with fewer blocks one GPU cannot keep enough stores in flight to fill NVLink
+// (docs/PERF.md, runs 1-2).
 constexpr int kTreeDefaultBlocks = 128;
 
 int ddaTreeBlocks(const DeviceCtx& ctx) {

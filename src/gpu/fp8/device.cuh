@@ -11,7 +11,7 @@
 //
 // Bitwise agreement with the host codec (fp8_codec.h): the scale comes from the same makeMeta()
 // (__fdiv_rn); x * s uses __fmul_rn; the float -> e4m3 step uses cvt.rn.satfinite.e4m3x2.f32, which rounds
-// to nearest even and saturates exactly like fp8::f32ToE4m3 (tests/cpp/test_gpu_fp8.cc checks
+// to nearest even and saturates exactly like fp8::f32ToE4m3 (tests/cpp/gpu/test_gpu_fp8.cc checks
 // every float in [-448, 448] on the device); NaN/Inf are handled in software as on the host.
 // Decoding is exact (e4m3 -> f16 in hardware, f16 -> f32), then __fmul_rn by the block's d.
 #pragma once
@@ -408,10 +408,10 @@ inline int ctaCap(const DeviceCtx& ctx) {
   return ctx.smCount > 0 && ctx.smCount < kMaxCtas ? ctx.smCount : kMaxCtas;
 }
 
-/// Producer warps of a team kernel when CCLX_FP8_PRODUCER_WARPS is 0, measured on 2x H200
-/// (bf16, 16-256 MiB): all-gather and reduce-scatter push what they quantize and are fastest
-/// with half the CTA producing; all-to-all's consumer also quantizes and decodes the own
-/// segment, so it is fastest with 6 of 16 (64 MiB: 80 us against 90 us with 8).
+/// Producer warps of a team kernel when CCLX_FP8_PRODUCER_WARPS is 0: all-gather and
+/// reduce-scatter push what they quantize and are fastest with half the CTA producing;
+/// all-to-all's consumer also quantizes and decodes the own segment, so it is fastest with 6 of
+/// 16 (docs/PERF.md, run 8).
 inline int defaultProducerWarps(CollType t) { return t == CollType::AllToAll ? 6 : kWarps / 2; }
 
 /// Threads of a producer team of `warps` warps: whole hardware wavefronts (on AMD an odd number
