@@ -57,14 +57,15 @@ def test_tp_all_modes_torchrun(tmp_path):
     j, p = tmp_path / "tp.json", tmp_path / "tp.png"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
            "--master-port", str(harness.free_port()), "-m", "cclx.bench", "tp", *TINY,
-           "--fp8-min-bytes", "64K", "--json", str(j), "--plot", str(p)]
+           "--fp8-min-bytes", "128K", "--json", str(j), "--plot", str(p)]
     r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     assert "dropin: not measured" in r.stdout and "PASSED" in r.stdout
     data = json.loads(j.read_text())
     _check(data, ["nccl", "cclx"], {("decode", "graph"), ("decode", "eager"),
                                     ("prefill", "eager")})
-    # FP8 from 64 KiB: the 512-token prefill (256 KiB per allreduce), not the decode rows
+    # FP8 from 128 KiB: the 512-token prefill (256 KiB per allreduce), not the 128-token one
+    # (64 KiB) nor the decode rows
     fp8 = {(r["mode"], r.get("tokens")) for r in data["results"] if "cclx-fp8" in r["results"]}
     assert fp8 == {("prefill", 512)}
     assert len(data["results"]) == 2 * 2 * 2 + 2
