@@ -134,17 +134,20 @@ Caps CudaBackend::caps(const CollArgs& a) const {
   c.timed = pm_.sharing.empty();
   c.peer = ctx_.peerUsable() && a.count > 0 && ddaOpSupported(a.op.kind, a.dtype);
   c.dataAsFlag = !gpurt::kHip;  // docs/DESIGN.md "AMD (HIP)"
+  const bool fp8 = lowPrecisionWanted(a, cfg_);  // FP8 checks only when it may run
   switch (a.type) {
     case CollType::AllReduce:
       c.flat = flat_->canRun(a, ctx_);
       c.lamport = lamport_->canRun(a, ctx_);
       c.tree = tree_->canRun(a, ctx_);
-      c.fp8 = fp8Ar_->canRun(a, ctx_);
-      c.fp8OneShot = fp8Os_->canRun(a, ctx_);
+      if (fp8) {
+        c.fp8 = fp8Ar_->canRun(a, ctx_);
+        c.fp8OneShot = fp8Os_->canRun(a, ctx_);
+      }
       break;
-    case CollType::AllGather: c.fp8 = fp8Ag_->canRun(a, ctx_); break;
-    case CollType::ReduceScatter: c.fp8 = fp8Rs_->canRun(a, ctx_); break;
-    case CollType::AllToAll: c.fp8 = fp8A2a_->canRun(a, ctx_); break;
+    case CollType::AllGather: c.fp8 = fp8 && fp8Ag_->canRun(a, ctx_); break;
+    case CollType::ReduceScatter: c.fp8 = fp8 && fp8Rs_->canRun(a, ctx_); break;
+    case CollType::AllToAll: c.fp8 = fp8 && fp8A2a_->canRun(a, ctx_); break;
     case CollType::Barrier: c.peerBarrier = barrier_->canRun(a, ctx_); break;
     default: break;
   }

@@ -69,18 +69,21 @@ class HostBackend final : public Backend {
     Caps c;
     c.worldSize = ctx_->size;
     c.host = true;
+    const bool fp8 = lowPrecisionWanted(a, info_.cfg);  // FP8 checks only when it may run
     switch (a.type) {
       case CollType::AllReduce:
         c.flat = c.tree = c.peer = true;
         c.lamport = lamport_->canRun(a, *ctx_);
-        c.fp8 = fp8AllReduce_->canRun(a, *ctx_);
-        c.fp8OneShot = fp8OneShot_->canRun(a, *ctx_);
+        c.fp8 = fp8 && fp8AllReduce_->canRun(a, *ctx_);
+        c.fp8OneShot = fp8 && fp8OneShot_->canRun(a, *ctx_);
         break;
-      case CollType::AllGather: c.fp8 = a.recvList.empty() && fp8AllGather_->canRun(a, *ctx_); break;
+      case CollType::AllGather:
+        c.fp8 = fp8 && a.recvList.empty() && fp8AllGather_->canRun(a, *ctx_);
+        break;
       case CollType::ReduceScatter:
-        c.fp8 = a.sendList.empty() && fp8ReduceScatter_->canRun(a, *ctx_);
+        c.fp8 = fp8 && a.sendList.empty() && fp8ReduceScatter_->canRun(a, *ctx_);
         break;
-      case CollType::AllToAll: c.fp8 = fp8AllToAll_->canRun(a, *ctx_); break;
+      case CollType::AllToAll: c.fp8 = fp8 && fp8AllToAll_->canRun(a, *ctx_); break;
       default: break;
     }
     return c;

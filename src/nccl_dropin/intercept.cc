@@ -38,14 +38,19 @@ bool interceptOn() {
   return v == 1;
 }
 
-bool intercepting(unsigned forwardBit) {
-  if (!interceptOn()) return false;
-  try {
-    return (config().ncclForward & forwardBit) == 0;
-  } catch (const Error&) {
-    return false;
-  }
+// CCLX_NCCL_FORWARD, read once (all bits set: a malformed setting forwards everything).
+unsigned forwardMask() {
+  static const unsigned mask = [] {
+    try {
+      return config().ncclForward;
+    } catch (const Error&) {
+      return ~0u;
+    }
+  }();
+  return mask;
 }
+
+bool intercepting(unsigned forwardBit) { return interceptOn() && (forwardMask() & forwardBit) == 0; }
 
 // A malformed CCLX_* setting: comm creation fails with it (NCCL's code for a bad argument).
 bool settingsError(ncclResult_t& r) {
