@@ -6,6 +6,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
+export CCLX_ABORT_ON_ERROR=${CCLX_ABORT_ON_ERROR:-0}  # the suites check errors (tests of the default set it)
 BUILD=build-gpu-dev
 JOBS=$(nproc 2>/dev/null || echo 8)
 ARCH=${CCLX_CUDA_ARCH:-90}

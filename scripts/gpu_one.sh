@@ -15,6 +15,7 @@ OUT=${OUT:-bench/results}
 BUILD=build-dev
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
+export CCLX_ABORT_ON_ERROR=${CCLX_ABORT_ON_ERROR:-0}  # the suites check errors (tests of the default set it)
 JOBS=$(nproc 2>/dev/null || echo 8)
 PY=${PYTHON:-python3}
 t0=$(date +%s)

@@ -12,6 +12,7 @@ mkdir -p "$OUT"
 BIN="$BUILD/tests/test_gpu_shared"
 [ -x "$BIN" ] || { echo "gpu_shared: $BIN not built"; exit 1; }
 export NCCL_NVLS_ENABLE=0
+export CCLX_ABORT_ON_ERROR=${CCLX_ABORT_ON_ERROR:-0}  # the suites check errors (tests of the default set it)
 rc=0
 for n in $SIZES; do
   s=$(date +%s)

@@ -10,6 +10,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
+export CCLX_ABORT_ON_ERROR=${CCLX_ABORT_ON_ERROR:-0}  # the suites check errors (tests of the default set it)
 unset CCLX_EXT_DIR
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"

@@ -44,8 +44,10 @@ typedef struct {
 /* Communicator settings. Initialize with CCLX_CONFIG_INITIALIZER, then set what you need. */
 typedef struct {
   size_t size;        /* sizeof(cclxConfig_t); set by the initializer */
-  int64_t timeout_ms; /* collective and rendezvous timeout; 0 = default (600000). CCLX_TIMEOUT_MS
-                         overrides it. */
+  int64_t timeout_ms; /* collective and rendezvous timeout; 0 = default (CCLX_TIMEOUT, else
+                         TORCHCOMM_TIMEOUT_SECONDS, else 600 s). CCLX_TIMEOUT_MS overrides it.
+                         Errors are returned; the process is aborted on a timeout only when
+                         CCLX_ABORT_ON_ERROR=1. */
   const char* name;   /* communicator name (NULL = "default"); namespaces its store keys */
   const char* backend;/* "cclx" (default, NULL) or "nccl" (plain NCCL; CUDA communicators only) */
 } cclxConfig_t;

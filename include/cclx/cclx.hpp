@@ -23,8 +23,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -100,10 +102,22 @@ struct DeviceSpec {
   static DeviceSpec cuda(int i = -1) { return {CUDA, i}; }
 };
 
+/// A timeout that never expires: collectives wait until every rank arrives or the comm is aborted
+/// (NCCL's "no timeout"). Options::timeout = kInfiniteTimeout, or CCLX_TIMEOUT=0.
+constexpr std::chrono::milliseconds kInfiniteTimeout{int64_t(1) << 42};
+
 /// Communicator options (torchcomms' new_comm keywords).
 struct Options {
-  /// Collective and rendezvous timeout. A rank that never arrives produces cclxTimeout.
-  std::chrono::milliseconds timeout{600000};
+  /// Collective and rendezvous timeout; a rank that never arrives produces cclxTimeout naming it.
+  /// 0 = the default: CCLX_TIMEOUT, else TORCHCOMM_TIMEOUT_SECONDS (seconds; 0 = infinite), else
+  /// 600 s. CCLX_TIMEOUT_MS overrides every comm's timeout.
+  std::chrono::milliseconds timeout{0};
+  /// On a timeout or error of this comm (a collective, or one found by the watchdog): print one
+  /// line naming the comm, the op and the missing ranks, run the abort hooks, abort the process
+  /// (torchcomms' abort_process_on_timeout_or_error). Off: the comm fails and its next call,
+  /// Work::wait/waitBlocking/isCompleted throw. Unset: CCLX_ABORT_ON_ERROR, else
+  /// TORCHCOMM_ABORT_ON_ERROR, else on.
+  std::optional<bool> abortOnError;
   /// Human-readable name; also namespaces the keys this comm puts in the store.
   std::string name = "default";
   /// Backend: "cclx" (direct-access / FP8 algorithms, NCCL underneath) or "nccl" (plain NCCL).
@@ -111,6 +125,10 @@ struct Options {
   /// Free-form hints. Known keys: "algo" = auto|flat|lamport|tree|nccl, "low_precision" = fp8|off.
   std::map<std::string, std::string> hints;
 };
+
+/// The timeout of a comm whose Options::timeout is 0 (CCLX_TIMEOUT_MS, CCLX_TIMEOUT,
+/// TORCHCOMM_TIMEOUT_SECONDS, else 600 s; kInfiniteTimeout for "no timeout").
+std::chrono::milliseconds defaultTimeout();
 
 /// Per-call options.
 struct CollOptions {
@@ -232,6 +250,17 @@ class Comm : public std::enable_shared_from_this<Comm> {
   void abort();
   /// First asynchronous error seen (cclxSuccess if none, cclxInProgress if work is running).
   cclxResult_t asyncError();
+  /// True after abort() on this rank.
+  bool isAborted() const;
+  /// Whether a timeout or error ends the process (Options::abortOnError, resolved).
+  bool abortOnError() const;
+
+  /// Abort hooks: called (once, in registration order) with the reason when this comm aborts:
+  /// abort(), or a timeout / error with abortOnError, just before the process aborts. Hooks run on
+  /// the thread that found the failure (the caller's or the watchdog's) and must not call into
+  /// the comm. Returns a handle for removeAbortHook.
+  int addAbortHook(std::function<void(const std::string& reason)> hook);
+  void removeAbortHook(int handle);
 
   /// Which algorithm the dispatcher would pick for an allreduce of these arguments
   /// ("flat", "lamport", "tree", "fp8", "nccl", "shm-flat", ...). For tools and tests.
@@ -242,6 +271,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
   explicit Comm(std::unique_ptr<CommState> st);
 
  private:
+  friend struct CommAccess;
   std::unique_ptr<CommState> st_;
 };
 

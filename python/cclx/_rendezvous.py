@@ -44,9 +44,10 @@ def rank_size() -> Tuple[int, int]:
 
 
 def timeout_seconds(timeout: Any) -> float:
-    """None -> default; timedelta or a number of seconds -> float seconds."""
+    """None -> the default (CCLX_TIMEOUT_MS, CCLX_TIMEOUT, TORCHCOMM_TIMEOUT_SECONDS, else 600 s);
+    timedelta or a number of seconds -> float seconds."""
     if timeout is None:
-        return DEFAULT_TIMEOUT_S
+        return float(_C.default_timeout())
     if isinstance(timeout, datetime.timedelta):
         t = timeout.total_seconds()
     elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):

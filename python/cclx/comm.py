@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import sys
+import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import _C, _rendezvous as rdv
@@ -34,25 +34,31 @@ def _capturing() -> bool:
 
 
 def _checked(method):
-    """Runs `method` on a live communicator; with abort_process_on_timeout_or_error set, any
-    cclx error ends the process."""
+    """Runs `method` on a live communicator. A timeout or error with
+    abort_process_on_timeout_or_error on ends the process in the library itself (one line on
+    stderr, the abort hooks, then abort), in the call or from the watchdog thread."""
 
     @functools.wraps(method)
     def wrapper(self: "Comm", *args, **kwargs):
         if self._closed is not None:
             raise _C.CclxUsageError(f"{method.__name__}: communicator {self._name!r} was "
                                     f"{self._closed}")
-        try:
-            return method(self, *args, **kwargs)
-        except _C.CclxError as e:
-            if self._abort_on_error and not isinstance(e, _C.CclxInvalidArgument):
-                sys.stderr.write(f"cclx: rank {self._rank}: {type(e).__name__}: {e}; "
-                                 "aborting the process\n")
-                sys.stderr.flush()
-                os.abort()
-            raise
+        return method(self, *args, **kwargs)
 
     return wrapper
+
+
+class _HookHandle:
+    """Returned by register_*_hook; remove() unregisters the hook."""
+
+    __slots__ = ("_hooks", "_key")
+
+    def __init__(self, hooks: Dict[int, Any], key: int) -> None:
+        self._hooks = hooks
+        self._key = key
+
+    def remove(self) -> None:
+        self._hooks.pop(self._key, None)
 
 
 class Work:
@@ -87,11 +93,16 @@ class Work:
 class Comm:
     """A communicator of get_size() ranks on one device (create it with cclx.new_comm)."""
 
-    def __init__(self, c: Any, device: Any, store: Any, abort_on_error: bool) -> None:
+    def __init__(self, c: Any, device: Any, store: Any) -> None:
         self._c = c
         self._device = device
         self._store = store
-        self._abort_on_error = abort_on_error
+        self._abort_hooks: Dict[int, Any] = {}
+        self._next_hook = 0
+        # The library calls this (with the reason) when the comm aborts: abort(), or a timeout /
+        # error with abort_process_on_timeout_or_error, just before the process ends.
+        me = weakref.ref(self)
+        c.add_abort_hook(lambda reason: (lambda s: s and s._run_abort_hooks(reason))(me()))
         self._closed: Optional[str] = None
         self._rank = c.rank
         self._size = c.size
@@ -291,7 +302,7 @@ class Comm:
         c = self._c.split(ranks, str(name))
         if c is None:
             return None
-        return Comm(c, self._device, self._store, self._abort_on_error)
+        return Comm(c, self._device, self._store)
 
     @_checked
     def finalize(self) -> None:
@@ -301,10 +312,33 @@ class Comm:
         self._pending.clear()
 
     def abort(self) -> None:
-        """Abandons outstanding work (peers waiting on this rank time out); later calls raise."""
+        """Abandons outstanding work: this rank's kernels stop and the peers' fail at once (their
+        outputs NaN); runs the abort hooks; later calls raise."""
         if self._closed is None:
             self._closed = "aborted"
             self._c.abort()
+
+    def is_aborted(self) -> bool:
+        """True after abort() on this rank."""
+        return self._c.is_aborted()
+
+    def register_abort_hook(self, hook: Any) -> _HookHandle:
+        """hook(reason) runs once when the comm aborts: abort(), or a timeout or error with
+        abort_process_on_timeout_or_error on, just before the process ends (then possibly on the
+        library's watchdog thread). Returns a handle with remove()."""
+        if not callable(hook):
+            raise rdv.bad(f"register_abort_hook: hook must be callable, got {type(hook).__name__}")
+        key = self._next_hook
+        self._next_hook += 1
+        self._abort_hooks[key] = hook
+        return _HookHandle(self._abort_hooks, key)
+
+    def _run_abort_hooks(self, reason: str) -> None:
+        for hook in list(self._abort_hooks.values()):
+            try:
+                hook(reason)
+            except Exception as e:  # a failing hook must not keep the others from running
+                sys.stderr.write(f"cclx: abort hook {hook!r} raised {type(e).__name__}: {e}\n")
 
     def get_algo(self, count: int, dtype: Any, op: Any = ReduceOp.SUM,
                  hints: Optional[Dict[str, Any]] = None) -> str:
@@ -314,7 +348,7 @@ class Comm:
 
 def new_comm(backend: str, device: Any, *, name: Optional[str] = None, store: Any = None,
              timeout: Any = None, hints: Optional[Dict[str, Any]] = None,
-             abort_process_on_timeout_or_error: bool = False) -> Comm:
+             abort_process_on_timeout_or_error: Optional[bool] = None) -> Comm:
     """Creates a communicator over all ranks of the job (collective).
 
     backend: "cclx" (direct-access and FP8 algorithms, NCCL underneath) or "nccl".
@@ -322,7 +356,12 @@ def new_comm(backend: str, device: Any, *, name: Optional[str] = None, store: An
       LOCAL_RANK (else rank) modulo the device count, and becomes torch's current device.
     Rank and size come from TORCHCOMM_RANK/TORCHCOMM_SIZE, else RANK/WORLD_SIZE; without a
     `store` the ranks meet at MASTER_ADDR:MASTER_PORT (under torchrun through its store).
-    timeout: timedelta or seconds (default 600 s). hints: e.g. {"algo": "tree"}.
+    timeout: timedelta or seconds; None: CCLX_TIMEOUT (or TORCHCOMM_TIMEOUT_SECONDS; 0 = no
+      timeout), else 600 s. hints: e.g. {"algo": "tree"}.
+    abort_process_on_timeout_or_error: on a timeout or error, print one line naming the comm, the
+      op and the missing ranks, run the abort hooks and abort the process (as torchcomms); off:
+      the comm fails and its next call and every Work method raise. None: CCLX_ABORT_ON_ERROR
+      (or TORCHCOMM_ABORT_ON_ERROR), else on.
     """
     if backend not in ("cclx", "nccl"):
         raise rdv.bad(f"unknown backend {backend!r} (expected 'cclx' or 'nccl')")
@@ -346,8 +385,10 @@ def new_comm(backend: str, device: Any, *, name: Optional[str] = None, store: An
     else:
         raise rdv.bad(f"store must be a cclx.Store or a torch.distributed.Store, got "
                       f"{type(store).__name__}")
+    abort = -1 if abort_process_on_timeout_or_error is None else int(
+        bool(abort_process_on_timeout_or_error))
     c = _C.Comm.create(dev_type, index, name, backend, t, h, _C.prefix_store(base, prefix),
-                       rank, size)
+                       rank, size, abort)
     torch = sys.modules.get("torch")
     if dev_type == 1:
         dev_obj: Any = f"cuda:{c.device_index}" if c.device_index >= 0 else "cuda"
@@ -355,4 +396,4 @@ def new_comm(backend: str, device: Any, *, name: Optional[str] = None, store: An
         dev_obj = "cpu"
     if torch is not None:
         dev_obj = torch.device(dev_obj)
-    return Comm(c, dev_obj, base, bool(abort_process_on_timeout_or_error))
+    return Comm(c, dev_obj, base)

@@ -77,7 +77,8 @@ void bindComm(nb::module_& m) {
   c.def_static(
       "create",
       [](int devType, int devIndex, const std::string& name, const std::string& backend,
-         double timeout, const Hints& hints, std::shared_ptr<Store> store, int rank, int size) {
+         double timeout, const Hints& hints, std::shared_ptr<Store> store, int rank, int size,
+         int abortOnError) {
         if (!store) argError("Comm.create: store must not be None");
         if (size < 1 || rank < 0 || rank >= size) {
           argError("Comm.create: need 0 <= rank < size (got rank " + std::to_string(rank) +
@@ -87,7 +88,10 @@ void bindComm(nb::module_& m) {
           argError("Comm.create: device type must be 0 (cpu) or 1 (cuda)");
         }
         Options o;
-        o.timeout = msOf(timeout, "Comm.create: timeout");
+        o.timeout = timeout >= double(kInfiniteTimeout.count()) / 1000.0
+                        ? kInfiniteTimeout
+                        : msOf(timeout, "Comm.create: timeout");  // 0: the default
+        if (abortOnError >= 0) o.abortOnError = abortOnError != 0;
         o.name = name;
         o.backend = backend;
         o.hints = hints;
@@ -97,7 +101,10 @@ void bindComm(nb::module_& m) {
       },
       nb::arg("device_type"), nb::arg("device_index"), nb::arg("name"), nb::arg("backend"),
       nb::arg("timeout"), nb::arg("hints"), nb::arg("store"), nb::arg("rank"), nb::arg("size"),
-      "Collective over all ranks: rendezvous through `store` (timeout in seconds).");
+      nb::arg("abort_on_error") = -1,
+      "Collective over all ranks: rendezvous through `store` (timeout in seconds, 0 = the "
+      "default; abort_on_error -1 = the default, CCLX_ABORT_ON_ERROR / TORCHCOMM_ABORT_ON_ERROR, "
+      "else on).");
 
   c.def_prop_ro("rank", &Comm::rank)
       .def_prop_ro("size", &Comm::size)
@@ -108,7 +115,29 @@ void bindComm(nb::module_& m) {
       .def_prop_ro("device_type", [](const Comm& c) { return static_cast<int>(c.device().type); })
       .def_prop_ro("device_index", [](const Comm& c) { return c.device().index; })
       .def_prop_ro("timeout", [](const Comm& c) { return c.options().timeout.count() / 1000.0; })
-      .def_prop_ro("hints", [](const Comm& c) { return c.options().hints; });
+      .def_prop_ro("hints", [](const Comm& c) { return c.options().hints; })
+      .def_prop_ro("abort_on_error", &Comm::abortOnError)
+      .def("is_aborted", &Comm::isAborted, "True after abort() on this rank.")
+      .def(
+          "add_abort_hook",
+          [](Comm& c, nb::callable cb) {
+            // The hook may run on the watchdog's thread: it takes the GIL, and so does the
+            // release of the callable.
+            std::shared_ptr<nb::object> fn(new nb::object(cb), [](nb::object* o) {
+              nb::gil_scoped_acquire gil;
+              delete o;
+            });
+            return c.addAbortHook([fn](const std::string& reason) {
+              nb::gil_scoped_acquire gil;
+              try {
+                (*fn)(reason);
+              } catch (nb::python_error& e) {
+                e.discard_as_unraisable("cclx abort hook");
+              }
+            });
+          },
+          nb::arg("hook"), "Calls hook(reason) when the comm aborts; returns a handle.")
+      .def("remove_abort_hook", &Comm::removeAbortHook, nb::arg("handle"));
 
   bindReductions(c);
   bindDataMovement(c);

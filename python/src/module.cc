@@ -33,6 +33,10 @@ NB_MODULE(_C, m) {
       },
       "(major, minor, patch) of the NCCL library cclx loads (loading it if needed), or None.");
   m.def("nccl_path", &cclx::ncclRuntimePath, "File the NCCL library was loaded from ('' if none).");
+  m.def(
+      "default_timeout", []() { return double(cclx::defaultTimeout().count()) / 1000.0; },
+      "Seconds of a comm's timeout when none is given (CCLX_TIMEOUT_MS, CCLX_TIMEOUT, "
+      "TORCHCOMM_TIMEOUT_SECONDS, else 600; very large for no timeout).");
   bindErrors(m);
   bindTypes(m);
   bindStore(m);

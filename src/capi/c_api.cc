@@ -100,6 +100,9 @@ Uid decodeUid(const cclxUniqueId& id) {
 
 Options optionsFrom(const cclxConfig_t* c) {
   Options o;
+  // NCCL's convention: errors are returned, the process is never aborted, unless
+  // CCLX_ABORT_ON_ERROR / TORCHCOMM_ABORT_ON_ERROR ask for it.
+  o.abortOnError = config().abortOnErrorSet && config().abortOnError;
   if (!c) return o;
   CCLX_ARG_CHECK(c->size == sizeof(cclxConfig_t),
                  "cclxConfig_t.size is %zu, expected %zu (use CCLX_CONFIG_INITIALIZER)", c->size,

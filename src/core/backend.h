@@ -4,8 +4,12 @@
 
 #include <cclx/cclx.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -71,6 +75,11 @@ class Backend {
   virtual void finalize() = 0;
   virtual void abort() = 0;
   virtual cclxResult_t asyncError() { return cclxSuccess; }
+  /// The watchdog's check (core/watchdog.h, every ~100 ms, from its own thread, concurrently
+  /// with calls): a failure found since the last poll, turned into the backend's failed state
+  /// (later calls throw it), as (code, message); cclxSuccess when healthy. Never throws or blocks
+  /// for long.
+  virtual std::pair<cclxResult_t, std::string> poll() { return {cclxSuccess, ""}; }
 };
 
 /// A Work that is already complete (host collectives finish before returning).
@@ -88,6 +97,19 @@ struct CommState {
   int splitSeq = 0;
   bool finalized = false;
   bool aborted = false;
+  bool abortOnError = true;          // Options::abortOnError resolved (core/watchdog.h)
+  std::atomic<uint64_t> opSeq{0};    // collectives dispatched so far
+  std::atomic<int> lastOp{-1};       // CollType of the last one (failure messages)
+  std::atomic<bool> failureHandled{false};  // the watchdog reported this comm's failure
+  std::mutex hookMu;
+  std::map<int, std::function<void(const std::string&)>> abortHooks;
+  int nextHook = 0;
+  bool hooksRan = false;
+};
+
+/// Internal access to a Comm's state (the watchdog, the C API).
+struct CommAccess {
+  static CommState& state(Comm& c) { return *c.st_; }
 };
 
 }  // namespace cclx

@@ -7,6 +7,7 @@
 #include "core/comm_internal.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/watchdog.h"
 
 namespace cclx {
 
@@ -32,7 +33,8 @@ void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size)
   CCLX_ARG_CHECK(size >= 1, "comm size must be at least 1 (got %d)", size);
   CCLX_ARG_CHECK(rank >= 0 && rank < size, "rank %d is outside [0, %d)", rank, size);
   CCLX_ARG_CHECK(!opts.name.empty(), "comm name must not be empty");
-  CCLX_ARG_CHECK(opts.timeout.count() > 0, "comm timeout must be positive (got %lld ms)",
+  CCLX_ARG_CHECK(opts.timeout.count() > 0,
+                 "comm timeout must be positive, or kInfiniteTimeout (got %lld ms)",
                  (long long)opts.timeout.count());
   CCLX_ARG_CHECK(device.type == DeviceSpec::CPU || device.type == DeviceSpec::CUDA,
                  "unknown device type %d", int(device.type));
@@ -50,8 +52,12 @@ void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size)
 std::chrono::milliseconds resolveCommTimeout(const Options& opts) {
   const Config& cfg = config();
   if (cfg.timeoutMs >= 0) return std::chrono::milliseconds(cfg.timeoutMs);
-  return opts.timeout;
+  if (opts.timeout.count() != 0) return std::min(opts.timeout, kInfiniteTimeout);
+  if (cfg.defaultTimeoutMs == 0) return kInfiniteTimeout;
+  return std::chrono::milliseconds(cfg.defaultTimeoutMs);
 }
+
+std::chrono::milliseconds defaultTimeout() { return resolveCommTimeout(Options{}); }
 
 void requireUsable(const CommState& st, const char* what) {
   if (st.aborted)
@@ -75,6 +81,8 @@ std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& optsIn,
   st->backend = device.type == DeviceSpec::CPU ? makeHostBackend(st->info)
                                                : makeCudaBackend(st->info);
   CCLX_ARG_CHECK(st->backend != nullptr, "no backend for comm '%s'", opts.name.c_str());
+  st->abortOnError = opts.abortOnError.value_or(config().abortOnError);
+  watchdogAdd(st.get());
   const BootstrapInfo& i = st->info;
   CCLX_INFO("comm '%s' rank %d/%d local %d/%d hosts %d device %s%s backend %s (%s) timeout %lld ms",
             opts.name.c_str(), rank, size, i.localRank, i.localSize, i.numHosts,
@@ -133,7 +141,9 @@ std::shared_ptr<Comm> Comm::fromEnv(DeviceSpec device, const Options& opts) {
 
 Comm::Comm(std::unique_ptr<CommState> st) : st_(std::move(st)) {}
 
-Comm::~Comm() = default;
+Comm::~Comm() {
+  if (st_) watchdogRemove(st_.get());
+}
 
 int Comm::rank() const { return st_->info.rank; }
 int Comm::size() const { return st_->info.size; }
@@ -176,6 +186,7 @@ std::shared_ptr<Comm> Comm::split(const std::vector<int>& ranks, const std::stri
 void Comm::finalize() {
   if (st_->finalized || st_->aborted) return;
   st_->finalized = true;
+  watchdogRemove(st_.get());
   st_->backend->finalize();
   CCLX_INFO("comm '%s' finalized", name().c_str());
 }
@@ -183,8 +194,26 @@ void Comm::finalize() {
 void Comm::abort() {
   if (st_->aborted) return;
   st_->aborted = true;
+  watchdogRemove(st_.get());
   st_->backend->abort();
   CCLX_WARN("comm '%s' aborted", name().c_str());
+  runAbortHooks(*st_, strFormat("comm '%s' was aborted by rank %d", name().c_str(), rank()));
+}
+
+bool Comm::isAborted() const { return st_->aborted; }
+bool Comm::abortOnError() const { return st_->abortOnError; }
+
+int Comm::addAbortHook(std::function<void(const std::string&)> hook) {
+  CCLX_ARG_CHECK(bool(hook), "addAbortHook: the hook is empty");
+  std::lock_guard<std::mutex> g(st_->hookMu);
+  const int id = st_->nextHook++;
+  st_->abortHooks.emplace(id, std::move(hook));
+  return id;
+}
+
+void Comm::removeAbortHook(int handle) {
+  std::lock_guard<std::mutex> g(st_->hookMu);
+  st_->abortHooks.erase(handle);
 }
 
 cclxResult_t Comm::asyncError() {

@@ -5,6 +5,7 @@
 
 #include "store/bootstrap.h"
 #include "core/comm_internal.h"
+#include "core/watchdog.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -195,10 +196,18 @@ CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_
 std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a) {
   requireUsable(st, collName(a.type));
   validate(a, st.info.rank, st.info.size);
-  if (st.info.cfg.checkMode && a.type != CollType::Send && a.type != CollType::Recv)
-    checkModeExchange(st, a);
-  CCLX_TRACE("%s count=%zu dtype=%s", collName(a.type), a.count, dtypeName(a.dtype));
-  return st.backend->run(a);
+  const uint64_t seq = ++st.opSeq;
+  st.lastOp.store(int(a.type));
+  try {
+    if (st.info.cfg.checkMode && a.type != CollType::Send && a.type != CollType::Recv)
+      checkModeExchange(st, a);
+    CCLX_TRACE("%s count=%zu dtype=%s", collName(a.type), a.count, dtypeName(a.dtype));
+    return st.backend->run(a);
+  } catch (const Error& e) {
+    // A timeout or error with abort-on-error ends the process here (core/watchdog.h).
+    commFailed(st, e.code(), e.what(), strFormat("%s #%llu", collName(a.type), (unsigned long long)seq));
+    throw;
+  }
 }
 
 }  // namespace

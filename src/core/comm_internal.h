@@ -7,7 +7,8 @@
 
 namespace cclx {
 
-/// The comm's effective timeout: CCLX_TIMEOUT_MS when set, else opts.timeout.
+/// The comm's effective timeout: CCLX_TIMEOUT_MS when set, else opts.timeout when non-zero, else
+/// CCLX_TIMEOUT / TORCHCOMM_TIMEOUT_SECONDS (0: kInfiniteTimeout), else 600 s.
 std::chrono::milliseconds resolveCommTimeout(const Options& opts);
 
 /// Builds a comm whose keys live under `prefix` in `rootStore` (collective over all ranks).

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -90,6 +91,25 @@ Config Config::fromEnv() {
   readBool("CCLX_CHECK_MODE", c.checkMode);
   if (const char* v = envOrNull("CCLX_TIMEOUT_MS"))
     c.timeoutMs = parseInt("CCLX_TIMEOUT_MS", v, 1, int64_t(1) << 40);
+  for (const char* name : {"CCLX_TIMEOUT", "TORCHCOMM_TIMEOUT_SECONDS"}) {
+    const char* v = envOrNull(name);
+    if (!v) continue;
+    char* end = nullptr;
+    errno = 0;
+    const double sec = std::strtod(v, &end);
+    if (end == v || *end != '\0' || errno == ERANGE || !(sec >= 0) || sec > 1e9)
+      CCLX_THROW(cclxInvalidArgument,
+                 "%s='%s' is not a number of seconds in [0, 1e9] (0 = no timeout)", name, v);
+    c.defaultTimeoutMs = sec == 0 ? 0 : std::max<int64_t>(1, int64_t(sec * 1000.0 + 0.5));
+    break;
+  }
+  for (const char* name : {"CCLX_ABORT_ON_ERROR", "TORCHCOMM_ABORT_ON_ERROR"}) {
+    if (const char* v = envOrNull(name)) {
+      c.abortOnError = parseBool(name, v);
+      c.abortOnErrorSet = true;
+      break;
+    }
+  }
 
   if (const char* v = envOrNull("CCLX_JOB_ID")) c.jobId = v;
   else if (const char* v2 = envOrNull("TORCHELASTIC_RUN_ID")) c.jobId = v2;

@@ -18,6 +18,13 @@ struct Config {
   // Correctness aids.
   bool checkMode = false;  // CCLX_CHECK_MODE=1: verify count/dtype/op/root match across ranks
   int64_t timeoutMs = -1;  // CCLX_TIMEOUT_MS: overrides Options::timeout when >= 0
+  // CCLX_TIMEOUT, else TORCHCOMM_TIMEOUT_SECONDS (seconds, fractions allowed; 0 = infinite): the
+  // timeout of comms whose Options leave it 0.
+  int64_t defaultTimeoutMs = 600000;
+  // CCLX_ABORT_ON_ERROR, else TORCHCOMM_ABORT_ON_ERROR: abort the process on a comm's timeout or
+  // error, for comms whose Options leave abortOnError unset.
+  bool abortOnError = true;
+  bool abortOnErrorSet = false;  // one of the two variables is set (the C API defaults to off)
 
   // Rendezvous.
   std::string jobId;  // CCLX_JOB_ID (else TORCHELASTIC_RUN_ID, else "cclx"): store handshake id

@@ -47,6 +47,13 @@ CCLX_HD uint64_t canon(uint64_t w) {
   }
 }
 
+/// The LL16 flag of epoch e (the DDA flat kernel's packets carry it in both 4-byte flag words):
+/// never 0, the value of never-written (zeroed) slots, and never equal for epochs e and e + 2,
+/// which share a slot set (period 2^32 - 1).
+CCLX_HD constexpr uint32_t llFlag(uint64_t epoch) {
+  return uint32_t(epoch % 0xFFFFFFFFull) + 1u;
+}
+
 /// Element types the protocol carries: those whose all-ones pattern is a NaN.
 inline bool typeSupported(DataType t) {
   return t == DataType::f16 || t == DataType::bf16 || t == DataType::f32 || t == DataType::f64;

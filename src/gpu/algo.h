@@ -25,11 +25,38 @@ enum : int {
   kNumCounters = 4096,
 };
 
-/// Error flag words (host-mapped, zeroed at init). A kernel that hits its deadline writes
-/// kErrTimeout to word 0 and 1 to word 1 + r for every rank r it was still waiting for, then
-/// __threadfence_system() and returns (never traps). The host reads them in Work/asyncError.
-enum : uint32_t { kErrNone = 0, kErrTimeout = 1 };
-constexpr int kErrorWords = 1 + kMaxRanks;
+/// Error words (host-mapped, zeroed at init): what this rank's kernels observed, read by the host
+/// (Work, asyncError, the watchdog). Layout (uint32 indices):
+///   [kErrCode]            kErrNone, kErrTimeout (a kernel of this rank hit its deadline) or
+///                         kErrPeerAbort (a kernel found the comm's abort word raised by a peer,
+///                         or by this rank's host)
+///   [kErrMissing + r]     1: rank r never arrived (this rank's own timeouts)
+///   [kErrOrigin]          the abort word a kernel found (kAbort* << 16 | origin rank + 1)
+///   [kErrOriginMissing]   the origin's missing-rank mask (bit r: rank r)
+///   [kErrHostAbort]       written by the host (abort(), the watchdog): spinning kernels stop and
+///                         raise the abort word on every rank
+/// Kernels never trap; they record, stop, poison their output and return (device/fail.cuh).
+enum : uint32_t { kErrNone = 0, kErrTimeout = 1, kErrPeerAbort = 2 };
+enum : int {
+  kErrCode = 0,
+  kErrMissing = 1,
+  kErrOrigin = 1 + kMaxRanks,
+  kErrOriginMissing = 2 + kMaxRanks,
+  kErrHostAbort = 3 + kMaxRanks,
+  kErrorWords = 4 + kMaxRanks,
+};
+/// Reasons carried in the abort word (bits 16..23; bits 0..15 hold origin rank + 1).
+enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2 };
+
+/// What every peer-memory kernel needs to honour the failure model (device/fail.cuh), by value in
+/// its parameters: the comm's control words on every rank (SignalRegion::kControl: [0] the abort
+/// word, [1] the missing-rank mask of its origin), this rank's error words, the call's timeout.
+struct FailParams {
+  uint32_t* ctl[kMaxRanks];  // ctl[r]: rank r's control words (peer-visible device memory)
+  uint32_t* err;             // this rank's host-mapped error words (kErrorWords)
+  uint64_t timeoutNs;        // device-timer ns from kernel start; 0 = no deadline (abort only)
+  int rank, size;
+};
 
 struct DeviceCtx {
   int rank = 0;
@@ -45,6 +72,30 @@ struct DeviceCtx {
   bool peerUsable() const { return peer && peer->usable; }
 };
 
+/// The call's timeout in nanoseconds as kernels take it: 0 (no deadline: the kernel waits until
+/// it arrives or the comm is aborted) when the timeout is infinite (kInfiniteTimeout or beyond;
+/// docs/DESIGN.md "Failure model").
+inline uint64_t timeoutNs(const CollArgs& a) {
+  const auto ms = a.opts.timeout.count();
+  return ms <= 0 || ms >= kInfiniteTimeout.count() ? 0 : uint64_t(ms) * 1000000ull;
+}
+/// The same timeout in nanoseconds of the device timer (dev::globalTimerNs); 0 = none.
+inline uint64_t timeoutNs(const CollArgs& a, const DeviceCtx& ctx) {
+  const uint64_t ns = timeoutNs(a);
+  return ctx.timerScale == 1.0 || ns == 0 ? ns : uint64_t(double(ns) * ctx.timerScale);
+}
+/// FailParams of a call (every rank's control words, the error words, the timeout).
+inline FailParams failParams(const CollArgs& a, const DeviceCtx& ctx) {
+  FailParams f{};
+  for (int r = 0; r < ctx.size && r < kMaxRanks; ++r)
+    f.ctl[r] = reinterpret_cast<uint32_t*>(ctx.peer->signalRegion(r, SignalRegion::kControl));
+  f.err = ctx.errorFlagDev;
+  f.timeoutNs = timeoutNs(a, ctx);
+  f.rank = ctx.rank;
+  f.size = ctx.size;
+  return f;
+}
+
 class DeviceAlgo {
  public:
   virtual ~DeviceAlgo() = default;
@@ -56,16 +107,5 @@ class DeviceAlgo {
   /// arguments canRun() accepted.
   virtual void launch(const CollArgs& args, DeviceCtx& ctx, void* stream) = 0;
 };
-
-/// The collective timeout of one call, in nanoseconds.
-inline uint64_t timeoutNs(const CollArgs& a) {
-  auto ms = a.opts.timeout.count();
-  return ms <= 0 ? 600ull * 1000000000ull : uint64_t(ms) * 1000000ull;
-}
-/// The same timeout as kernels take it: in nanoseconds of the device timer (dev::globalTimerNs).
-inline uint64_t timeoutNs(const CollArgs& a, const DeviceCtx& ctx) {
-  const uint64_t ns = timeoutNs(a);
-  return ctx.timerScale == 1.0 ? ns : uint64_t(double(ns) * ctx.timerScale);
-}
 
 }  // namespace cclx

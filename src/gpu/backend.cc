@@ -66,6 +66,8 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   sh_->device = dev;
   sh_->rank = s.rank;
   sh_->size = s.size;
+  sh_->name = s.name;
+  sh_->timeout = s.timeout;
   CCLX_CUDA_CHECK(cudaSetDevice(dev));
   ctx_.rank = s.rank;
   ctx_.size = s.size;
@@ -92,12 +94,17 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   CCLX_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&sh_->errDev), eh, 0));
   ctx_.errorFlagDev = sh_->errDev;
   ctx_.errorFlagHost = sh_->errHost;
+  CCLX_CUDA_CHECK(cudaStreamCreateWithFlags(&sh_->abortStream, cudaStreamNonBlocking));
+  CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, sizeof(uint32_t), cudaHostAllocDefault));
 }
 
 // Peer memory (collective). Ranks that share a GPU keep it, but then no NCCL comm may exist.
 void CudaBackend::setupPeers(const GpuSetup& s, Exchange& ex) {
   peerMemOpen(pm_, PeerSetup{s.rank, s.size, sh_->device, s.cfg, s.timeout}, ex);
   ctx_.peer = &pm_;
+  if (pm_.usable)
+    for (int r = 0; r < s.size && r < kMaxRanks; ++r)
+      sh_->ctl[r] = reinterpret_cast<uint32_t*>(pm_.signalRegion(r, SignalRegion::kControl));
   if (!pm_.sharing.empty())
     ncclRefusal_ = pm_.sharing + "; NCCL needs one GPU per rank; the direct-access and FP8 "
                    "collectives run";
@@ -247,15 +254,91 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
     return;
   }
   requireNccl(a);
+  NcclOp op{a.type, nullptr, nullptr, {}, a.opts.timeout};
+  if (!capturing) {
+    op.start = sh_->takeEvent();
+    CCLX_CUDA_CHECK(cudaEventRecord(op.start, s));
+  }
   if (a.type == CollType::Barrier) {  // a 1-element NCCL allreduce
     CollArgs b;
     b.type = CollType::AllReduce;
     b.send = b.recv = scratch_;
     b.count = 1;
     b.dtype = DataType::i32;
-    return ncclRunCollective(b, sh_->comm, ctx_.rank, ctx_.size, s);
+    ncclRunCollective(b, sh_->comm, ctx_.rank, ctx_.size, s);
+  } else {
+    ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
   }
-  ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
+  if (!capturing) {
+    op.end = sh_->takeEvent();
+    CCLX_CUDA_CHECK(cudaEventRecord(op.end, s));
+    std::lock_guard<std::mutex> g(opsMu_);
+    ncclOps_.push_back(op);
+  }
+}
+
+// Completed NCCL operations give their events back; one that started on the device (its start
+// event completed) more than its timeout ago fails the comm.
+void CudaBackend::ncclOpsPoll() {
+  std::lock_guard<std::mutex> g(opsMu_);
+  const auto now = std::chrono::steady_clock::now();
+  size_t keep = 0;
+  for (size_t i = 0; i < ncclOps_.size(); ++i) {
+    NcclOp& op = ncclOps_[i];
+    if (cudaEventQuery(op.end) == cudaSuccess) {
+      sh_->returnEvent(op.start);
+      sh_->returnEvent(op.end);
+      continue;
+    }
+    (void)cudaGetLastError();
+    if (op.started == std::chrono::steady_clock::time_point{} &&
+        cudaEventQuery(op.start) == cudaSuccess)
+      op.started = now;
+    (void)cudaGetLastError();
+    if (op.started != std::chrono::steady_clock::time_point{} && op.timeout < kInfiniteTimeout &&
+        now - op.started > op.timeout && !sh_->failed.load()) {
+      sh_->requestAbort();
+      sh_->abortNccl();
+      sh_->fail(cclxTimeout,
+                strFormat("rank %d: NCCL %s on comm '%s' (cuda:%d) did not complete within %lld "
+                          "ms of starting (a peer never arrived or is stuck); NCCL aborted, the "
+                          "comm is unusable",
+                          ctx_.rank, collName(op.type), sh_->name.c_str(), sh_->device,
+                          (long long)op.timeout.count()));
+    }
+    ncclOps_[keep++] = op;
+  }
+  ncclOps_.resize(keep);
+}
+
+std::pair<cclxResult_t, std::string> CudaBackend::poll() {
+  if (!sh_->failed.load()) {
+    auto dev = sh_->deviceError();
+    if (dev.first != cclxSuccess) {
+      sh_->requestAbort();
+      sh_->abortNccl();
+      sh_->fail(dev.first, dev.second);
+    }
+  }
+  if (!sh_->failed.load()) {
+    DeviceGuard guard(sh_->device);
+    ncclOpsPoll();
+    nccl::ncclComm_t c = nullptr;
+    {
+      std::lock_guard<std::mutex> g(sh_->mu);
+      if (sh_->ownsComm) c = sh_->comm;
+    }
+    nccl::ncclResult_t r = nccl::ncclSuccess;
+    if (c && ncclLib().commGetAsyncError(c, &r) == nccl::ncclSuccess && r != nccl::ncclSuccess &&
+        r != nccl::ncclInProgress) {
+      sh_->requestAbort();
+      sh_->fail(cclxNcclError, strFormat("rank %d: NCCL reported error %d on comm '%s'",
+                                         ctx_.rank, int(r), sh_->name.c_str()));
+    }
+  }
+  if (!sh_->failed.load()) return {cclxSuccess, ""};
+  std::lock_guard<std::mutex> g(sh_->mu);
+  return {sh_->failCode, sh_->failMsg};
 }
 
 void CudaBackend::enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
@@ -328,6 +411,7 @@ void CudaBackend::finalize() {
     if (r != nccl::ncclSuccess) CCLX_WARN("NCCL comm teardown returned %d", int(r));
   }
   if (!healthy) return;  // kernels may still be spinning: leave device memory alone
+  for (uint32_t*& c : sh_->ctl) c = nullptr;  // requestAbort must not write into freed memory
   peerMemClose(pm_);
   (void)cudaFree(ctx_.counters);
   (void)cudaFree(scratch_);
@@ -339,8 +423,9 @@ void CudaBackend::finalize() {
 }
 
 void CudaBackend::abort() {
+  sh_->requestAbort();
   sh_->abortNccl();
-  sh_->fail(cclxAborted, strFormat("rank %d: the communicator was aborted", ctx_.rank));
+  sh_->fail(cclxAborted, strFormat("rank %d: comm '%s' was aborted", ctx_.rank, sh_->name.c_str()));
 }
 
 cclxResult_t CudaBackend::asyncError() {

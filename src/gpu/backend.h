@@ -26,10 +26,16 @@ struct CudaShared {
   int device = -1;
   int rank = 0;
   int size = 1;
+  std::string name;                      // the comm's name (messages)
+  std::chrono::milliseconds timeout{0};  // the comm's timeout (messages)
   nccl::ncclComm_t comm = nullptr;
   bool ownsComm = true;                  // false: the application's comm (never aborted here)
   volatile uint32_t* errHost = nullptr;  // host-mapped error words (gpu/algo.h)
   uint32_t* errDev = nullptr;
+  uint32_t* ctl[kMaxRanks] = {};         // every rank's control words (peer memory; null if off)
+  cudaStream_t abortStream = nullptr;    // requestAbort's copies (never waits on other work)
+  uint32_t* abortValue = nullptr;        // pinned: the abort word requestAbort writes
+  std::atomic<bool> abortRequested{false};
 
   std::mutex mu;
   std::atomic<bool> failed{false};
@@ -42,8 +48,14 @@ struct CudaShared {
   void throwIfFailed();
   /// Records the first failure (later ones are ignored) and returns it as an Error.
   Error fail(cclxResult_t code, const std::string& msg);
-  /// Turns a kernel-reported timeout into a failure (and throws it); no-op when none.
+  /// What the error words report (gpu/algo.h): cclxSuccess and "" while they report nothing.
+  std::pair<cclxResult_t, std::string> deviceError() const;
+  /// Turns a failure the kernels reported into the comm's failure (and throws it); no-op when none.
   void checkDeviceError();
+  /// Stops every peer kernel of this comm here and on the peers (docs/DESIGN.md "Failure model"):
+  /// the host request word, which spinning kernels poll, and the abort word on every rank, which
+  /// kernels read at entry. Never blocks; idempotent.
+  void requestAbort();
   /// NCCL abort (once, owned comms only) so that stuck NCCL kernels exit; the comm is unusable
   /// afterwards.
   void abortNccl();
@@ -74,6 +86,7 @@ struct GpuSetup {
   int localRank = 0;
   Config cfg;
   std::chrono::milliseconds timeout{600000};
+  std::string name = "nccl";  // the comm's name (messages)
   bool plainNccl = false;  // backend "nccl": the peer kernels only for what NCCL cannot do
 };
 
@@ -98,6 +111,7 @@ class CudaBackend final : public Backend {
   void finalize() override;
   void abort() override;
   cclxResult_t asyncError() override;
+  std::pair<cclxResult_t, std::string> poll() override;
 
   /// The algorithm of a call (core/select.h with this comm's facts).
   Algo select(const CollArgs& a) const;
@@ -123,6 +137,18 @@ class CudaBackend final : public Backend {
   void enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
   void orderPeerKernel(cudaStream_t s, bool capturing);
   void peerKernelDone(cudaStream_t s, bool capturing);
+  void ncclOpsPoll();
+
+  // NCCL operations in flight (eager only), for the watchdog: an operation's clock starts when
+  // its start event has completed, i.e. when it started on the device.
+  struct NcclOp {
+    CollType type;
+    cudaEvent_t start, end;
+    std::chrono::steady_clock::time_point started{};
+    std::chrono::milliseconds timeout;
+  };
+  std::mutex opsMu_;
+  std::vector<NcclOp> ncclOps_;
 
   std::shared_ptr<CudaShared> sh_ = std::make_shared<CudaShared>();
   PeerMem pm_;

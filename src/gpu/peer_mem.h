@@ -18,7 +18,9 @@
 //   [0,       64 KiB)   barrier kernel flags: uint64 [kMaxRanks] (index = source rank)
 //   [64 KiB, 256 KiB)   DDA tree flags: uint64 [2 phases][kMaxBlocks][kMaxRanks]
 //   [256 KiB, 512 KiB)  FP8 collectives (free layout, owned by gpu/fp8/*.cu)
-//   [512 KiB,   1 MiB)  reserved
+//   [512 KiB, +4 KiB)   control words: [0] the comm's abort word, [1] its origin's missing-rank
+//                       mask (device/fail.cuh; written by any rank, never reset)
+//   [516 KiB,   1 MiB)  reserved
 // Flags only ever increase (no resets): a waiter compares against the value it expects.
 #pragma once
 
@@ -37,7 +39,7 @@ constexpr int kMaxBlocks = 128;    // largest grid of any peer-memory kernel
 constexpr size_t kSignalBytes = 1u << 20;
 
 enum class StagingRegion : int { kFlat = 0, kTree = 1, kLamport = 2, kFp8 = 3, kFp8OneShot = 4 };
-enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2 };
+enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2, kControl = 3 };
 
 /// How ranks trade setup records: every rank calls allGather() with the same tag and gets every
 /// rank's value (index = rank). Comms made by cclx go through their store, the NCCL drop-in
@@ -73,10 +75,22 @@ struct PeerMem {
   size_t regionBytes(StagingRegion r) const;
   char* region(int peer, StagingRegion r) const { return staging[peer] + regionOffset(r); }
   static size_t signalOffset(SignalRegion r) {
-    return r == SignalRegion::kBarrier ? 0 : r == SignalRegion::kTree ? (64u << 10) : (256u << 10);
+    switch (r) {
+      case SignalRegion::kBarrier: return 0;
+      case SignalRegion::kTree: return 64u << 10;
+      case SignalRegion::kFp8: return 256u << 10;
+      case SignalRegion::kControl: break;
+    }
+    return 512u << 10;
   }
   static size_t signalRegionBytes(SignalRegion r) {
-    return r == SignalRegion::kBarrier ? (64u << 10) : r == SignalRegion::kTree ? (192u << 10) : (256u << 10);
+    switch (r) {
+      case SignalRegion::kBarrier: return 64u << 10;
+      case SignalRegion::kTree: return 192u << 10;
+      case SignalRegion::kFp8: return 256u << 10;
+      case SignalRegion::kControl: break;
+    }
+    return 4u << 10;
   }
   char* signalRegion(int peer, SignalRegion r) const { return signal[peer] + signalOffset(r); }
 };

@@ -57,6 +57,7 @@ std::unique_ptr<Backend> makeCudaBackend(const BootstrapInfo& info) {
   s.localRank = info.localRank;
   s.cfg = info.cfg;
   s.timeout = info.opts.timeout;
+  s.name = info.opts.name;
   s.plainNccl = info.opts.backend == "nccl";
   StoreExchange ex(info);
   auto b = std::make_unique<CudaBackend>(s, ex);

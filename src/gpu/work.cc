@@ -10,6 +10,8 @@ namespace cclx {
 
 CudaShared::~CudaShared() {
   for (cudaEvent_t e : freeEvents) (void)cudaEventDestroy(e);
+  if (abortStream) (void)cudaStreamDestroy(abortStream);
+  if (abortValue) (void)cudaFreeHost(abortValue);
   if (errHost) (void)cudaFreeHost(const_cast<uint32_t*>(errHost));
 }
 
@@ -30,19 +32,78 @@ Error CudaShared::fail(cclxResult_t code, const std::string& msg) {
   return Error(failCode, failMsg);
 }
 
+namespace {
+
+std::string rankList(uint32_t mask) {
+  std::string s;
+  for (int r = 0; r < kMaxRanks; ++r)
+    if (mask & (1u << r)) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s.empty() ? "?" : s;
+}
+
+}  // namespace
+
+std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
+  if (!errHost || errHost[kErrCode] == kErrNone) return {cclxSuccess, ""};
+  const long long ms = (long long)timeout.count();
+  if (errHost[kErrCode] == kErrTimeout) {
+    uint32_t mask = 0;
+    for (int r = 0; r < size && r < kMaxRanks; ++r)
+      if (errHost[kErrMissing + r]) mask |= 1u << r;
+    return {cclxTimeout,
+            strFormat("rank %d: a collective on comm '%s' (cuda:%d) timed out after %lld ms "
+                      "waiting for rank(s) %s; its output is NaN and the comm is unusable",
+                      rank, name.c_str(), device, ms, rankList(mask).c_str())};
+  }
+  const uint32_t word = errHost[kErrOrigin];
+  const uint32_t reason = word >> 16;
+  const int origin = int(word & 0xFFFFu) - 1;
+  if (reason == kAbortTimeout)
+    return {cclxTimeout,
+            strFormat("rank %d: comm '%s' failed: rank %d timed out after %lld ms waiting for "
+                      "rank(s) %s; collectives from then on have NaN outputs and the comm is "
+                      "unusable",
+                      rank, name.c_str(), origin, ms, rankList(errHost[kErrOriginMissing]).c_str())};
+  if (origin == rank || origin < 0)
+    return {cclxAborted, strFormat("rank %d: comm '%s' was aborted; collectives from then on have "
+                                   "NaN outputs",
+                                   rank, name.c_str())};
+  return {cclxRemoteError,
+          strFormat("rank %d: comm '%s' was aborted by rank %d; collectives from then on have NaN "
+                    "outputs and the comm is unusable",
+                    rank, name.c_str(), origin)};
+}
+
 void CudaShared::checkDeviceError() {
-  if (!errHost || errHost[0] == kErrNone) return;
-  std::string missing;
-  for (int r = 0; r < size && r < kMaxRanks; ++r)
-    if (errHost[1 + r]) {
-      if (!missing.empty()) missing += ",";
-      missing += std::to_string(r);
-    }
+  auto [code, msg] = deviceError();
+  if (code == cclxSuccess) return;
+  requestAbort();
   abortNccl();
-  throw fail(cclxTimeout,
-             strFormat("rank %d: collective timed out on cuda:%d waiting for rank(s) %s that never "
-                       "arrived; the communicator is unusable",
-                       rank, device, missing.empty() ? "?" : missing.c_str()));
+  throw fail(code, msg);
+}
+
+void CudaShared::requestAbort() {
+  if (abortRequested.exchange(true)) return;
+  if (errHost) errHost[kErrHostAbort] = 1u;  // spinning kernels stop and raise the abort word
+  if (!abortStream || !abortValue || !ctl[rank]) return;
+  // Kernels not yet started read the abort word at entry: write it on every rank (async copies on
+  // a stream of our own: nothing waits for other work; errors are ignored, a dead peer's memory
+  // may be gone). Relaxed capture mode: this thread may be capturing a graph elsewhere.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  int prev = -1;
+  (void)cudaGetDevice(&prev);
+  if (prev != device) (void)cudaSetDevice(device);
+  *abortValue = kAbortHost << 16 | uint32_t(rank + 1);
+  for (int i = 0; i < size && i < kMaxRanks; ++i) {
+    const int r = (rank + i) % size;
+    if (ctl[r] &&
+        cudaMemcpyAsync(ctl[r], abortValue, sizeof(uint32_t), cudaMemcpyHostToDevice,
+                        abortStream) != cudaSuccess)
+      (void)cudaGetLastError();
+  }
+  if (prev >= 0 && prev != device) (void)cudaSetDevice(prev);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
 }
 
 void CudaShared::abortNccl() {
@@ -119,6 +180,7 @@ class CudaWork final : public Work {
 
   void wait(void* stream) override {
     sh_->throwIfFailed();
+    sh_->checkDeviceError();
     DeviceGuard g(sh_->device);
     CCLX_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ev_, 0));
   }
@@ -129,6 +191,7 @@ class CudaWork final : public Work {
     int polls = 0;
     while (!isCompleted()) {
       if (std::chrono::steady_clock::now() > deadline) {
+        sh_->requestAbort();
         sh_->abortNccl();
         throw sh_->fail(cclxTimeout,
                         strFormat("rank %d: collective on cuda:%d did not complete within %lld ms "

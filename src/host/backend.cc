@@ -2,6 +2,8 @@
 // transport and has finished when run() returns. core/select.h chooses the algorithm.
 #include <memory>
 
+#include "core/outputs.h"
+#include "core/watchdog.h"
 #include "host/algos.h"
 #include "core/error.h"
 #include "core/select.h"
@@ -48,7 +50,14 @@ class HostBackend final : public Backend {
       return completedWork();
     CCLX_TRACE("host %s count=%zu dtype=%s algo=%s", collName(args.type), args.count,
                dtypeName(args.dtype), algo->name());
-    algo->run(args, *ctx_);
+    try {
+      algo->run(args, *ctx_);
+    } catch (const Error& e) {
+      // A collective that failed (a timeout, a peer's failure) never leaves a plausible value
+      // behind (core/outputs.h); rejected arguments leave everything as it was.
+      if (fatalCode(e.code())) poisonHostOutputs(args, ctx_->size);
+      throw;
+    }
     return completedWork();
   }
 

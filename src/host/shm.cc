@@ -237,13 +237,41 @@ char* HostCtx::lamportInbox(int owner, int parity, int src) const {
 void HostCtx::failWaiting(int peer, bool aborted, const std::string& detail) {
   broken_ = true;
   if (aborted) {
-    brokenWhy_ = strFormat("host %s #%llu: rank %d aborted", coll_, static_cast<unsigned long long>(collSeq_), peer);
-    throw Error(cclxRemoteError, brokenWhy_);
+    brokenWhy_ = peerFailure(peer);
+    throw Error(peerFailureCode(peer), brokenWhy_);
   }
   brokenWhy_ = strFormat("host %s #%llu (rank %d of %d, %s) timed out after %lld ms; rank(s) [%s] did not arrive",
                          coll_, static_cast<unsigned long long>(collSeq_), rank, size, detail.c_str(),
                          static_cast<long long>(timeout.count()), std::to_string(peer).c_str());
+  raiseFailed(peer);
   throw Error(cclxTimeout, brokenWhy_);
+}
+
+// The own segment's "aborted" word: 1 = abort(), 2 + r = timed out waiting for rank r. Peers that
+// wait on this rank read it and fail at once with the cause (failure model, docs/DESIGN.md).
+void HostCtx::raiseFailed(int missing) {
+  if (segs_.empty() || !segs_[size_t(rank)]) return;
+  uint32_t expect = 0;
+  std::atomic_ref<uint32_t>(*segs_[size_t(rank)]->abortedWord())
+      .compare_exchange_strong(expect, 2u + uint32_t(missing), std::memory_order_seq_cst);
+}
+
+cclxResult_t HostCtx::peerFailureCode(int peer) const {
+  const uint32_t v =
+      std::atomic_ref<uint32_t>(*segs_[size_t(peer)]->abortedWord()).load(std::memory_order_acquire);
+  return v >= 2 ? cclxTimeout : cclxRemoteError;
+}
+
+std::string HostCtx::peerFailure(int peer) const {
+  const uint32_t v =
+      std::atomic_ref<uint32_t>(*segs_[size_t(peer)]->abortedWord()).load(std::memory_order_acquire);
+  if (v >= 2)
+    return strFormat("host %s #%llu: rank %d timed out after %lld ms waiting for rank %u; the "
+                     "communicator is unusable",
+                     coll_, static_cast<unsigned long long>(collSeq_), peer,
+                     static_cast<long long>(timeout.count()), v - 2);
+  return strFormat("host %s #%llu: rank %d aborted", coll_, static_cast<unsigned long long>(collSeq_),
+                   peer);
 }
 
 void HostCtx::pollCheck(int peer, uint32_t polls) {
@@ -286,13 +314,13 @@ void HostCtx::waitFor(const std::vector<int>& peers, int line, uint64_t target, 
                                coll_, static_cast<unsigned long long>(collSeq_), rank, size, what,
                                static_cast<unsigned long long>(target),
                                static_cast<long long>(timeout.count()), missing.c_str());
+        raiseFailed(p);
         throw Error(cclxTimeout, brokenWhy_);
       }
       if (std::atomic_ref<uint32_t>(*seg.abortedWord()).load(std::memory_order_acquire) != 0) {
         broken_ = true;
-        brokenWhy_ = strFormat("host %s #%llu: rank %d aborted", coll_,
-                               static_cast<unsigned long long>(collSeq_), p);
-        throw Error(cclxRemoteError, brokenWhy_);
+        brokenWhy_ = peerFailure(p);
+        throw Error(peerFailureCode(p), brokenWhy_);
       }
       auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now).count();
       long slice = left < 2000000 ? long(left) : 2000000L;  // 2 ms slices
@@ -354,8 +382,9 @@ void HostCtx::recvFrom(int peer, void* buf, size_t bytes) {
 
 void HostCtx::abort() {
   if (!segs_.empty() && segs_[size_t(rank)]) {
-    const ShmSegment& own = *segs_[size_t(rank)];
-    std::atomic_ref<uint32_t>(*own.abortedWord()).store(1, std::memory_order_seq_cst);
+    uint32_t expect = 0;
+    std::atomic_ref<uint32_t>(*segs_[size_t(rank)]->abortedWord())
+        .compare_exchange_strong(expect, 1u, std::memory_order_seq_cst);
   }
   broken_ = true;
   if (brokenWhy_.empty()) brokenWhy_ = "it was aborted";

@@ -115,6 +115,11 @@ struct HostCtx {
   void waitFor(const std::vector<int>& peers, int line, uint64_t target, const char* what);
   void pollCheck(int peer, uint32_t polls);
   [[noreturn]] void failWaiting(int peer, bool aborted, const std::string& detail);
+  /// Marks this rank's segment failed (timed out waiting for `missing`), once.
+  void raiseFailed(int missing);
+  /// What a peer's "aborted" word says, as the error a waiter raises.
+  std::string peerFailure(int peer) const;
+  cclxResult_t peerFailureCode(int peer) const;
   void setup(const BootstrapInfo& info);
   void release();
 

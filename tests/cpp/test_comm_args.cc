@@ -186,7 +186,7 @@ TEST(CommArgs, CreateRejectsBadArguments) {
   bad.name = "";
   EXPECT_EQ(codeOf([&] { cclx::Comm::create(cpu, bad, server, 0, 1); }), cclxInvalidArgument);
   bad = o;
-  bad.timeout = 0ms;
+  bad.timeout = -5ms;  // 0 means the default (CCLX_TIMEOUT / TORCHCOMM_TIMEOUT_SECONDS / 600 s)
   EXPECT_EQ(codeOf([&] { cclx::Comm::create(cpu, bad, server, 0, 1); }), cclxInvalidArgument);
   bad = o;
   bad.backend = "nccl";

@@ -3,18 +3,23 @@
 // (ld.acquire.sys). The sequence number lives in a device counter advanced by the kernel, so it
 // works under CUDA-graph replay; values only increase. Rows are never reused by other kernels.
 // This is also the latency floor of the peer-memory kernels (one NVLink round trip + launch).
+// Failure model (device/fail.cuh): with the abort word raised at entry it signals nothing; a wait
+// that stops is recorded; the sequence number advances either way.
 #include "gpu/device/units.cuh"
 
 namespace cclx {
 namespace {
 
-__global__ void ddaBarrierKernel(dev::PeerPtrs peers, uint64_t* counter, uint32_t* err,
-                                 uint64_t timeoutNs, int rank, int size) {
+__global__ void ddaBarrierKernel(dev::PeerPtrs peers, uint64_t* counter, FailParams fail) {
   const uint64_t q = *counter + 1;
-  uint64_t* rows[kMaxRanks];
-  for (int r = 0; r < size; ++r) rows[r] = reinterpret_cast<uint64_t*>(peers.signal[r]);
-  dev::blockBarrier(rows, rank, size, q, dev::globalTimerNs() + timeoutNs, err);
-  if (threadIdx.x == 0) *counter = q;  // blockBarrier ended with __syncthreads()
+  if (!dev::abortedAtEntry(fail)) {
+    uint64_t* rows[kMaxRanks];
+    for (int r = 0; r < fail.size; ++r) rows[r] = reinterpret_cast<uint64_t*>(peers.signal[r]);
+    dev::Waiter wait(fail, dev::deadlineAfter(fail.timeoutNs));
+    dev::blockBarrier(rows, fail.rank, fail.size, q, wait);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *counter = q;
 }
 
 class DdaBarrier final : public DeviceAlgo {
@@ -27,7 +32,7 @@ class DdaBarrier final : public DeviceAlgo {
     dev::PeerPtrs p{};
     for (int r = 0; r < ctx.size; ++r) p.signal[r] = ctx.peer->signalRegion(r, SignalRegion::kBarrier);
     ddaBarrierKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(
-        p, ctx.counters + kCounterBarrier, ctx.errorFlagDev, timeoutNs(a, ctx), ctx.rank, ctx.size);
+        p, ctx.counters + kCounterBarrier, failParams(a, ctx));
     CCLX_CUDA_CHECK(cudaGetLastError());
   }
 };

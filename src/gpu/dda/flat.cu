@@ -4,8 +4,11 @@
 // [b*per, (b+1)*per) of the message and a private packet slot range in every rank's flat staging
 // region, addressed [set][source rank][block][unit]. Block b reads its epoch e from its device
 // counter (advanced by the kernel at exit, so CUDA-graph replays keep counting), then:
+//   0. (device/fail.cuh) if the comm's abort word is raised, it poisons its share of `recv`,
+//      advances its counter and returns without touching a peer;
 //   1. each thread loads its units from `send` and pushes them as LL16 packets {d0, f, d1, f}
-//      with f = e + 1 into slot set (e & 1), source = this rank, of every peer (16-byte stores);
+//      with f = lamport::llFlag(e) (never 0: slots start zeroed) into slot set (e & 1), source =
+//      this rank, of every peer (16-byte stores);
 //   2. each thread, for its same units, combines the values of ranks 0..N-1 in that order (its
 //      own from `send`, the others by polling its local slots until both flag words equal f) and
 //      writes the result to `recv`. The same thread reads send[u] before writing recv[u], so
@@ -15,8 +18,10 @@
 // e + 2 only after finishing epoch e + 1, which needed at least one packet of epoch e + 1 from
 // rank B (every launch has >= 1 unit); B pushes epoch e + 1 packets only after its epoch-e kernel
 // has completely finished (flat launches are stream-ordered on each rank, the backend guarantees
-// it), i.e. after B has read everything of set s at epoch e. On a deadline (%globaltimer) the
-// waiting thread records the missing rank in the error words and stops writing.
+// it), i.e. after B has read everything of set s at epoch e; a B that stopped in epoch e raised
+// the abort word and pushes nothing more. A wait that stops (abort, host request, deadline; all
+// recorded by the Waiter) ends the thread's consumption; its block then poisons all of `recv`.
+#include "core/lamport.h"
 #include "gpu/device/units.cuh"
 
 namespace cclx {
@@ -30,8 +35,7 @@ struct FlatParams {
   size_t per;               // units per block
   size_t slotBytes;         // bytes of one [set][src][block] slot range
   uint64_t* counters;       // kFlatBlocks entries
-  uint32_t* err;
-  uint64_t timeoutNs;
+  FailParams fail;
   int rank, size;
   RedOpKind op;
   double factor;
@@ -43,14 +47,15 @@ __device__ __forceinline__ uint4* flatSlot(const FlatParams& p, int dst, int set
   return reinterpret_cast<uint4*>(base) + i;
 }
 
+/// Returns true when this thread stopped waiting (the call failed).
 template <class T, RedOpKind Op>
-__device__ void flatBody(const FlatParams& p, uint64_t epoch) {
-  const uint32_t flag = uint32_t(epoch) + 1u;
+__device__ bool flatBody(const FlatParams& p, uint64_t epoch) {
+  const uint32_t flag = lamport::llFlag(epoch);
   const int set = int(epoch & 1);
   const size_t units = (p.bytes + 7) / 8;
   const size_t u0 = blockIdx.x * p.per;
   const size_t u1 = min(u0 + p.per, units);
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
   using A = typename math::AccOf<T>::type;
   const A factor = Op == RedOpKind::PREMUL_SUM ? A(p.factor) : A(1);
 
@@ -72,10 +77,8 @@ __device__ void flatBody(const FlatParams& p, uint64_t epoch) {
       } else {
         const uint4* slot = flatSlot(p, p.rank, set, r, u - u0);
         uint4 v = dev::ldLL16(slot);
-        uint32_t spins = 0;
         while (v.y != flag || v.w != flag) {
-          if ((++spins & 255u) == 0 && dev::globalTimerNs() > deadline) {
-            dev::reportTimeout(p.err, r);
+          if (!wait.again(r)) {
             failed = true;
             break;
           }
@@ -91,19 +94,27 @@ __device__ void flatBody(const FlatParams& p, uint64_t epoch) {
     acc.result(p.size, out);
     dev::storeUnit<8>(p.recv + u * 8, valid, out);
   }
+  return failed;
 }
 
 template <class T>
 struct FlatRun {
   const FlatParams& p;
   uint64_t e;
-  template <RedOpKind Op> __device__ void operator()() { flatBody<T, Op>(p, e); }
+  bool& failed;
+  template <RedOpKind Op> __device__ void operator()() { failed = flatBody<T, Op>(p, e); }
 };
 
 template <class T>
 __global__ void __launch_bounds__(512) ddaFlatKernel(FlatParams p) {
   const uint64_t epoch = p.counters[blockIdx.x];
-  dev::dispatchOp<T>(p.op, FlatRun<T>{p, epoch});
+  if (dev::abortedAtEntry(p.fail)) {
+    dev::poisonShare(p.recv, p.bytes);
+  } else {
+    bool failed = false;
+    dev::dispatchOp<T>(p.op, FlatRun<T>{p, epoch, failed});
+    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.bytes);
+  }
   __syncthreads();  // every thread has read the counter
   if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
 }

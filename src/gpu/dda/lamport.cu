@@ -15,9 +15,11 @@
 //   teams (large messages): dev::teamRounds with rounds of one vector per thread of the block.
 // In place: a vector is read from `send` (push, then its own contribution) before it is written to
 // `recv` (interleaved: by the same thread; teams: the consumers start a round only after the
-// producers pushed it), and no other thread touches it. On a deadline (%globaltimer) the waiting
-// thread records the missing rank and stops; the comm then refuses work, so a half-refilled inbox
-// is never reused.
+// producers pushed it), and no other thread touches it. Failure model (device/fail.cuh): a block
+// that finds the abort word raised at entry poisons its share of `recv` and only advances its
+// call counter; a wait that stops (abort, host request, deadline; recorded by the Waiter) ends
+// that thread's consumption and its block poisons all of `recv`. Such a rank has raised the abort
+// word, so it never pushes or consumes again and its half-refilled inboxes are never read.
 #include "gpu/device/units.cuh"
 #include "core/lamport.h"
 #include "gpu/device/lamport.cuh"
@@ -39,8 +41,7 @@ struct LamportParams {
   size_t bytes;
   size_t slotBytes;         // one inbox [parity][src]
   uint64_t* counters;       // one per block
-  uint32_t* err;
-  uint64_t timeoutNs;
+  FailParams fail;
   int rank, size;
   RedOpKind op;
   double factor;
@@ -86,8 +87,9 @@ struct Lamport {
   size_t totalV, fullV;
   int tail;
   uint64_t deadline;
+  bool& failed;  // this thread stopped waiting
 
-  __device__ Lamport(const LamportParams& q, uint64_t epoch)
+  __device__ Lamport(const LamportParams& q, uint64_t epoch, bool& f)
       : p(q),
         factor(Op == RedOpKind::PREMUL_SUM ? A(q.factor) : A(1)),
         N(q.size),
@@ -96,7 +98,8 @@ struct Lamport {
         totalV((q.bytes + 15) / 16),
         fullV(q.bytes / 16),
         tail(int(q.bytes % 16)),
-        deadline(dev::globalTimerNs() + q.timeoutNs) {}
+        deadline(dev::deadlineAfter(q.fail.timeoutNs)),
+        failed(f) {}
 
   __device__ char* box(int owner, int src) const {  // inbox [par][src] in owner's region
     return dev::inbox(p, owner, src, par, [&] { return N; });
@@ -120,9 +123,10 @@ struct Lamport {
         if (v0 + k * stride < hi) dev::stVolatile16(dst + (v0 + k * stride) * 16, x[k]);
     }
   }
-  /// Consumes vectors v0 + k * stride (k < KC, those < hi); false on timeout (reported).
+  /// Consumes vectors v0 + k * stride (k < KC, those < hi); false when a wait stopped (recorded).
   template <int KC>
   __device__ bool consume(size_t v0, size_t stride, size_t hi) const {
+    dev::Waiter wait(p.fail, deadline);
     dev::UnitAcc<T, Op, 16> acc[KC];
     for (int r = 0; r < N; ++r) {
       V16 x[KC];
@@ -138,10 +142,9 @@ struct Lamport {
 #pragma unroll
         for (int k = 0; k < KC; ++k) {
           if (v0 + k * stride >= hi) continue;
-          uint32_t spins = 0;
           while (empty<S>(x[k])) {
-            if ((++spins & 255u) == 0 && dev::globalTimerNs() > deadline) {
-              dev::reportTimeout(p.err, r);
+            if (!wait.again(r)) {
+              failed = true;
               return false;
             }
             x[k] = dev::ldVolatile16(src + (v0 + k * stride) * 16);
@@ -193,8 +196,9 @@ struct Lamport {
 };
 
 template <class T, RedOpKind Op, bool Al>
-__device__ void lamportBody(const LamportParams& p, uint64_t epoch, volatile uint32_t* pushed) {
-  Lamport<T, Op, Al> l(p, epoch);
+__device__ void lamportBody(const LamportParams& p, uint64_t epoch, volatile uint32_t* pushed,
+                            bool& failed) {
+  Lamport<T, Op, Al> l(p, epoch, failed);
   if (p.teams) l.teams(pushed);
   else l.interleaved();
 }
@@ -204,9 +208,10 @@ struct LamportRun {
   const LamportParams& p;
   uint64_t e;
   volatile uint32_t* pushed;
+  bool& failed;
   template <RedOpKind Op> __device__ void operator()() {
-    if (p.aligned) lamportBody<T, Op, true>(p, e, pushed);
-    else lamportBody<T, Op, false>(p, e, pushed);
+    if (p.aligned) lamportBody<T, Op, true>(p, e, pushed, failed);
+    else lamportBody<T, Op, false>(p, e, pushed, failed);
   }
 };
 
@@ -214,7 +219,13 @@ template <class T>
 __global__ void __launch_bounds__(512) ddaLamportKernel(LamportParams p) {
   __shared__ uint32_t pushed;  // teams: rounds the producers have pushed
   const uint64_t epoch = dev::lamportBegin(p, &pushed);
-  dev::dispatchOp<T>(p.op, LamportRun<T>{p, epoch, &pushed});
+  if (dev::abortedAtEntry(p.fail)) {
+    dev::poisonShare(p.recv, p.bytes);
+  } else {
+    bool failed = false;
+    dev::dispatchOp<T>(p.op, LamportRun<T>{p, epoch, &pushed, failed});
+    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.bytes);
+  }
   dev::lamportEnd(p, epoch);
 }
 

@@ -26,8 +26,10 @@
 // all of its reads (peers never read this rank's `send`). Each thread moves kUnroll independent
 // vectors per iteration (all loads, then all stores) for memory-level parallelism; the one partial
 // vector at the end of the message (if any) is handled by thread 0 of its block with byte-exact
-// accesses. Waits carry a %globaltimer deadline; on expiry the block records the missing rank and
-// stops (writes no more).
+// accesses. Failure model (device/fail.cuh): a block that finds the abort word raised at entry
+// poisons its share of `recv`; a barrier whose wait stops (abort, host request, deadline; recorded)
+// ends the block's work and it poisons all of `recv`. Either way the counter advances by the
+// call's chunk count, as on success.
 #include "gpu/device/units.cuh"
 
 namespace cclx {
@@ -42,8 +44,7 @@ struct TreeParams {
   size_t bytes;
   size_t capV;          // 16-byte vectors per inbox [src][block]
   uint64_t* counters;   // one per block
-  uint32_t* err;
-  uint64_t timeoutNs;
+  FailParams fail;
   int rank, size;
   RedOpKind op;
   double factor;
@@ -99,12 +100,12 @@ __device__ __forceinline__ void forGroups(size_t lo, size_t hi, F&& f) {
 }
 
 template <class T, RedOpKind Op, bool Al>
-__device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
+__device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut, bool* failed) {
   using A = typename math::AccOf<T>::type;
   using Acc = dev::UnitAcc<T, Op, 16>;
   const A factor = Op == RedOpKind::PREMUL_SUM ? A(p.factor) : A(1);
   const int b = blockIdx.x, G = gridDim.x, N = p.size, me = p.rank;
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
   const size_t totalV = (p.bytes + 15) / 16;
   const size_t fullV = p.bytes / 16;                  // vectors with all 16 bytes valid
   const int tailBytes = int(p.bytes % 16);            // valid bytes of vector fullV (0: none)
@@ -151,7 +152,10 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
       });
       if (tailHere(part)) dst[fullV - part.lo] = ldTail(p.send, fullV, tailBytes);
     }
-    if (!dev::blockBarrier(rowsRS, me, N, q, deadline, p.err)) break;
+    if (!dev::blockBarrier(rowsRS, me, N, q, wait)) {
+      *failed = true;
+      break;
+    }
     // 2. reduce my part of slice `me` (own data from send), write it to recv and push it to every
     //    other rank's AG inbox [me][b].
     {
@@ -216,7 +220,10 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut) {
         }
       }
     }
-    if (!dev::blockBarrier(rowsAG, me, N, q, deadline, p.err)) break;
+    if (!dev::blockBarrier(rowsAG, me, N, q, wait)) {
+      *failed = true;
+      break;
+    }
     // 3. copy my part of every other slice s from my AG inbox [s][b] to recv.
     for (int s = 0; s < N; ++s) {
       if (s == me) continue;
@@ -243,17 +250,30 @@ struct TreeRun {
   const TreeParams& p;
   uint64_t seq0;
   uint64_t* out;
+  bool* failed;
   template <RedOpKind Op> __device__ void operator()() {
-    if (p.aligned) treeBody<T, Op, true>(p, seq0, out);
-    else treeBody<T, Op, false>(p, seq0, out);
+    if (p.aligned) treeBody<T, Op, true>(p, seq0, out, failed);
+    else treeBody<T, Op, false>(p, seq0, out, failed);
   }
 };
+
+/// Chunks of a call (as treeBody walks them): the counter advance of a call, failed or not.
+__device__ __forceinline__ uint64_t treeChunks(const TreeParams& p) {
+  const size_t chunkV = size_t(p.size) * gridDim.x * p.capV;
+  return ((p.bytes + 15) / 16 + chunkV - 1) / chunkV;
+}
 
 template <class T>
 __global__ void __launch_bounds__(512) ddaTreeKernel(TreeParams p) {
   const uint64_t seq0 = p.counters[blockIdx.x];
-  uint64_t next = seq0;
-  dev::dispatchOp<T>(p.op, TreeRun<T>{p, seq0, &next});
+  uint64_t next = seq0 + treeChunks(p);
+  if (dev::abortedAtEntry(p.fail)) {
+    dev::poisonShare(p.recv, p.bytes);
+  } else {
+    bool failed = false;
+    dev::dispatchOp<T>(p.op, TreeRun<T>{p, seq0, &next, &failed});
+    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.bytes);
+  }
   __syncthreads();  // every thread has read the counter
   if (threadIdx.x == 0) p.counters[blockIdx.x] = next;
 }

@@ -7,53 +7,33 @@
 // (HIP: every thread also fences at system scope before the first barrier and after the second,
 // fenceBeforeSignal / fenceAfterWait in device/prims.cuh.)
 // Flag values only increase (no resets), so a late reader never misses a signal and a stale value
-// can never look new. Every spin loop carries a %globaltimer deadline: on expiry it records the
-// missing rank in the host-mapped error words (see gpu/algo.h) and gives up instead of hanging.
+// can never look new. Every spin loop polls through a dev::Waiter (device/fail.cuh): it stops on
+// the comm's abort word, the host's abort request or its %globaltimer deadline, records why, and
+// gives up instead of hanging.
 #pragma once
 
 #include <cstdint>
 
 #include "gpu/algo.h"
+#include "gpu/device/fail.cuh"
 #include "gpu/device/prims.cuh"
 
 namespace cclx {
 namespace dev {
 
-/// Records a timeout: error word 0 = kErrTimeout, word 1 + missingRank = 1 (host-mapped memory,
-/// plain stores: no atomics are needed because every writer writes the same values).
-__device__ __forceinline__ void reportTimeout(uint32_t* err, int missingRank) {
-  volatile uint32_t* e = err;
-  e[1 + missingRank] = 1u;
-  e[0] = kErrTimeout;
-  fenceSystem();
-}
-
-/// Spins until *flag >= expected (acquire, system scope) or the deadline passes. Returns false on
-/// timeout after reporting `peer` as missing.
-__device__ __forceinline__ bool waitFlagGE(const uint64_t* flag, uint64_t expected,
-                                           uint64_t deadlineNs, uint32_t* err, int peer) {
-  uint32_t spins = 0;
-  while (ldAcquireSys(flag) < expected) {
-    if ((++spins & 1023u) == 0 && globalTimerNs() > deadlineNs) {
-      reportTimeout(err, peer);
-      return false;
-    }
-  }
-  return true;
-}
-
 /// Block-level barrier with the same block index on every rank: thread t < size signals rank t
 /// (slot [myRank] of t's flag row) and waits for slot [t] of the local row. `rows[r]` points to
 /// rank r's flag row for this block (kMaxRanks uint64 each). Call with all threads of the block;
-/// returns false (in every thread) on timeout. Includes the __syncthreads() on both sides.
+/// returns false (in every thread) when a wait stopped (device/fail.cuh: abort, host request or
+/// deadline, all recorded). Includes the __syncthreads() on both sides.
 __device__ __forceinline__ bool blockBarrier(uint64_t* const* rows, int rank, int size,
-                                             uint64_t value, uint64_t deadlineNs, uint32_t* err) {
+                                             uint64_t value, Waiter& w) {
   fenceBeforeSignal();
   __syncthreads();  // the block's writes happen before the release below
   int t = threadIdx.x, failed = 0;
   if (t < size) {
     stReleaseSys(rows[t] + rank, value);
-    failed = !waitFlagGE(rows[rank] + t, value, deadlineNs, err, t);
+    failed = !waitFlagGE(rows[rank] + t, value, w, t);
   }
   const bool ok = syncThreadsOr(failed) == 0;  // the acquires happen before the block's reads
   fenceAfterWait();

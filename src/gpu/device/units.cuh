@@ -154,15 +154,14 @@ inline typename math::AccOf<T>::type accFactor(const ReduceOp& op) {
 }
 
 /// Host: fills the fields that every DDA kernel's parameter struct has under the same names (the
-/// call's buffers, size, op, timeout, this rank, the error words and the kernel's counters).
+/// call's buffers, size, op, this rank, the failure parameters and the kernel's counters).
 template <class P>
 void fillCallParams(P& p, const CollArgs& a, const DeviceCtx& ctx, int counterBase) {
   p.send = static_cast<const char*>(a.send);
   p.recv = static_cast<char*>(a.recv);
   p.bytes = a.count * dtypeSize(a.dtype);
   p.counters = ctx.counters + counterBase;
-  p.err = ctx.errorFlagDev;
-  p.timeoutNs = timeoutNs(a, ctx);
+  p.fail = failParams(a, ctx);
   p.rank = ctx.rank;
   p.size = ctx.size;
   p.op = a.op.kind;

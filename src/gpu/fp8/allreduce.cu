@@ -66,13 +66,14 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   constexpr int G = B / kEPT, GPC = kThreads / G;
   const int lane = threadIdx.x % G, grp = threadIdx.x / G, N = p.size, cta = blockIdx.x;
   const uint64_t e0 = p.counters[cta];
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
   const size_t cap = (p.tileBlocks + N - 1) / N, S = fp8::packedBytes(cap, B);
   const size_t mo = fp8::metaOffset(cap, B);
   const size_t nIt = (p.nTiles - size_t(cta) + gridDim.x - 1) / gridDim.x;  // tiles of this CTA
   const T* send = reinterpret_cast<const T*>(p.send);
   T* recv = reinterpret_cast<T*>(p.recv);
-  if (!beginCall(p, e0, deadline)) return;
+  if (dev::abortedAtEntry(p.fail)) return failCall(p, e0 + nIt, false);
+  if (!beginCall(p, e0, wait)) return failCall(p, e0 + nIt, true);
   // A, one round (CTA-uniform u0): quantize units u0 + grp and u0 + GPC + grp of every peer's
   // shard (both units' loads in flight together) and push shard q to rank q's A-inbox.
   auto pushA = [&](const ArTile& t, size_t u0) {
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   for (size_t i = 0; i < nIt; ++i) {
     const uint64_t epoch = e0 + 1 + i;
     signalAll(p, 0, epoch);
-    if (!waitAll(p, 0, epoch, deadline)) return;
+    if (!waitAll(p, 0, epoch, wait)) return failCall(p, e0 + nIt, true);
     // B: reduce the own shard: the peers' codes come from the local A-inbox, the own codes are
     // quantized here from `send` exactly as phase A quantizes a shard for a peer (same elements
     // per lane, same zero fill, same group), so they are the bits a peer would have received.
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
       }
     }
     signalAll(p, 1, epoch);
-    if (!waitAll(p, 1, epoch, deadline)) return;
+    if (!waitAll(p, 1, epoch, wait)) return failCall(p, e0 + nIt, true);
     // C of this tile, interleaved round by round with A of the next one: the next tile's pushes
     // overlap this tile's local decoding. Legal here: every peer has finished phase B of this
     // tile (flag[1]), so its A-inbox is free; the peers refill this rank's G-inbox only after

@@ -52,8 +52,8 @@ struct Params {
   char* staging[kMaxRanks];    // FP8 staging region of each rank
   uint64_t* flags[kMaxRanks];  // FP8 flag area of each rank
   uint64_t* counters;          // kMaxCtas epoch counters (device-local)
-  uint32_t* err;
-  uint64_t timeoutNs;
+  FailParams fail;             // device/fail.cuh
+  size_t outBytes;             // bytes of `recv` (poisoned when the call fails)
   int producerThreads;         // teams: threads [0, producerThreads) quantize and push, the rest decode
 };
 
@@ -348,19 +348,15 @@ __device__ __forceinline__ void signalAll(const Params& p, int phase, uint64_t v
 
 /// Thread t < size waits (acquire, system scope) until rank t published `value` in the local flag
 /// [phase][cta][t]; then __syncthreads() so every thread may read what the peers wrote. Returns
-/// false in every thread on timeout (the missing ranks are recorded in the error words).
+/// false in every thread when a wait stopped (device/fail.cuh; recorded in the error words).
 __device__ __forceinline__ bool waitAll(const Params& p, int phase, uint64_t value,
-                                        uint64_t deadline) {
-  __shared__ int s_fail;
-  if (threadIdx.x == 0) s_fail = 0;
-  __syncthreads();
-  int t = threadIdx.x;
-  if (t < p.size &&
-      !dev::waitFlagGE(flagAt(p.flags[p.rank], phase, blockIdx.x, t), value, deadline, p.err, t))
-    s_fail = 1;
-  __syncthreads();
+                                        dev::Waiter& w) {
+  const int t = threadIdx.x;
+  const bool failed =
+      t < p.size && !dev::waitFlagGE(flagAt(p.flags[p.rank], phase, blockIdx.x, t), value, w, t);
+  const bool ok = dev::syncThreadsOr(failed) == 0;
   dev::fenceAfterWait();
-  return s_fail == 0;
+  return ok;
 }
 
 /// The FP8 kernels split each CTA into a producer team (quantize, push to peers) and a consumer
@@ -381,24 +377,36 @@ __device__ __forceinline__ void teamSignal(const Params& p, const Team& tm, int 
 
 /// waitAll for a team: thread t < size of the team waits (acquire, system scope) until rank t
 /// published at least `value` in the local flag [phase][cta][t], then the team synchronizes.
-/// False in every thread of the team on timeout.
+/// False in every thread of the team when a wait stopped.
 __device__ __forceinline__ bool teamWait(const Params& p, const Team& tm, int phase,
-                                         uint64_t value, uint64_t deadline) {
+                                         uint64_t value, dev::Waiter& w) {
   const int t = tm.tid();
-  bool failed = t < p.size && !dev::waitFlagGE(flagAt(p.flags[p.rank], phase, blockIdx.x, t),
-                                               value, deadline, p.err, t);
+  bool failed = t < p.size &&
+                !dev::waitFlagGE(flagAt(p.flags[p.rank], phase, blockIdx.x, t), value, w, t);
   return !teamAny(tm, failed);
 }
 
-/// Start of a call: before writing into any peer's staging, wait until every peer's same CTA has
-/// finished reading everything of its previous call (phase "done" reached epoch e0).
-__device__ __forceinline__ bool beginCall(const Params& p, uint64_t e0, uint64_t deadline) {
-  return e0 == 0 || waitAll(p, kPhaseDone, e0, deadline);
+/// Start of a call (all threads): false when the comm is aborted (device/fail.cuh) or a wait
+/// stopped; the caller then ends with failCall (entry: poisonShare). Otherwise, before writing
+/// into any peer's staging, every peer's same CTA has finished reading everything of its
+/// previous call (phase "done" reached epoch e0).
+__device__ __forceinline__ bool beginCall(const Params& p, uint64_t e0, dev::Waiter& w) {
+  return e0 == 0 || waitAll(p, kPhaseDone, e0, w);
 }
 
 /// End of a call: publish "done" (after this CTA's last reads) and advance the epoch counter.
 __device__ __forceinline__ void endCall(const Params& p, uint64_t lastEpoch) {
   signalAll(p, kPhaseDone, lastEpoch);  // includes the __syncthreads() after the last reads
+  if (threadIdx.x == 0) p.counters[blockIdx.x] = lastEpoch;
+}
+
+/// End of a failed call (all threads): `all` poisons the whole output (a CTA that stopped
+/// mid-call), else this CTA's share (the comm was aborted at entry); the epoch counter advances
+/// as endCall's would. No "done" is published: the comm is aborted and peers stop waiting.
+__device__ __forceinline__ void failCall(const Params& p, uint64_t lastEpoch, bool all) {
+  if (all) dev::poisonAll(p.recv, p.outBytes);
+  else dev::poisonShare(p.recv, p.outBytes);
+  __syncthreads();
   if (threadIdx.x == 0) p.counters[blockIdx.x] = lastEpoch;
 }
 
@@ -470,8 +478,9 @@ inline bool makeParams(const CollArgs& a, const DeviceCtx& ctx, NeedFn need, Par
     p.flags[r] = reinterpret_cast<uint64_t*>(pm.signalRegion(r, SignalRegion::kFp8));
   }
   p.counters = ctx.counters + kCounterFp8;
-  p.err = ctx.errorFlagDev;
-  p.timeoutNs = timeoutNs(a, ctx);
+  p.fail = failParams(a, ctx);
+  p.outBytes = a.count * dtypeSize(a.dtype) *
+               (a.type == CollType::AllGather || a.type == CollType::AllToAll ? size_t(ctx.size) : 1);
   p.producerThreads = teams ? producerThreads(ctx.cfg.fp8ProducerWarps > 0
                                                   ? ctx.cfg.fp8ProducerWarps
                                                   : defaultProducerWarps(a.type))

@@ -25,8 +25,11 @@
 // not all ones is complete; a meta is 4 bytes inside one piece.
 // In place: a consumer reads the own values of a unit (again) before it writes that unit's output,
 // and the producers read a round before the consumers start it; no other thread touches the unit.
-// On a deadline (%globaltimer) the waiting warp records the missing rank and stops; the comm then
-// refuses work, so a half-refilled inbox is never reused.
+// Failure model (device/fail.cuh): a CTA that finds the abort word raised at entry poisons its
+// share of `recv` and only advances its call counter; a poll that stops (abort, host request,
+// deadline; recorded) ends that warp's consumption and its CTA poisons all of `recv`. Such a rank
+// has raised the abort word, so it never pushes or consumes again and its half-refilled inboxes
+// are never read.
 #include "gpu/device/lamport.cuh"
 #include "gpu/fp8/device.cuh"
 #include "gpu/fp8/fp8.h"
@@ -50,8 +53,7 @@ struct OneShotParams {
   size_t slotBytes;         // one inbox [parity][src]
   size_t metaOff;           // metas inside an inbox
   uint64_t* counters;       // one per CTA
-  uint32_t* err;
-  uint64_t timeoutNs;
+  FailParams fail;
   int rank, size, avg;
 };
 
@@ -67,13 +69,15 @@ struct OneShot {
   int par;
   size_t nb, units;
   uint64_t deadline;
+  bool& failed;  // this thread stopped waiting
 
-  __device__ OneShot(const OneShotParams& q, uint64_t epoch)
+  __device__ OneShot(const OneShotParams& q, uint64_t epoch, bool& f)
       : p(q),
         par(int(epoch & 1)),
         nb((q.count + B - 1) / B),
         units(nb * G),
-        deadline(dev::globalTimerNs() + q.timeoutNs) {}
+        deadline(dev::deadlineAfter(q.fail.timeoutNs)),
+        failed(f) {}
 
   __device__ char* box(int owner, int src) const {  // inbox [par][src] in owner's region
     return dev::inbox(p, owner, src, par, [&] { return p.size; });
@@ -125,20 +129,22 @@ struct OneShot {
     }
   }
 
-  /// Polls unit u of the inbox `src` until its codes and meta have arrived. False on timeout.
-  __device__ bool poll(const char* src, size_t u, uint4& c, fp8::Meta& m) const {
-    uint32_t spins = 0;
+  /// Polls unit u of rank r's inbox `src` until its codes and meta have arrived. False when the
+  /// wait stopped (recorded).
+  __device__ bool poll(const char* src, size_t u, uint4& c, fp8::Meta& m, dev::Waiter& w,
+                       int r) const {
     while (codesEmpty(c) || m == kMetaEmpty) {
-      if ((++spins & 255u) == 0 && dev::globalTimerNs() > deadline) return false;
+      if (!w.again(r)) return false;
       c = dev::ldVolatile16u4(src + u * 16);
       m = dev::ldVolatile4(src + p.metaOff + 4 * (u / G));
     }
     return true;
   }
 
-  /// Consumer: units u and u + stride (those below hi; the whole warp calls this). False on
-  /// timeout (reported).
+  /// Consumer: units u and u + stride (those below hi; the whole warp calls this). False when a
+  /// wait stopped (recorded).
   __device__ bool consume(size_t u, size_t stride, size_t hi) const {
+    dev::Waiter wait(p.fail, deadline);
     const size_t uu[2] = {u, u + stride};
     uint4 own[2];
     fp8::Meta ownM[2];
@@ -158,10 +164,7 @@ struct OneShot {
           }
 #pragma unroll
         for (int k = 0; k < 2; ++k)
-          if (uu[k] < hi && !timedOut && !poll(src, uu[k], c[k], m[k])) {
-            dev::reportTimeout(p.err, r);
-            timedOut = true;
-          }
+          if (uu[k] < hi && !timedOut && !poll(src, uu[k], c[k], m[k], wait, r)) timedOut = true;
       }
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
@@ -171,7 +174,10 @@ struct OneShot {
         for (int j = 0; j < kEPT; ++j) acc[k][j] = r == 0 ? v[j] : __fadd_rn(acc[k][j], v[j]);
       }
     }
-    if (dev::any32(timedOut)) return false;
+    if (dev::any32(timedOut)) {
+      failed = true;
+      return false;
+    }
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       if (uu[k] >= hi) continue;
@@ -206,7 +212,13 @@ template <class T, int B>
 __global__ void __launch_bounds__(kThreads) fp8OneShotKernel(OneShotParams p) {
   __shared__ uint32_t pushed;  // rounds the producers have pushed
   const uint64_t epoch = dev::lamportBegin(p, &pushed);
-  OneShot<T, B>(p, epoch).run(&pushed);
+  if (dev::abortedAtEntry(p.fail)) {
+    dev::poisonShare(p.recv, p.count * sizeof(T));
+  } else {
+    bool failed = false;
+    OneShot<T, B>(p, epoch, failed).run(&pushed);
+    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.count * sizeof(T));
+  }
   dev::lamportEnd(p, epoch);
 }
 
@@ -256,8 +268,7 @@ class Fp8OneShotAllReduce : public DeviceAlgo {
     p.slotBytes = slotBytesOf(ctx);
     inboxNeed(a.count, ctx.cfg.fp8BlockSize, p.metaOff);
     p.counters = ctx.counters + kCounterFp8OneShot;
-    p.err = ctx.errorFlagDev;
-    p.timeoutNs = timeoutNs(a, ctx);
+    p.fail = failParams(a, ctx);
     p.rank = ctx.rank;
     p.size = ctx.size;
     p.avg = a.op.kind == RedOpKind::AVG ? 1 : 0;
