@@ -36,7 +36,7 @@ def test_defaults_cpu():
     assert a.device == "cpu" and not a.cuda and a.execs == ["eager"]
     assert a.batch == [1, 8, 32, 64] and a.context == [1024, 4096]
     assert a.tokens == [1024, 4096, 8192]
-    assert a.comm_list == ["nccl", "cclx", "dropin", "cclx-fp8"]
+    assert a.comm_list == ["nccl", "cclx", "dropin", "cclx-fp8", "nccl-sym"]
     assert a.fp8_min_bytes == 16 << 20 and a.tol == 1e-4
     assert a.shape == M.PRESETS["llama3-8b"]
     rows = T.plan_rows(a, False)
@@ -228,6 +228,7 @@ def test_tool_two_cpu_ranks(tmp_path):
     assert r.returncode == 0, out[-6000:]
     assert "custom shape (from llama3-8b), 2 layers | TP 2 (cpu, 2 processes)" in r.stdout
     assert "dropin: not measured" in r.stdout and "PASSED" in r.stdout
+    assert "nccl-sym: not measured (CUDA only)" in r.stdout
     assert r.stdout.count("cclx-bench tp summary") == 1  # rank 0 only
     assert "[4/4] prefill eager tokens 64" in r.stderr and r.stderr.count("[1/4]") == 1
     data = json.loads(j.read_text())
