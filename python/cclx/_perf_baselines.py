@@ -338,14 +338,16 @@ def open_torch_symm(torch: Any, rank: int, n: int, store: Any, timeout: float, d
             with warnings.catch_warnings():  # deprecated (a no-op need) in newer torch
                 warnings.simplefilter("ignore")
                 symm.enable_symm_mem_for_group(group)
-        buf = symm.empty(max(numel, 1), dtype=dtype, device=torch.device(
-            "cuda", torch.cuda.current_device()))
+        device = torch.device("cuda", torch.cuda.current_device())
+        backend = symm.get_backend(device) if hasattr(symm, "get_backend") else None
+        if backend not in (None, "CUDA"):  # NVSHMEM / NCCL backends may use NVLink multicast
+            raise RuntimeError(f"symmetric memory backend {backend!r} is not 'CUDA'; refused")
+        buf = symm.empty(max(numel, 1), dtype=dtype, device=device)
         hdl = symm.rendezvous(buf, group)
         if getattr(hdl, "has_multicast_support", lambda: False)():
             raise RuntimeError("the symmetric buffer has multicast support although "
                                "TORCH_SYMM_MEM_DISABLE_MULTICAST=1; refused")
-        if hasattr(symm, "get_backend"):
-            facts["backend"] = symm.get_backend(buf.device)
+        facts["backend"] = backend or "CUDA (default)"
         ts = TorchSymm(torch, group, buf, n)
         facts["variants"] = list(ts.variants)
         facts["buffer_bytes"] = buf.numel() * buf.element_size()

@@ -53,8 +53,8 @@ def machine_facts(torch: Any, cuda: bool) -> Dict[str, Any]:
         facts["driver"] = _cmd(["nvidia-smi", "--query-gpu=driver_version",
                                 "--format=csv,noheader"])
         facts["nvidia_smi_topo"] = _cmd(["nvidia-smi", "topo", "-m"])
-        facts["env"] = {k: v for k, v in os.environ.items()
-                        if k.startswith(("CCLX_", "NCCL_", "CUDA_VISIBLE", "TORCH_SYMM_MEM"))}
+    facts["env"] = {k: v for k, v in os.environ.items()
+                    if k.startswith(("CCLX_", "NCCL_", "CUDA_VISIBLE", "TORCH_SYMM_MEM"))}
     return facts
 
 

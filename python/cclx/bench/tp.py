@@ -49,7 +49,8 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.description = __doc__
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     g = p.add_argument_group("model")
-    g.add_argument("--preset", default="llama3-8b", choices=sorted(M.PRESETS))
+    g.add_argument("--preset", default="llama3-8b", choices=sorted(M.PRESETS),
+                   help="model shape (default llama3-8b)")
     for name in ("hidden", "heads", "kv-heads", "ffn", "layers", "vocab"):
         g.add_argument(f"--{name}", type=parse_count, default=None,
                        help=f"override the preset's {name.replace('-', ' ')}"
@@ -69,7 +70,8 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     g.add_argument("--graph", action="store_true", help="decode under CUDA graphs only")
     g.add_argument("--eager", action="store_true", help="decode eager only")
     g.add_argument("--comms", default=",".join(COMMS),
-                   help="comma list of " + ", ".join(COMMS) + " (nccl is always the reference)")
+                   help="comma list of " + ", ".join(COMMS) + " (nccl is always the reference; "
+                   "nccl-sym: NCCL with the reduced tensors in symmetric windows)")
     g.add_argument("--fp8-min-bytes", type=parse_count, default=16 << 20,
                    help="cclx-fp8: FP8 hint on allreduces of at least this size (default 16M)")
     g.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
