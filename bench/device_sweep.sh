@@ -28,7 +28,8 @@ BUILD=${BUILD_DIR:-build-dev}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 NP=${NP:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-KIND=${DEVICE_KIND:-$(echo "${gpu:-unknown}" | tr 'A-Z ' 'a-z-')$([ "${NP:-0}" -gt 1 ] && echo "-x$NP")}
+suffix=$([ "${NP:-0}" -gt 1 ] && echo "-x$NP")
+KIND=${DEVICE_KIND:-$(echo "${gpu:-unknown}" | tr 'A-Z ' 'a-z-')$suffix}
 COMMIT=${CCLX_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 OUT=${OUT:-bench/results/$(date +%Y-%m-%d)-$KIND}
 mkdir -p "$OUT"

@@ -6,7 +6,8 @@
 #   scripts/gpu_one.sh cpp [N]  device codec checks (test_gpu_fp8) and the several-ranks-per-GPU
 #                               suites (scripts/gpu_shared.sh; N = world sizes, default "2 3 4 5 8")
 #   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench,
-#                               cclx-perf baselines) and the TP benchmark smoke run (bench/tp_smoke.sh)
+#                               cclx-perf baselines) and the TP benchmark smoke run
+#                               (bench/tp_smoke.sh)
 #   scripts/gpu_one.sh baselines  the cclx-perf baselines at world size 1: nccl, nccl-sym (NCCL
 #                               symmetric windows: registration, graph capture) and torch-symm
 #                               (symmetric memory one-shot / two-shot, multicast off), their

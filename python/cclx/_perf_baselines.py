@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import sys
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -121,8 +122,8 @@ def nccl_sym_missing(lib: ctypes.CDLL, path: str, version: int) -> Optional[str]
     """Why `lib` cannot make symmetric windows, or None."""
     missing = [f for f in SYMM_FUNCS if not hasattr(lib, f)]
     if missing:
-        return (f"NCCL {version_str(version)} ({path}) has no {', '.join(missing)} (symmetric windows need "
-                "NCCL 2.27 or newer)")
+        return (f"NCCL {version_str(version)} ({path}) has no {', '.join(missing)} "
+                "(symmetric windows need NCCL 2.27 or newer)")
     return None
 
 
@@ -309,9 +310,11 @@ def open_torch_symm(torch: Any, rank: int, n: int, store: Any, timeout: float, d
         err = "TORCH_SYMM_MEM_DISABLE_MULTICAST is not 1 (multicast must stay off)"
     if err is None:
         try:
-            import torch.distributed as dist
-            import torch.distributed._symmetric_memory as symm  # noqa: F401
+            import importlib
 
+            import torch.distributed as dist
+
+            importlib.import_module("torch.distributed._symmetric_memory")
             if not dist.is_available():
                 err = "torch.distributed is not available in this torch build"
             else:
@@ -326,8 +329,7 @@ def open_torch_symm(torch: Any, rank: int, n: int, store: Any, timeout: float, d
         return None, facts
     ts: Optional[TorchSymm] = None
     try:
-        import torch.distributed._symmetric_memory as symm
-
+        symm = sys.modules["torch.distributed._symmetric_memory"]  # imported above
         group = _torch_group(torch, rank, n, store, timeout)
         if hasattr(symm, "set_backend"):
             try:
@@ -362,8 +364,6 @@ def open_torch_symm(torch: Any, rank: int, n: int, store: Any, timeout: float, d
 
 def close_torch_group() -> None:
     """Destroys the torch.distributed group open_torch_symm made (if any)."""
-    import sys
-
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

@@ -11,7 +11,6 @@ Exits non-zero when any result is wrong.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
