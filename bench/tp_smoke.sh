@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cclx-bench tp at TP=1 on one GPU: the llama3-8b and llama3-70b shapes with 2 layers, every
 # mode (decode at batch 1/8/32/64 and context 1024/4096 under CUDA graphs and eager; prefill of
-# 1024/4096/8192 tokens), NCCL, cclx and cclx-fp8 (and the drop-in when preloaded). Writes
+# 1024/4096/8192 tokens), NCCL, cclx, cclx-fp8 and nccl-sym (and the drop-in when preloaded). Writes
 # <preset>.json, <preset>.png and <preset>.txt (table and progress) into OUT_DIR.
 #   bash bench/tp_smoke.sh OUT_DIR [extra cclx-bench tp flags]
 # Uses the installed cclx, else the build tree in $BUILD_DIR (default build).

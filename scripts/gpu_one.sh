@@ -5,16 +5,22 @@
 #                               $GTEST_SRC, .dev/googletest or /usr/src/googletest when not installed)
 #   scripts/gpu_one.sh cpp [N]  device codec checks (test_gpu_fp8) and the several-ranks-per-GPU
 #                               suites (scripts/gpu_shared.sh; N = world sizes, default "2 3 4 5 8")
-#   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench)
-#                               and the TP benchmark smoke run (bench/tp_smoke.sh)
+#   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench,
+#                               cclx-perf baselines) and the TP benchmark smoke run
+#                               (bench/tp_smoke.sh)
+#   scripts/gpu_one.sh baselines  the cclx-perf baselines at world size 1: nccl, nccl-sym (NCCL
+#                               symmetric windows: registration, graph capture) and torch-symm
+#                               (symmetric memory one-shot / two-shot, multicast off), their
+#                               GPU test and two sweeps (graph, eager) with JSON; skipped columns
+#                               say why
 # Results and logs go to ${OUT:-bench/results}; each stage prints one summary line.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|py}
+STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|py|baselines}
 OUT=${OUT:-bench/results}
 BUILD=build-dev
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export CCLX_ABORT_ON_ERROR=${CCLX_ABORT_ON_ERROR:-0}  # the suites check errors (tests of the default set it)
 JOBS=$(nproc 2>/dev/null || echo 8)
 PY=${PYTHON:-python3}
@@ -75,6 +81,24 @@ py)
   fi
   line "pytest rc=$prc tp_smoke rc=$brc"
   [ $prc -eq 0 ] && [ $brc -eq 0 ]
+  ;;
+baselines)
+  export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  $PY -m pytest -q -rs tests/gpu/test_gpu_perf_baselines.py \
+    --junitxml="$OUT/pytest_baselines.xml" >"$OUT/pytest_baselines.log" 2>&1
+  prc=$?
+  tail -6 "$OUT/pytest_baselines.log"
+  src=0
+  for mode in graph eager; do
+    flags=(-n 20)
+    [ $mode = graph ] && flags=(-G 10 -n 50)
+    timeout 240 $PY -m cclx.perf -N 1 --baseline all -b 1K -e 256M -f 4 "${flags[@]}" \
+      --json "$OUT/perf_baselines_ws1_$mode.json" >"$OUT/perf_baselines_ws1_$mode.txt" 2>&1 ||
+      src=1
+    grep -E "^# baseline|summary" "$OUT/perf_baselines_ws1_$mode.txt"
+  done
+  line "pytest rc=$prc sweeps rc=$src"
+  [ $prc -eq 0 ] && [ $src -eq 0 ]
   ;;
 *)
   echo "unknown stage $STAGE"

@@ -95,12 +95,36 @@ def a2a(src, dst, i):
 
 
 class Case:
-    """Buffers, the call and the expected result of one collective at one size."""
+    """Buffers, the call and the expected result of one collective at one size.
 
-    def __init__(self, xp: Xp, coll: str, count: int, rank: int, n: int, op: str, root: int):
+    `like`: another Case of the same collective and size whose expected result and input
+    values this one shares (one float64 reference per size, whatever the number of columns).
+    `send_buf(numel)` / `recv_buf(numel, send)`: where the buffers live when not in ordinary
+    memory (registered windows, symmetric memory); the input values are then copied in, kept,
+    and copied in again by refill() (a library that writes into its input, e.g. in place)."""
+
+    def __init__(self, xp: Xp, coll: str, count: int, rank: int, n: int, op: str, root: int,
+                 like: Optional["Case"] = None,
+                 send_buf: Optional[Callable[[int], Any]] = None,
+                 recv_buf: Optional[Callable[[int, Any], Any]] = None):
         self.xp, self.coll, self.count, self.rank, self.n, self.op, self.root = (
             xp, coll, count, rank, n, op, root)
-        self.exp, self.send, self.recv = self._build()
+        if like is not None:
+            self.exp, vals, recv_n = like.exp, like.values, like.recv_numel
+        else:
+            self.exp, vals, recv_n = self._build()
+        self.values, self.recv_numel = vals, recv_n
+        self.src = None
+        if send_buf is not None:
+            self.send = send_buf(_numel(vals))
+            xp.fill_(self.send, vals)
+            self.src = vals
+        elif like is not None:
+            self.send = xp.empty(_numel(vals))
+            xp.fill_(self.send, vals)
+        else:
+            self.send = vals
+        self.recv = recv_buf(recv_n, self.send) if recv_buf is not None else xp.empty(recv_n)
 
     def _reduced(self, idx):
         n, op = self.n, self.op
@@ -124,24 +148,24 @@ class Case:
         return e
 
     def _build(self):
+        """(expected result as float64, input values in the run's dtype, output elements)."""
         xp, c, r, n = self.xp, self.count, self.rank, self.n
         inp = pval if self.op == "prod" else val
         if self.coll in ("all_reduce", "reduce"):
             i = xp.idx(c)
-            return self._reduced(i), xp.cast(inp(r, i)), xp.empty(c)
+            return self._reduced(i), xp.cast(inp(r, i)), c
         if self.coll == "broadcast":
             i = xp.idx(c)
-            return xp.f64(val(self.root, i)), xp.cast(val(r, i)), xp.empty(c)
+            return xp.f64(val(self.root, i)), xp.cast(val(r, i)), c
         if self.coll == "all_gather":
             j = xp.idx(c * n)
-            return xp.f64(val(j // c, j % c)), xp.cast(val(r, xp.idx(c))), xp.empty(c * n)
+            return xp.f64(val(j // c, j % c)), xp.cast(val(r, xp.idx(c))), c * n
         if self.coll == "reduce_scatter":
             i = xp.idx(c)
-            return self._reduced(i + r * c), xp.cast(inp(r, xp.idx(c * n))), xp.empty(c)
+            return self._reduced(i + r * c), xp.cast(inp(r, xp.idx(c * n))), c
         if self.coll == "all_to_all":
             j = xp.idx(c * n)
-            return (xp.f64(a2a(j // c, r, j % c)), xp.cast(a2a(r, j // c, j % c)),
-                    xp.empty(c * n))
+            return (xp.f64(a2a(j // c, r, j % c)), xp.cast(a2a(r, j // c, j % c)), c * n)
         raise ValueError(self.coll)
 
     def call(self, comm: Any, redop: Any, hints: Dict[str, str]) -> Callable[[], Any]:
@@ -164,6 +188,11 @@ class Case:
             self.recv.fill_(-77)
         else:
             self.recv[...] = -77
+
+    def refill(self) -> None:
+        """Copies the input values in again (buffers a library may have written into)."""
+        if self.src is not None:
+            self.xp.fill_(self.send, self.src)
 
     def wrong(self, tol: float) -> int:
         if self.coll == "reduce" and self.rank != self.root:
@@ -229,6 +258,36 @@ class Timer:
             fn()
             self.sync()
         return (time.perf_counter() - t0) * 1e6 / iters
+
+
+def _numel(a) -> int:
+    return int(a.numel()) if hasattr(a, "numel") and callable(a.numel) else int(a.size)
+
+
+def buffer_numels(coll: str, count: int, n: int) -> Tuple[int, int]:
+    """(send, receive) elements of a Case with this count."""
+    if coll in ("all_reduce", "reduce", "broadcast"):
+        return count, count
+    if coll == "all_gather":
+        return count, count * n
+    if coll == "reduce_scatter":
+        return count * n, count
+    return count * n, count * n
+
+
+def plan(colls: List[str], minb: int, maxb: int, factor: float, esize: int,
+         n: int) -> List[Tuple[str, int, int]]:
+    """(collective, count, bytes) of every row of a sweep, in order."""
+    out = []
+    for coll in colls:
+        seen = set()
+        for size in sizes(minb, maxb, factor):
+            count, nbytes = count_for(coll, size, esize, n)
+            if count == 0 or nbytes in seen:
+                continue
+            seen.add(nbytes)
+            out.append((coll, count, nbytes))
+    return out
 
 
 def median(xs: List[float]) -> float:

@@ -53,9 +53,26 @@ def machine_facts(torch: Any, cuda: bool) -> Dict[str, Any]:
         facts["driver"] = _cmd(["nvidia-smi", "--query-gpu=driver_version",
                                 "--format=csv,noheader"])
         facts["nvidia_smi_topo"] = _cmd(["nvidia-smi", "topo", "-m"])
-        facts["env"] = {k: v for k, v in os.environ.items()
-                        if k.startswith(("CCLX_", "NCCL_", "CUDA_VISIBLE"))}
+    facts["env"] = {k: v for k, v in os.environ.items()
+                    if k.startswith(("CCLX_", "NCCL_", "CUDA_VISIBLE", "TORCH_SYMM_MEM"))}
     return facts
+
+
+def _baseline_line(name: str, f: Dict[str, Any]) -> str:
+    if "skipped" in f:
+        return f"# baseline {name}: skipped: {f['skipped']}"
+    if name == "nccl":
+        return (f"# baseline nccl: NCCL {f.get('version') or '?'} ({f.get('library') or '?'}), "
+                "its ordinary kernels on ordinary buffers (NCCL_NVLS_ENABLE=0)")
+    if name == "nccl-sym":
+        return (f"# baseline nccl-sym: the same NCCL, buffers from ncclMemAlloc registered as "
+                f"symmetric windows ({f.get('window_bytes', 0)} bytes x 2, "
+                "NCCL_WIN_COLL_SYMMETRIC), input and output in the windows")
+    if name == "torch-symm":
+        return (f"# baseline torch-symm: torch {f.get('torch')} symmetric memory "
+                f"({f.get('backend') or 'CUDA'} backend, multicast off), the fastest of "
+                f"{', '.join(f.get('variants', []))} per size, input in the symmetric buffer")
+    return f"# baseline {name}"
 
 
 def header(args: Any, n: int, libs: List[str], facts: Dict[str, Any]) -> str:
@@ -72,12 +89,25 @@ def header(args: Any, n: int, libs: List[str], facts: Dict[str, Any]) -> str:
     api = facts.get("nccl_api")
     if api:
         lines.append(f"# NCCL API: dropin = {api['dropin']}, nccl = {api['real_nccl']} "
-                     f"(version {api['real_nccl_version']}); speedup = nccl / dropin")
+                     f"(version {api['real_nccl_version']}); vs nccl = nccl / dropin")
+    base = facts.get("baselines") or {}
+    for name, f in base.items():
+        lines.append(_baseline_line(name, f))
+    if not base and not api and not args.cuda and not getattr(args, "baselines_explicit", 1):
+        lines.append("# baselines: none on CPU (nccl, nccl-sym and torch-symm need CUDA)")
+    bases = libs[1:]
+    if bases:
+        lines.append(f"# vs B = B's time / {libs[0]}'s time (> 1: {libs[0]} faster)"
+                     + ("; best = against the fastest baseline of the row" if len(bases) > 1
+                        else ""))
     cols = f"# {'coll':>14} {'size(B)':>12} {'count':>11} {'type':>5} {'redop':>5} {'root':>4}"
-    for lib in libs:
-        cols += f" | {lib + ' time(us)':>15} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
-    if len(libs) > 1:
-        cols += f" | {'speedup':>7}"
+    cols += f" | {libs[0] + ' time(us)':>15} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
+    for lib in bases:
+        cols += f" | {lib + ' time(us)':>19} {'busbw':>7} {'#wrong':>6}"
+    if bases:
+        cols += " |" + "".join(f" {'vs ' + b:>13}" for b in bases)
+        if len(bases) > 1:
+            cols += f" {'vs best':>8}"
     lines.append(cols)
     return "\n".join(lines)
 
@@ -85,29 +115,55 @@ def header(args: Any, n: int, libs: List[str], facts: Dict[str, Any]) -> str:
 def row_line(r: Dict[str, Any], libs: List[str]) -> str:
     s = (f"  {r['coll']:>14} {r['bytes']:>12} {r['count']:>11} {r['dtype']:>5} "
          f"{r['op']:>5} {r['root']:>4}")
-    for lib in libs:
-        d = r[lib]
+    d = r.get(libs[0])
+    if d:
         s += (f" | {d['time_us']:>15.2f} {d['algbw']:>7.2f} {d['busbw']:>7.2f} "
               f"{d['wrong']:>6}")
-    if len(libs) > 1:
-        sp = r.get("speedup")
-        s += f" | {sp:>7.3f}" if sp else f" | {'-':>7}"
+    else:
+        s += f" | {'-':>15} {'-':>7} {'-':>7} {'-':>6}"
+    bases = libs[1:]
+    for lib in bases:
+        d = r.get(lib)
+        s += (f" | {d['time_us']:>19.2f} {d['busbw']:>7.2f} {d['wrong']:>6}" if d
+              else f" | {'-':>19} {'-':>7} {'-':>6}")
+    if bases:
+        vs = r.get("speedup_vs", {})
+        s += " |" + "".join(f" {vs[b]:>13.3f}" if b in vs else f" {'-':>13}" for b in bases)
+        if len(bases) > 1:
+            sb = r.get("speedup_best")
+            s += f" {sb:>8.3f}" if sb else f" {'-':>8}"
     return s
 
 
+def _stats(xs: List[float]) -> Dict[str, float]:
+    return {"geomean": math.exp(sum(math.log(x) for x in xs) / len(xs)), "min": min(xs),
+            "max": max(xs), "sizes": len(xs)}
+
+
 def summary(rows: List[Dict[str, Any]], libs: List[str], n: int, device: str) -> Dict[str, Any]:
-    wrong = sum(r[lib]["wrong"] for r in rows for lib in libs)
+    wrong = sum(r[lib]["wrong"] for r in rows for lib in libs if lib in r)
+    complete = all(libs[0] in r for r in rows)
     out: Dict[str, Any] = {"sizes": len(rows), "ranks": n, "device": device, "wrong": wrong,
-                           "passed": wrong == 0 and len(rows) > 0}
+                           "passed": wrong == 0 and len(rows) > 0 and complete}
     for lib in libs:
-        bw = [r[lib]["busbw"] for r in rows]
+        bw = [r[lib]["busbw"] for r in rows if lib in r]
         out[f"{lib}_avg_busbw"] = sum(bw) / len(bw) if bw else 0.0
         out[f"{lib}_max_busbw"] = max(bw) if bw else 0.0
-    sp = [r["speedup"] for r in rows if r.get("speedup")]
-    if sp:
-        out["speedup_geomean"] = math.exp(sum(math.log(x) for x in sp) / len(sp))
-        out["speedup_min"] = min(sp)
-        out["speedup_max"] = max(sp)
+    vs: Dict[str, Dict[str, float]] = {}
+    for b in libs[1:]:
+        xs = [r["speedup_vs"][b] for r in rows if b in r.get("speedup_vs", {})]
+        if xs:
+            vs[b] = _stats(xs)
+    if vs:
+        out["speedup_vs"] = vs
+        first = "nccl" if "nccl" in vs else next(iter(vs))
+        out["speedup_geomean"] = vs[first]["geomean"]  # the figure of earlier records
+        out["speedup_min"] = vs[first]["min"]
+        out["speedup_max"] = vs[first]["max"]
+        out["speedup_of"] = first
+    best = [r["speedup_best"] for r in rows if r.get("speedup_best")]
+    if best and len(libs) > 2:
+        out["speedup_best"] = _stats(best)
     return out
 
 
@@ -116,9 +172,13 @@ def summary_line(s: Dict[str, Any], libs: List[str]) -> str:
              f"wrong={s['wrong']}"]
     for lib in libs:
         parts.append(f"{lib}_avg_busbw={s[lib + '_avg_busbw']:.2f}GB/s")
-    if "speedup_geomean" in s:
-        parts.append(f"speedup({libs[-1]}/{libs[0]}) geomean={s['speedup_geomean']:.3f} "
-                     f"min={s['speedup_min']:.3f} max={s['speedup_max']:.3f}")
+    for b, st in s.get("speedup_vs", {}).items():
+        parts.append(f"speedup({b}/{libs[0]}) geomean={st['geomean']:.3f} "
+                     f"min={st['min']:.3f} max={st['max']:.3f}")
+    if "speedup_best" in s:
+        st = s["speedup_best"]
+        parts.append(f"speedup(best baseline/{libs[0]}) geomean={st['geomean']:.3f} "
+                     f"min={st['min']:.3f} max={st['max']:.3f}")
     parts.append("PASSED" if s["passed"] else "FAILED")
     return "# cclx-perf summary: " + " ".join(parts)
 
@@ -144,10 +204,13 @@ def plot(path: str, rows: List[Dict[str, Any]], libs: List[str], title: str) -> 
                              squeeze=False)
     for j, coll in enumerate(colls):
         rs = [r for r in rows if r["coll"] == coll]
-        x = [r["bytes"] for r in rs]
         for lib in libs:
-            axes[0][j].plot(x, [r[lib]["time_us"] for r in rs], marker="o", ms=3, label=lib)
-            axes[1][j].plot(x, [r[lib]["busbw"] for r in rs], marker="o", ms=3, label=lib)
+            pts = [(r["bytes"], r[lib]) for r in rs if lib in r]
+            if not pts:
+                continue
+            xs = [p[0] for p in pts]
+            axes[0][j].plot(xs, [p[1]["time_us"] for p in pts], marker="o", ms=3, label=lib)
+            axes[1][j].plot(xs, [p[1]["busbw"] for p in pts], marker="o", ms=3, label=lib)
         axes[0][j].set_xscale("log", base=2)
         axes[0][j].set_yscale("log")
         axes[0][j].set_title(coll)

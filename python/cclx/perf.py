@@ -11,7 +11,6 @@ Exits non-zero when any result is wrong.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -19,6 +18,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from . import _perf_baselines as BL
 from . import _perf_bench as B
 from . import _perf_report as R
 
@@ -34,19 +34,24 @@ def parse_size(s: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cclx-perf", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1K"))
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1K"),
+                   help="smallest size in bytes, K/M/G suffixes allowed (default 1K)")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=None,
-                   help="default 256M on GPUs, 64M on CPU")
-    p.add_argument("-f", "--stepfactor", type=float, default=2.0)
-    p.add_argument("-n", "--iters", type=int, default=20)
-    p.add_argument("-w", "--warmup", "--warmup_iters", type=int, default=5)
+                   help="largest size in bytes (default 256M on GPUs, 64M on CPU)")
+    p.add_argument("-f", "--stepfactor", type=float, default=2.0,
+                   help="factor between consecutive sizes, > 1 (default 2)")
+    p.add_argument("-n", "--iters", type=int, default=20,
+                   help="timed ops per batch (with -G: ops replayed per batch) (default 20)")
+    p.add_argument("-w", "--warmup", "--warmup_iters", type=int, default=5,
+                   help="untimed warm-up ops per column and size (default 5)")
     p.add_argument("-R", "--repeats", type=int, default=5,
-                   help="timed batches per library (alternating cclx and NCCL); median kept")
+                   help="timed batches per column, the columns alternating; median kept "
+                   "(default 5)")
     p.add_argument("-c", "--check", type=int, default=1, help="check results (0/1)")
     p.add_argument("-d", "--datatype", dest="dtype", default=None,
                    help="bf16 (GPU default), f32 (CPU default), f16, f64, i32, i64, u8, i8")
-    p.add_argument("-o", "--op", default="sum", choices=B.OPS)
-    p.add_argument("-r", "--root", type=int, default=0)
+    p.add_argument("-o", "--op", default="sum", choices=B.OPS, help="reduction (default sum)")
+    p.add_argument("-r", "--root", type=int, default=0, help="root of broadcast and reduce")
     p.add_argument("-G", "--cudagraph", dest="graph", type=int, default=0,
                    help="time CUDA-graph replays of a graph of G back-to-back ops")
     p.add_argument("-z", "--blocking", type=int, default=0, help="host sync after each op")
@@ -57,18 +62,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--low-precision", action="store_true", help="hint low_precision=fp8")
     p.add_argument("--fp8-algo", default="auto", choices=("auto", "oneshot", "twoshot"),
                    help="FP8 allreduce algorithm (hint fp8_algo)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where to run (default: cuda when torch sees a GPU, else cpu)")
     p.add_argument("-N", "--nranks", type=int, default=None,
                    help="processes to start (default: all local GPUs, or 4 on CPU)")
-    p.add_argument("--no-nccl", action="store_true", help="skip the NCCL comparison")
+    p.add_argument("--baseline", default="auto",
+                   help="what cclx is compared with, each timed in the same processes the same "
+                   "way: comma list of " + ", ".join(BL.NAMES) + "; 'auto' (default): all "
+                   "that the machine can run; 'all': all, each skip explained; 'none'. "
+                   "nccl = NCCL's ordinary kernels; nccl-sym = NCCL with buffers from "
+                   "ncclMemAlloc registered as symmetric windows; torch-symm = torch symmetric "
+                   "memory one-shot / two-shot allreduce (best of them), multicast off")
+    p.add_argument("--no-nccl", action="store_true", help="same as --baseline none")
     p.add_argument("--api", default="cclx", choices=("cclx", "nccl"),
-                   help="cclx: cclx comms (backend cclx vs nccl); nccl: NCCL's C API through "
-                   "the cclx drop-in libnccl.so.2 vs the real NCCL (ctypes, GPUs only)")
+                   help="cclx: cclx comms (backend cclx vs the baselines); nccl: NCCL's C API "
+                   "through the cclx drop-in libnccl.so.2 vs the real NCCL (ctypes, GPUs only)")
     p.add_argument("--json", default=None, help="write every number and machine facts here")
-    p.add_argument("--plot", default=None, help="write latency/busbw plots (PNG) here")
+    p.add_argument("--plot", default=None,
+                   help="write latency/busbw plots (PNG) here (needs matplotlib)")
     p.add_argument("--timeout", type=float, default=300.0, help="communicator timeout (s)")
     p.add_argument("--corrupt-check", action="store_true", help=argparse.SUPPRESS)
     return p
+
+
+def _need(module: str, what: str, pip_name: str) -> None:
+    try:
+        __import__(module)
+    except ImportError:
+        raise SystemExit(f"cclx-perf: {what} needs {module}: pip install {pip_name}") from None
 
 
 def _resolve(args: argparse.Namespace, torch: Any) -> None:
@@ -94,14 +115,49 @@ def _resolve(args: argparse.Namespace, torch: Any) -> None:
             raise SystemExit(f"cclx-perf: unknown collective {c!r}")
     if args.stepfactor <= 1:
         raise SystemExit("cclx-perf: -f must be > 1")
+    if args.minbytes > args.maxbytes:
+        raise SystemExit(f"cclx-perf: no sizes to run: -b {args.minbytes} is larger than "
+                         f"-e {args.maxbytes} (bytes)")
+    for k, lo in (("iters", 1), ("repeats", 1), ("warmup", 0)):
+        if getattr(args, k) < lo:
+            raise SystemExit(f"cclx-perf: --{k} must be >= {lo}")
     if args.graph and not args.cuda:
         raise SystemExit("cclx-perf: -G needs CUDA")
+    try:
+        args.baselines, args.baselines_explicit = BL.parse(args.baseline)
+    except ValueError as e:
+        raise SystemExit(f"cclx-perf: --baseline: {e}") from None
+    if args.no_nccl:
+        if args.baselines_explicit and args.baselines:
+            raise SystemExit("cclx-perf: --no-nccl and --baseline contradict each other")
+        args.baselines, args.baselines_explicit = [], True
     if args.api == "nccl":
         if not args.cuda:
             raise SystemExit("cclx-perf: --api nccl needs CUDA")
         if _hints(args) or args.no_nccl:
             raise SystemExit("cclx-perf: --api nccl takes no --algo, --low-precision, "
                              "--fp8-algo or --no-nccl (the drop-in reads CCLX_* settings)")
+        if args.baselines_explicit and args.baselines != ["nccl"]:
+            raise SystemExit("cclx-perf: --api nccl compares the drop-in with the real NCCL "
+                             "only; --baseline does not apply")
+        args.baselines = ["nccl"]
+    if args.dtype == "bf16" and not args.cuda:
+        _need("ml_dtypes", "-d bf16 on CPU", "ml-dtypes")
+    if args.plot:
+        _need("matplotlib", "--plot", "matplotlib")
+
+
+def _check_plan(args: argparse.Namespace, n: int) -> None:
+    """Exits with the reason when the sweep would have no row."""
+    esize = B.DTYPES[args.dtype][1]
+    if B.plan(args.colls, args.minbytes, args.maxbytes, args.stepfactor, esize, n):
+        return
+    total = [c for c in args.colls if not B.COLLS[c][1]]
+    need = esize * (n if total else 1)
+    raise SystemExit(
+        f"cclx-perf: no sizes to run: every size from -b {args.minbytes} to -e {args.maxbytes} "
+        f"bytes is below {need} bytes, one {args.dtype} element"
+        + (f" per rank for {', '.join(total)} at {n} ranks" if total else ""))
 
 
 def _launch(argv: List[str], n: int) -> int:
@@ -147,143 +203,166 @@ def _hints(args: argparse.Namespace) -> Dict[str, str]:
 def run_rank(args: argparse.Namespace, torch: Any) -> int:
     import cclx
 
+    from . import _perf_measure as M
+    from . import _rendezvous as rdv
+
     cuda = args.cuda
     local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     if cuda and local > torch.cuda.device_count():
         raise SystemExit(f"cclx-perf: {local} ranks on {torch.cuda.device_count()} GPU(s): ranks "
                          "would share a GPU, which time-slices between processes, so times "
                          "would mean nothing (and NCCL refuses it); run one rank per GPU")
-    # Times and wrong counts are combined through the rendezvous store, not through the
+    rank, n = rdv.rank_size()
+    _check_plan(args, n)
+    # Times and wrong counts are combined through a store of the tool's own, not through the
     # communicators under test.
-    from . import _rendezvous as rdv
+    base = rdv.default_store(rank, n, rdv.next_prefix("perf_ctl"), args.timeout)
+    ex = M.Exchange(rdv._via_foreign(base, rank, rdv.next_prefix("perf_exchange"),
+                                     args.timeout), rank, n, args.timeout)
+    esize = B.DTYPES[args.dtype][1]
+    rows_plan = B.plan(args.colls, args.minbytes, args.maxbytes, args.stepfactor, esize, n)
+    if cuda and args.api == "cclx":
+        # before any comm exists, so that the device is set for every library alike
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else None
+    xp = B.Xp(torch if cuda else None, dev, args.dtype)
 
-    dev = torch.device("cuda") if cuda else "cpu"
+    def make_case(coll, count, like=None, send_buf=None, recv_buf=None):
+        return B.Case(xp, coll, count, rank, n, args.op, args.root, like, send_buf, recv_buf)
+
+    closers: List[Any] = []
+    info: Dict[str, Dict[str, Any]] = {}
     api_facts: Dict[str, Any] = {}
     if args.api == "nccl":
         from . import _perf_nccl_api as NA
 
-        rank, n = rdv.rank_size()
-        ctl_store = rdv.default_store(rank, n, rdv.next_prefix("perf_ctl"), args.timeout)
-        comms, api_facts = NA.open_comms(torch, rank, n, ctl_store, args.timeout)
-        redop = args.op
+        comms, api_facts = NA.open_comms(torch, rank, n, ex.store, args.timeout)
+        xp = B.Xp(torch, comms["nccl"].get_device(), args.dtype)
+        cols = [M.comm_column(k, comms[k], args.op, {}, make_case) for k in ("dropin", "nccl")]
+        missing = [c for c in args.colls if not all(x.has(c) for x in comms.values())]
+        if missing and rank == 0:
+            print(f"# {', '.join(missing)}: not in the loaded NCCL, skipped", flush=True)
+        rows_plan = [r for r in rows_plan if r[0] not in missing]
+        barrier = comms["nccl"].barrier
+        closers = list(comms.values())
     else:
-        comms = {"cclx": cclx.new_comm("cclx", dev, name="perf", timeout=args.timeout)}
-        if cuda and not args.no_nccl:
-            comms["nccl"] = cclx.new_comm("nccl", dev, name="perf_nccl", timeout=args.timeout)
+        comms = {"cclx": cclx.new_comm("cclx", dev or "cpu", name="perf", timeout=args.timeout)}
         redop = {"sum": cclx.ReduceOp.SUM, "prod": cclx.ReduceOp.PRODUCT,
                  "min": cclx.ReduceOp.MIN, "max": cclx.ReduceOp.MAX,
                  "avg": cclx.ReduceOp.AVG}[args.op]
-    libs = list(comms)
-    ctl = comms.get("nccl", comms[libs[0]])
-    rank, n = ctl.get_rank(), ctl.get_size()
-    xp = B.Xp(torch if cuda else None, ctl.get_device() if cuda else None, args.dtype)
-    hints = {lib: {} for lib in libs}
-    hints[libs[0]] = _hints(args)
+        cols = [M.comm_column("cclx", comms["cclx"], redop, _hints(args), make_case)]
+        closers = [comms["cclx"]]
+        if cuda:
+            cols += _baseline_columns(args, torch, rank, n, ex, rows_plan, esize, make_case,
+                                      redop, info, closers, comms)
+        elif args.baselines_explicit:
+            for b in args.baselines:
+                info[b] = {"skipped": "needs CUDA (this run is on CPU)", "measured": False}
+        barrier = (comms.get("nccl") or comms["cclx"]).barrier
+    names = M.table_names(cols)
     timer = B.Timer(torch, cuda, args.graph, bool(args.blocking))
     tol = B.tolerance(args.op, args.dtype, args.low_precision, n)
-    esize = B.DTYPES[args.dtype][1]
-    if args.api != "nccl":
-        ctl_store = rdv.default_store(rank, n, rdv.next_prefix("perf_ctl"), args.timeout)
-    ctl_seq = [0]
-
-    def reduce_vals(vals: List[float], how: str) -> List[float]:
-        ctl_seq[0] += 1
-        key = f"cclx-perf/{ctl_seq[0]}/"
-        ctl_store.set(key + str(rank), json.dumps(vals))
-        allv = [json.loads(ctl_store.get(key + str(r), args.timeout)) for r in range(n)]
-        return [max(c) if how == "max" else sum(c) for c in zip(*allv)]
-
     facts = R.machine_facts(torch, cuda) if rank == 0 else {}
     if api_facts:
         facts["nccl_api"] = api_facts
+    if info:
+        facts["baselines"] = info
     if rank == 0:
-        print(R.header(args, n, libs, facts), flush=True)
+        print(R.header(args, n, names, facts), flush=True)
         if tol:
             print(f"# check tolerance: |got - expected| <= {tol:g}", flush=True)
     rows: List[Dict[str, Any]] = []
-    for coll in args.colls:
-        if args.api == "nccl" and not all(c.has(coll) for c in comms.values()):
-            if rank == 0:
-                print(f"# {coll}: not in the loaded NCCL, skipped", flush=True)
-            continue
-        seen = set()
-        for size in B.sizes(args.minbytes, args.maxbytes, args.stepfactor):
-            count, nbytes = B.count_for(coll, size, esize, n)
-            if count == 0 or nbytes in seen:
-                continue
-            seen.add(nbytes)
-            row = _one_size(args, coll, count, nbytes, rank, n, xp, comms, redop, hints,
-                            timer, tol, reduce_vals)
-            rows.append(row)
-            if rank == 0:
-                print(R.row_line(row, libs), flush=True)
+    for coll, count, nbytes in rows_plan:
+        row = M.one_size(args, coll, count, nbytes, n, cols, barrier, timer, tol, ex,
+                         make_case, shared=args.api == "nccl",
+                         corrupt=args.corrupt_check and rank == 0)
+        rows.append(row)
+        if rank == 0:
+            print(R.row_line(row, names), flush=True)
     device = "cuda" if cuda else "cpu"
-    summ = R.summary(rows, libs, n, device)
+    summ = R.summary(rows, names, n, device)
     if rank == 0:
-        print(R.summary_line(summ, libs), flush=True)
+        print(R.summary_line(summ, names), flush=True)
         if args.json:
             R.write_json(args.json, args, facts, rows, summ)
         if args.plot and rows:
-            R.plot(args.plot, rows, libs, f"cclx-perf {args.dtype} {n} ranks {device}")
-    for c in comms.values():
+            R.plot(args.plot, rows, names, f"cclx-perf {args.dtype} {n} ranks {device}")
+    for c in reversed(closers):  # baselines first (collective deregistration), cclx last
         c.finalize()
+    if "torch-symm" in info:
+        BL.close_torch_group()
+    ex.finish()
     return 0 if summ["passed"] else 1
 
 
-def _one_size(args, coll, count, nbytes, rank, n, xp, comms, redop, hints, timer, tol,
-              reduce_vals) -> Dict[str, Any]:
-    factor = B.COLLS[coll][0](n)
-    libs = list(comms)
-    shared = args.api == "nccl"  # the NCCL API: both libraries on the same buffers
-    one = B.Case(xp, coll, count, rank, n, args.op, args.root) if shared else None
-    cases = {lib: one or B.Case(xp, coll, count, rank, n, args.op, args.root) for lib in libs}
-    fns = {lib: cases[lib].call(comms[lib], redop, hints[lib]) for lib in libs}
-    wrong = {lib: 0 for lib in libs}
-    graphs = {}
-    for lib in libs:
-        cases[lib].poison()
-        fns[lib]()
-        timer.sync()
-        if args.check:
-            wrong[lib] += cases[lib].wrong(tol)
-        graphs[lib] = timer.prepare(fns[lib], args.warmup)
-    times: Dict[str, List[float]] = {lib: [] for lib in libs}
-    for _ in range(args.repeats):
-        for lib in libs:
-            comms[libs[-1]].barrier()
-            timer.sync()
-            times[lib].append(timer.time(fns[lib], graphs[lib], args.iters))
-    timer.sync()
-    if args.check:  # out-of-place: the last timed op left the same exact result
-        for lib in libs:
-            if shared:  # the last op was another library's: one more of this one
-                cases[lib].poison()
-                fns[lib]()
-                timer.sync()
-            wrong[lib] += cases[lib].wrong(tol)
-    if args.corrupt_check and rank == 0:
-        wrong[libs[0]] += 1
-    med = reduce_vals([B.median(times[lib]) for lib in libs], "max")
-    wr = reduce_vals([float(wrong[lib]) for lib in libs], "sum")
-    row: Dict[str, Any] = {"coll": coll, "bytes": nbytes, "count": count, "dtype": args.dtype,
-                           "op": args.op if coll in ("all_reduce", "reduce",
-                                                     "reduce_scatter") else "none",
-                           "root": args.root if coll in ("broadcast", "reduce") else -1}
-    for i, lib in enumerate(libs):
-        t = med[i]
-        algbw = nbytes / (t * 1e-6) / 1e9 if t > 0 else 0.0
-        row[lib] = {"time_us": t, "algbw": algbw, "busbw": algbw * factor, "wrong": int(wr[i]),
-                    "times_us_rank": times[lib]}
-    if len(libs) > 1 and row[libs[0]]["time_us"] > 0:  # NCCL time / time of the one tested
-        row["speedup"] = row[libs[-1]]["time_us"] / row[libs[0]]["time_us"]
-    for g in graphs.values():
-        del g
-    return row
+def _baseline_columns(args, torch, rank, n, ex, rows_plan, esize, make_case, redop, info,
+                      closers, comms) -> List[Any]:
+    """Creates the requested GPU baselines (the same order on every rank) and their columns;
+    fills info[name] with what was measured or why it was skipped."""
+    import cclx
+
+    from . import _C
+    from . import _perf_measure as M
+    from ._info import nccl_version
+
+    cols: List[Any] = []
+    want = args.baselines
+    if "nccl" in want:
+        comms["nccl"] = cclx.new_comm("nccl", torch.device("cuda", torch.cuda.current_device()),
+                                      name="perf_nccl", timeout=args.timeout)
+        closers.append(comms["nccl"])
+        v = nccl_version()
+        info["nccl"] = {"library": getattr(_C, "nccl_path", lambda: "")(),
+                        "version": ".".join(map(str, v)) if v else None}
+        cols.append(M.comm_column("nccl", comms["nccl"], redop, {}, make_case))
+    if "nccl-sym" in want:
+        arena = max([max(B.buffer_numels(c, k, n)) * esize for c, k, _ in rows_plan] + [1])
+        sym, f = BL.open_nccl_sym(torch, rank, n, ex.store, args.timeout, arena)
+        info["nccl-sym"] = f
+        if sym is not None:
+            closers.append(sym)
+            col = M.comm_column(
+                "nccl-sym", sym, args.op, {}, make_case,
+                send_buf=lambda k: sym.alloc(0, k, xp_dtype(torch, args.dtype)),
+                recv_buf=lambda k, s: sym.alloc(1, k, xp_dtype(torch, args.dtype)))
+            col.skip = lambda coll, nb: None if sym.has(coll) else "not in the loaded NCCL"
+            cols.append(col)
+    if "torch-symm" in want:
+        why = None
+        if "all_reduce" not in args.colls:
+            why = "torch symmetric memory has allreduce only, and -C has no all_reduce"
+        else:
+            why = BL.torch_symm_size_skip("all_reduce", args.dtype, args.op, 4)
+        numel = max([k for c, k, _ in rows_plan if c == "all_reduce"] + [1])
+        ts, f = BL.open_torch_symm(torch, rank, n, ex.store, args.timeout,
+                                   xp_dtype(torch, args.dtype), numel, why)
+        info["torch-symm"] = f
+        if ts is not None:
+            closers.append(ts)
+            for v in ts.variants:
+                def case(coll, count, like, v=v):
+                    inplace = v == "twoshot"
+                    return make_case(coll, count, like, ts.input,
+                                     (lambda k, s: s) if inplace else None)
+
+                cols.append(M.Column(
+                    f"torch-symm/{v}", "torch-symm", ts, case,
+                    lambda c, v=v: ts.call(v, c.send, c.recv),
+                    skip=lambda coll, nb: BL.torch_symm_size_skip(coll, args.dtype, args.op, nb),
+                    variant=v))
+    for name, f in info.items():
+        f.setdefault("measured", "skipped" not in f)
+    return cols
+
+
+def xp_dtype(torch: Any, dtype: str) -> Any:
+    return getattr(torch, B.DTYPES[dtype][2])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    notes = BL.force_no_multicast()  # before torch, NCCL or any comm exists
     torch = None
     if args.device != "cpu":
         try:
@@ -292,11 +371,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             torch = None
     _resolve(args, torch)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        if os.environ.get("RANK") == "0":
+            for line in notes:
+                print(f"cclx-perf: {line}", file=sys.stderr)
         return run_rank(args, torch)
+    for line in notes:
+        print(f"cclx-perf: {line}", file=sys.stderr)
     n = args.nranks or (torch.cuda.device_count() if args.cuda else 4)
     if args.cuda and n > torch.cuda.device_count():
         raise SystemExit(f"cclx-perf: {n} ranks but only {torch.cuda.device_count()} GPU(s): "
                          "ranks sharing a GPU time-slice, so times would mean nothing")
+    _check_plan(args, n)
     return _launch(argv, n)
 
 

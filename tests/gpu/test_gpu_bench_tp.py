@@ -62,8 +62,16 @@ def test_tp_all_modes_torchrun(tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     assert "dropin: not measured" in r.stdout and "PASSED" in r.stdout
     data = json.loads(j.read_text())
-    _check(data, ["nccl", "cclx"], {("decode", "graph"), ("decode", "eager"),
-                                    ("prefill", "eager")})
+    modes = {("decode", "graph"), ("decode", "eager"), ("prefill", "eager")}
+    _check(data, ["nccl", "cclx"], modes)
+    # nccl-sym (windows registered on the NCCL cclx loaded, the model writing into them):
+    # measured and checked like cclx, or not measured with the reason in the header
+    sym = data["meta"]["nccl_sym"]
+    if "nccl-sym" in data["meta"]["comms"]:
+        _check(data, ["nccl-sym"], modes)
+        assert sym["window_bytes"] >= 512 * 256 * 2 and "nccl-sym: NCCL" in r.stdout
+    else:
+        assert f"nccl-sym: not measured ({sym['skipped']})" in r.stdout
     # FP8 from 128 KiB: the 512-token prefill (256 KiB per allreduce), not the 128-token one
     # (64 KiB) nor the decode rows
     fp8 = {(r["mode"], r.get("tokens")) for r in data["results"] if "cclx-fp8" in r["results"]}

@@ -36,7 +36,7 @@ def test_defaults_cpu():
     assert a.device == "cpu" and not a.cuda and a.execs == ["eager"]
     assert a.batch == [1, 8, 32, 64] and a.context == [1024, 4096]
     assert a.tokens == [1024, 4096, 8192]
-    assert a.comm_list == ["nccl", "cclx", "dropin", "cclx-fp8"]
+    assert a.comm_list == ["nccl", "cclx", "dropin", "cclx-fp8", "nccl-sym"]
     assert a.fp8_min_bytes == 16 << 20 and a.tol == 1e-4
     assert a.shape == M.PRESETS["llama3-8b"]
     rows = T.plan_rows(a, False)
@@ -205,6 +205,37 @@ def tp_results():
     return harness.run(CASES, 2, timeout=300)
 
 
+def test_forward_into_given_buffers():
+    """out= (how nccl-sym places the row-parallel outputs in its windows): the same step, the
+    projections written into the given memory, the allreduces called on exactly that memory."""
+    torch = _torch()
+    shape = M.Shape(hidden=64, heads=4, kv_heads=2, ffn=128, layers=2, vocab=101)
+    mdl = M.TPLlama(shape, 2, 1, torch.device("cpu"), torch.float32, seed=3, max_positions=16)
+    tokens = mdl.tokens(2, 5)
+    seen = []
+
+    def reduce(t):
+        seen.append(t.data_ptr())
+        t.mul_(2.0)  # stands for the sum over two ranks holding the same values
+
+    ref = mdl.forward(tokens, 0, mdl.new_cache(2, 16), reduce)
+    ref_ptrs, seen[:] = list(seen), []
+    bufs = [torch.full((2 * 5 * 64 + 7,), float("nan")) for _ in range(2)]
+    asked = []
+
+    def out(slot, rows, cols):
+        asked.append((slot, rows, cols))
+        return bufs[slot][:rows * cols].view(rows, cols)
+
+    got = mdl.forward(tokens, 0, mdl.new_cache(2, 16), reduce, out)
+    assert asked == [(0, 10, 64), (1, 10, 64)] * 2
+    assert seen == [bufs[0].data_ptr(), bufs[1].data_ptr()] * 2  # reduced where written
+    assert len(set(ref_ptrs)) > 1 and set(ref_ptrs).isdisjoint(seen)
+    for a, b in zip(ref, got):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert torch.isfinite(got[0]).all()
+
+
 @pytest.mark.parametrize("case", ["decode_gqa", "prefill_gqa", "decode_kv_replicated",
                                   "prefill_kv_replicated"])
 def test_forward_two_ranks_matches_one(tp_results, case):
@@ -228,6 +259,7 @@ def test_tool_two_cpu_ranks(tmp_path):
     assert r.returncode == 0, out[-6000:]
     assert "custom shape (from llama3-8b), 2 layers | TP 2 (cpu, 2 processes)" in r.stdout
     assert "dropin: not measured" in r.stdout and "PASSED" in r.stdout
+    assert "nccl-sym: not measured (CUDA only)" in r.stdout
     assert r.stdout.count("cclx-bench tp summary") == 1  # rank 0 only
     assert "[4/4] prefill eager tokens 64" in r.stderr and r.stderr.count("[1/4]") == 1
     data = json.loads(j.read_text())

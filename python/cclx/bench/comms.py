@@ -1,5 +1,6 @@
 """The communicators of cclx-bench tp (torch.distributed as the reference, cclx, NCCL through
-the cclx drop-in, cclx with FP8) as interchangeable allreduces, and the rank environment."""
+the cclx drop-in, cclx with FP8, NCCL with symmetric windows) as interchangeable allreduces,
+and the rank environment."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +21,7 @@ class Variant:
     reduce: Optional[Callable[[Any], Any]]
     enter: Callable[[], None] = lambda: None
     leave: Callable[[], None] = lambda: None
+    out: Optional[Callable[[int, int, int], Any]] = None  # where the model writes what it reduces
 
 
 def find_intercept() -> Optional[Callable[[int], int]]:
@@ -79,8 +81,12 @@ class Ranks:
         self.comm = cclx.new_comm("cclx", self.device if self.cuda else "cpu",
                                   name="cclx_bench_tp", timeout=args.timeout, store=store)
         self.ref_name = "nccl" if self.cuda else "gloo"
+        self.sym: Any = None
+        self.sym_facts: Dict[str, Any] = {}
 
-    def variants(self, names: List[str], fp8_min: int) -> Dict[str, Variant]:
+    def variants(self, names: List[str], fp8_min: int, slot_bytes: int = 0) -> Dict[str, Variant]:
+        """The communicators of `names` that this process can run (nccl-sym: windows of
+        slot_bytes for each of the model's two row-parallel outputs)."""
         dist, comm, SUM = self.dist, self.comm, self.cclx.ReduceOp.SUM
         fp8 = {"low_precision": "fp8"}
         out: Dict[str, Variant] = {}
@@ -95,8 +101,81 @@ class Ranks:
             elif n == "dropin" and self.intercept is not None:
                 on, off = (lambda: self.intercept(1)), (lambda: self.intercept(0))
                 out[n] = Variant(n, lambda t: dist.all_reduce(t), on, off)
+            elif n == "nccl-sym":
+                v = self._nccl_sym(slot_bytes)
+                if v is not None:
+                    out[n] = v
         out[SKIP] = Variant(SKIP, None)
         return out
+
+    def _nccl_sym(self, slot_bytes: int) -> Optional[Variant]:
+        """NCCL (the library cclx loaded, which is torch's) with the model's row-parallel
+        outputs in two symmetric windows from ncclMemAlloc: the allreduce runs in place there,
+        with no copy. None (self.sym_facts['skipped'] says why, alike on every rank) when it
+        cannot run."""
+        import ctypes
+
+        from .. import _perf_baselines as BL
+        from .. import _perf_nccl_api as NA
+
+        torch, dist = self.torch, self.dist
+        if not self.cuda:
+            self.sym_facts = {"skipped": "CUDA only"}
+            return None
+        from .._rendezvous import set_nccl_pip_dir
+
+        set_nccl_pip_dir()
+        lib, path, why = BL.nccl_library()
+        version = 0
+        if lib is not None:
+            NA._prepare(lib)
+            v = ctypes.c_int(0)
+            if lib.ncclGetVersion(ctypes.byref(v)) == 0:
+                version = v.value
+            why = BL.nccl_sym_missing(lib, path, version) or ""
+        self.sym_facts = {"library": path, "version": BL.version_str(version)}
+        err = self._agree(why or None)
+        sym = None
+        if err is None:
+            try:
+                box = [None]
+                if self.rank == 0:
+                    uid = NA._UniqueId()
+                    NA._check(lib, lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
+                    box = [bytes(uid)]
+                dist.broadcast_object_list(box, src=0, group=self.ctl)
+                api = NA.NcclApiComm(lib, torch, self.rank, self.size, box[0],
+                                     self.device.index)
+                sym = BL.NcclSymComm(api, lib, torch, slot_bytes)
+                sym.register()
+            except Exception as e:  # noqa: BLE001 - the reason, on every rank
+                err = f"{type(e).__name__}: {e}"
+            err = self._agree(err)
+        if err is not None:
+            if sym is not None:
+                sym.abort()
+            self.sym_facts["skipped"] = err
+            return None
+        self.sym = sym
+        self.sym_facts["window_bytes"] = sym.bytes
+        dt = {torch.bfloat16: 9, torch.float16: 6, torch.float32: 7}
+
+        def reduce(t: Any) -> None:  # in place, in the window the model wrote
+            sym._run("ncclAllReduce", t.data_ptr(), t.data_ptr(), t.numel(), dt[t.dtype], 0)
+
+        def out(slot: int, rows: int, cols: int) -> Any:
+            return sym.alloc(slot, rows * cols, torch.bfloat16).view(rows, cols)
+
+        return Variant("nccl-sym", reduce, out=out)
+
+    def _agree(self, err: Optional[str]) -> Optional[str]:
+        """The first error of any rank ('rank R: ...'), or None: the same on every rank."""
+        errs: List[Optional[str]] = [None] * self.size
+        self.dist.all_gather_object(errs, err, group=self.ctl)
+        for r, e in enumerate(errs):
+            if e is not None:
+                return e if r == self.rank else f"rank {r}: {e}"
+        return None
 
     def sync(self) -> None:
         if self.cuda:
@@ -127,6 +206,8 @@ class Ranks:
 
     def close(self) -> None:
         try:
+            if self.sym is not None:
+                self.sym.finalize()  # collective: deregisters the windows
             self.comm.finalize()
         finally:
             self.dist.destroy_process_group()

@@ -216,6 +216,9 @@ def hash_fill_(out: Any, global_shape: Sequence[int], offsets: Sequence[int], se
 
 # ----------------------------------------------------------------------------- the model
 Reduce = Callable[[Any], Any]
+# out(slot, rows, cols) -> a (rows, cols) tensor the row-parallel projection writes into (slot 0:
+# attention output, 1: MLP down projection), e.g. memory a communicator registered beforehand
+OutBuf = Callable[[int, int, int], Any]
 
 
 class KVCache:
@@ -351,12 +354,23 @@ class TPLlama:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-    def forward(self, tokens: Any, pos0: int, cache: KVCache,
-                reduce: Optional[Reduce]) -> Tuple[Any, Any]:
+    def _row_parallel(self, x: Any, w: Any, out: Optional[OutBuf], slot: int) -> Any:
+        """x @ w.T, written into out(slot, ...) when given (the same matrix product F.linear
+        runs, with the destination chosen by the caller)."""
+        if out is None:
+            return self.torch.nn.functional.linear(x, w)
+        rows, k = x.numel() // x.shape[-1], x.shape[-1]
+        buf = out(slot, rows, int(w.shape[0]))
+        self.torch.mm(x.reshape(rows, k), w.t(), out=buf)
+        return buf.view(*x.shape[:-1], int(w.shape[0]))
+
+    def forward(self, tokens: Any, pos0: int, cache: KVCache, reduce: Optional[Reduce],
+                out: Optional[OutBuf] = None) -> Tuple[Any, Any]:
         """One step over tokens (B, T) at positions pos0..pos0+T-1. T == 1 (decode) attends to
         cache slots 0..pos0 after writing the new K/V at pos0; T > 1 (prefill, pos0 == 0) writes
         the cache and attends causally. Returns (this rank's logits of the last position
-        (B, local vocab), last hidden state (B, hidden)). reduce=None skips the allreduces."""
+        (B, local vocab), last hidden state (B, hidden)). reduce=None skips the allreduces;
+        out places the row-parallel outputs (the allreduces' buffers), see OutBuf."""
         torch = self.torch
         F = torch.nn.functional
         s, hd = self.sh, self.shape.head_dim
@@ -387,13 +401,13 @@ class TPLlama:
             else:
                 a = self._attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True)
                 a = a.transpose(1, 2).reshape(B, T, nq)
-            o = F.linear(a, w["o"])
+            o = self._row_parallel(a, w["o"], out, 0)
             if reduce is not None:
                 reduce(o)
             x = x + o
             h = self._norm(x, w["mlp_norm"])
             gu = F.linear(h, w["gate_up"])
-            d = F.linear(F.silu(gu[..., :s.ffn]) * gu[..., s.ffn:], w["down"])
+            d = self._row_parallel(F.silu(gu[..., :s.ffn]) * gu[..., s.ffn:], w["down"], out, 1)
             if reduce is not None:
                 reduce(d)
             x = x + d

@@ -44,6 +44,11 @@ def header(m: Dict[str, Any]) -> str:
         f"# communicators: {', '.join(c for c in m['comms'] if c != SKIP)} ({ref} = reference); "
         f"skip = the same step without its allreduces",
     ]
+    if "nccl-sym" in m["comms"]:
+        f = m.get("nccl_sym", {})
+        lines.append(f"# nccl-sym: NCCL {f.get('version', '?')} ({f.get('library', '?')}) with the "
+                     "row-parallel outputs written into ncclMemAlloc memory registered as "
+                     "symmetric windows, reduced in place there (no copy)")
     if "cclx-fp8" in m["comms"]:
         lines.append(f"# cclx-fp8: hint low_precision=fp8 on allreduces >= "
                      f"{fmt_bytes(m['fp8_min_bytes'])}; rows with smaller ones leave it out "

@@ -1,6 +1,6 @@
 """cclx-bench tp: decode and prefill of a tensor-parallel Llama-shaped model, one rank per GPU
-(torchrun), with NCCL, cclx, NCCL through the cclx drop-in and cclx with FP8 measured in the
-same process, their timed repetitions interleaved.
+(torchrun), with NCCL, cclx, NCCL through the cclx drop-in, cclx with FP8 and NCCL with
+symmetric windows measured in the same process, their timed repetitions interleaved.
 
     torchrun --nproc-per-node 8 -m cclx.bench tp --preset llama3-70b
     torchrun --nproc-per-node 2 -m cclx.bench tp --mode decode --batch 1,8 --graph --json r.json
@@ -22,7 +22,7 @@ from . import model as M
 from . import report as R
 from .comms import SKIP, Ranks, Variant
 
-COMMS = ("nccl", "cclx", "dropin", "cclx-fp8")
+COMMS = ("nccl", "cclx", "dropin", "cclx-fp8", "nccl-sym")
 DECODE_DEFAULTS = {"batch": "1,8,32,64", "context": "1024,4096"}
 PREFILL_DEFAULT = "1024,4096,8192"
 
@@ -49,7 +49,8 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.description = __doc__
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     g = p.add_argument_group("model")
-    g.add_argument("--preset", default="llama3-8b", choices=sorted(M.PRESETS))
+    g.add_argument("--preset", default="llama3-8b", choices=sorted(M.PRESETS),
+                   help="model shape (default llama3-8b)")
     for name in ("hidden", "heads", "kv-heads", "ffn", "layers", "vocab"):
         g.add_argument(f"--{name}", type=parse_count, default=None,
                        help=f"override the preset's {name.replace('-', ' ')}"
@@ -69,7 +70,8 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     g.add_argument("--graph", action="store_true", help="decode under CUDA graphs only")
     g.add_argument("--eager", action="store_true", help="decode eager only")
     g.add_argument("--comms", default=",".join(COMMS),
-                   help="comma list of " + ", ".join(COMMS) + " (nccl is always the reference)")
+                   help="comma list of " + ", ".join(COMMS) + " (nccl is always the reference; "
+                   "nccl-sym: NCCL with the reduced tensors in symmetric windows)")
     g.add_argument("--fp8-min-bytes", type=parse_count, default=16 << 20,
                    help="cclx-fp8: FP8 hint on allreduces of at least this size (default 16M)")
     g.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
@@ -173,7 +175,7 @@ class Step:
                  cache: M.KVCache, graph: bool, warmup: int) -> None:
         self.env, self.v, self.graph = env, v, None
         torch = env.torch
-        fwd = (lambda: mdl.forward(tokens, pos0, cache, v.reduce))
+        fwd = (lambda: mdl.forward(tokens, pos0, cache, v.reduce, v.out))
         self.fwd = fwd
         v.enter()
         try:
@@ -373,6 +375,7 @@ def _meta(args: argparse.Namespace, env: Ranks, shape: M.Shape, layers: Dict[str
             "shape": dataclasses.asdict(shape), "layers": layers, "world_size": env.size,
             "where": where, "dtype": "bf16" if env.cuda else "f32", "esize": esize,
             "comms": names, "ref": env.ref_name, "dropin_found": env.intercept is not None,
+            "nccl_sym": env.sym_facts,
             "notes": notes, "params_per_rank": p, "weight_bytes_per_rank": p["total"] * esize,
             "build_s": build_s, "fp8_min_bytes": args.fp8_min_bytes, "iters": iters,
             "repeats": args.repeats, "warmup": args.warmup, "tol": args.tol,
@@ -398,7 +401,9 @@ def _run(env: Ranks, args: argparse.Namespace, torch: Any) -> int:
     rows = plan_rows(args, env.cuda)
     layers = plan_layers(env, args, rows, esize)
     shape = dataclasses.replace(args.shape, layers=layers["layers"])
-    variants = env.variants(args.comm_list, args.fp8_min_bytes)
+    # nccl-sym: one window per row-parallel output, as large as the largest step's
+    slot = max([r.step_tokens for r in rows] + [1]) * shape.hidden * esize
+    variants = env.variants(args.comm_list, args.fp8_min_bytes, slot)
     max_pos = max([r.positions for r in rows] + [1])
     t0 = time.time()
     mdl = M.TPLlama(shape, size, rank, env.device, dtype, seed=args.seed,
@@ -410,6 +415,8 @@ def _run(env: Ranks, args: argparse.Namespace, torch: Any) -> int:
         notes.append("dropin: not measured (no cclx drop-in NCCL in this process: "
                      "run under `cclx-nccl run -- torchrun ...`)" if env.cuda else
                      "dropin: not measured (CUDA only)")
+    if "nccl-sym" in args.comm_list and "nccl-sym" not in variants:
+        notes.append(f"nccl-sym: not measured ({env.sym_facts.get('skipped', 'unavailable')})")
     if not env.cuda:
         notes.append("CPU run: float32, gloo is the reference, decode eager only")
     meta = _meta(args, env, shape, layers, list(variants), notes, build_s, esize)
