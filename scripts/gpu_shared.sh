@@ -1,47 +1,62 @@
 #!/usr/bin/env bash
-# Several ranks per GPU: runs the GPU test binary test_gpu_shared (DDA flat / Lamport / tree and
-# the FP8 collectives against the host twin, back-to-back calls, graph replay, a missing rank, a
-# killed rank, the clear NCCL error) at each world size on the GPUs present (rank r on GPU
-# r % count), and writes $OUT/gpu_shared.json with pass counts per world size.
+# Several ranks per GPU: runs the GPU test binaries that take their world size from
+# CCLX_TEST_RANKS (rank r on GPU r % count) at each world size, and writes $OUT/gpu_shared.json
+# with pass counts per binary and world size.
 #   scripts/gpu_shared.sh BUILD_DIR [WORLD_SIZES]      (default "2 3 4 5 8")
+# BINS (default below) lists the binaries; "name:3,5" runs one at its own world sizes.
+#   test_gpu_shared   DDA flat / Lamport / tree and the FP8 collectives against the host twin,
+#                     back-to-back calls, graph replay, a missing rank, a killed rank, NCCL errors
+#   test_gpu_failure  the failure model: late and dead ranks, replays after a timeout, the
+#                     watchdog ending the process (docs/DESIGN.md "Failure model")
 set -u -o pipefail
 BUILD=${1:?usage: scripts/gpu_shared.sh BUILD_DIR [WORLD_SIZES]}
 SIZES=${2:-2 3 4 5 8}
+BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5}
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-BIN="$BUILD/tests/test_gpu_shared"
-[ -x "$BIN" ] || { echo "gpu_shared: $BIN not built"; exit 1; }
 export NCCL_NVLS_ENABLE=0
 export CCLX_ABORT_ON_ERROR=${CCLX_ABORT_ON_ERROR:-0}  # the suites check errors (tests of the default set it)
 rc=0
-for n in $SIZES; do
-  s=$(date +%s)
-  CCLX_TEST_RANKS=$n "$BIN" --gtest_output="json:$OUT/gpu_shared_$n.json" >"$OUT/gpu_shared_$n.log" 2>&1
-  r=$?
-  [ $r -ne 0 ] && rc=1
-  echo "gpu_shared: $n ranks rc=$r $(( $(date +%s) - s ))s $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu_shared_$n.log" | tr '\n' ' ')"
+for entry in $BINS; do
+  name=${entry%%:*}
+  sizes=$SIZES
+  [ "$entry" != "$name" ] && sizes=$(echo "${entry#*:}" | tr ',' ' ')
+  bin="$BUILD/tests/$name"
+  if [ ! -x "$bin" ]; then echo "gpu_shared: $bin not built"; rc=1; continue; fi
+  for n in $sizes; do
+    s=$(date +%s)
+    CCLX_TEST_RANKS=$n "$bin" --gtest_output="json:$OUT/${name}_$n.json" >"$OUT/${name}_$n.log" 2>&1
+    r=$?
+    [ $r -ne 0 ] && rc=1
+    echo "gpu_shared: $name $n ranks rc=$r $(( $(date +%s) - s ))s $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/${name}_$n.log" | tr '\n' ' ')"
+  done
 done
-OUT="$OUT" SIZES="$SIZES" python3 - <<'PY'
+OUT="$OUT" SIZES="$SIZES" BINS="$BINS" python3 - <<'PY'
 import json, os, subprocess
-out, sizes = os.environ["OUT"], os.environ["SIZES"].split()
+out = os.environ["OUT"]
 gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                       capture_output=True, text=True).stdout.split("\n")
 rec = {"commit": os.environ.get("CCLX_GIT_COMMIT") or subprocess.run(
            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip(),
-       "gpus": [g for g in gpus if g], "world_sizes": {}}
-for n in sizes:
-    try:
-        d = json.load(open(os.path.join(out, f"gpu_shared_{n}.json")))
-    except Exception as e:
-        rec["world_sizes"][n] = {"error": str(e)}
-        continue
-    cases = [t for s in d.get("testsuites", []) for t in s.get("testsuite", [])]
-    rec["world_sizes"][n] = {
-        "tests": len(cases),
-        "passed": sum(1 for t in cases if not t.get("failures") and t.get("result") == "COMPLETED"),
-        "failed": [t["name"] for t in cases if t.get("failures")],
-        "seconds": {t["name"]: float(str(t.get("time", "0s")).rstrip("s")) for t in cases}}
+       "gpus": [g for g in gpus if g], "binaries": {}}
+for entry in os.environ["BINS"].split():
+    name, _, own = entry.partition(":")
+    sizes = own.split(",") if own else os.environ["SIZES"].split()
+    per = rec["binaries"].setdefault(name, {})
+    for n in sizes:
+        try:
+            d = json.load(open(os.path.join(out, f"{name}_{n}.json")))
+        except Exception as e:
+            per[n] = {"error": str(e)}
+            continue
+        cases = [t for s in d.get("testsuites", []) for t in s.get("testsuite", [])]
+        per[n] = {
+            "tests": len(cases),
+            "passed": sum(1 for t in cases if not t.get("failures") and t.get("result") == "COMPLETED"),
+            "failed": [t["name"] for t in cases if t.get("failures")],
+            "seconds": {t["name"]: float(str(t.get("time", "0s")).rstrip("s")) for t in cases}}
 json.dump(rec, open(os.path.join(out, "gpu_shared.json"), "w"), indent=1)
-print("gpu_shared:", {n: (v.get("passed"), v.get("tests")) for n, v in rec["world_sizes"].items()})
+print("gpu_shared:", {b: {n: (v.get("passed"), v.get("tests")) for n, v in per.items()}
+                      for b, per in rec["binaries"].items()})
 PY
 exit $rc

@@ -24,7 +24,9 @@ const char* kVars[] = {"CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX
                        "CCLX_LOW_PRECISION_ALLTOALL", "CCLX_LOW_PRECISION_MIN_BYTES",
                        "CCLX_FP8_BLOCK_SIZE", "CCLX_FP8_PRODUCER_WARPS", "CCLX_FP8_TILES_PER_CTA",
                        "CCLX_FP8_ALLREDUCE_ALGO", "CCLX_FP8_ONESHOT_MAX_BYTES",
-                       "CCLX_NCCL_INTERCEPT", "CCLX_NCCL_FORWARD"};
+                       "CCLX_NCCL_INTERCEPT", "CCLX_NCCL_FORWARD", "CCLX_TIMEOUT",
+                       "TORCHCOMM_TIMEOUT_SECONDS", "CCLX_ABORT_ON_ERROR",
+                       "TORCHCOMM_ABORT_ON_ERROR"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -208,6 +210,38 @@ TEST_F(ConfigTest, LogLinesCarryThePrefix) {
   std::string prefix = std::string(host) + ":" + std::to_string(getpid()) + ":";
   EXPECT_NE(text.find(prefix), std::string::npos) << text;
   EXPECT_NE(text.find("[0] CCLX INFO comm 'logged'"), std::string::npos) << text;
+}
+
+// torchcomms' defaults: abort on a timeout or error, 600 s; CCLX_* first, then TORCHCOMM_*;
+// a timeout of 0 seconds means none.
+TEST_F(ConfigTest, TimeoutAndAbortDefaults) {
+  cclx::Config c = cclx::Config::fromEnv();
+  EXPECT_TRUE(c.abortOnError);
+  EXPECT_FALSE(c.abortOnErrorSet);
+  EXPECT_EQ(c.defaultTimeoutMs, 600000);
+  set("TORCHCOMM_ABORT_ON_ERROR", "0");
+  set("TORCHCOMM_TIMEOUT_SECONDS", "2.5");
+  c = cclx::Config::fromEnv();
+  EXPECT_FALSE(c.abortOnError);
+  EXPECT_TRUE(c.abortOnErrorSet);
+  EXPECT_EQ(c.defaultTimeoutMs, 2500);
+  set("CCLX_ABORT_ON_ERROR", "on");
+  set("CCLX_TIMEOUT", "0");
+  c = cclx::Config::fromEnv();
+  EXPECT_TRUE(c.abortOnError);
+  EXPECT_EQ(c.defaultTimeoutMs, 0);
+  cclx::reloadConfig();
+  EXPECT_EQ(cclx::defaultTimeout(), cclx::kInfiniteTimeout);
+  set("CCLX_TIMEOUT", "7");
+  cclx::reloadConfig();
+  EXPECT_EQ(cclx::defaultTimeout(), std::chrono::milliseconds(7000));
+  set("CCLX_TIMEOUT_MS", "1234");  // overrides every comm's timeout
+  cclx::reloadConfig();
+  EXPECT_EQ(cclx::defaultTimeout(), std::chrono::milliseconds(1234));
+  EXPECT_NE(rejected("CCLX_TIMEOUT", "-1").find("CCLX_TIMEOUT"), std::string::npos);
+  EXPECT_NE(rejected("TORCHCOMM_TIMEOUT_SECONDS", "ten").find("TORCHCOMM_TIMEOUT_SECONDS"),
+            std::string::npos);
+  EXPECT_NE(rejected("CCLX_ABORT_ON_ERROR", "maybe").find("CCLX_ABORT_ON_ERROR"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+"""Failure semantics of CUDA comms through the Python API, 4 ranks sharing the GPUs present (one
+GPU suffices): a rank is SIGKILLed. With abort_process_on_timeout_or_error=False the failed op's
+output is NaN after torch.cuda.synchronize(), its Work.is_completed() raises naming the dead rank
+and the next call raises; by default the watchdog ends every survivor by SIGABRT, also when the
+failed collective is a CUDA-graph replay that no API call observes."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+N = 4
+TIMEOUT = 3.0
+
+
+def _require_gpu():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        pytest.skip("needs a CUDA GPU", allow_module_level=True)
+    import cclx
+
+    if not cclx._C.has_cuda:
+        pytest.skip("cclx was built without CUDA", allow_module_level=True)
+
+
+_require_gpu()
+from harness import child_env, free_port  # noqa: E402
+
+
+def launch(mode):
+    port = free_port()
+    procs = []
+    for r in range(N):
+        env = child_env({"RANK": str(r), "WORLD_SIZE": str(N), "LOCAL_RANK": str(r),
+                         "LOCAL_WORLD_SIZE": str(N), "MASTER_ADDR": "127.0.0.1",
+                         "MASTER_PORT": str(port), "FAILURE_MODE": mode,
+                         "FAILURE_TIMEOUT": str(TIMEOUT), "NCCL_NVLS_ENABLE": "0"})
+        if mode != "raise":
+            env.pop("CCLX_ABORT_ON_ERROR", None)
+            env.pop("TORCHCOMM_ABORT_ON_ERROR", None)
+        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "failure_gpu_worker.py")],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    ends = [None] * N
+    deadline = time.time() + 180
+    while any(e is None for e in ends) and time.time() < deadline:
+        for r, p in enumerate(procs):
+            if ends[r] is None and p.poll() is not None:
+                ends[r] = time.time()
+        time.sleep(0.02)
+    outs = []
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        outs.append(p.communicate()[0])
+    return procs, outs, ends
+
+
+@pytest.mark.parametrize("mode", ["raise", "default", "graph"])
+def test_gpu_killed_rank(mode):
+    procs, outs, ends = launch(mode)
+    log = "\n".join(f"--- rank {r} (rc {p.returncode}) ---\n{o[-3000:]}" for r, (p, o) in
+                    enumerate(zip(procs, outs)))
+    assert procs[N - 1].returncode == -signal.SIGKILL, log
+    died = float(outs[N - 1].split("victim ")[1].split()[0])
+    for r in range(N - 1):
+        if mode == "raise":
+            assert procs[r].returncode == 0, log
+            assert "nan after synchronize: True" in outs[r], log
+            assert f"is_completed raises naming {N - 1}: True" in outs[r], log
+            assert "next call raises" in outs[r], log
+        else:
+            assert procs[r].returncode == -signal.SIGABRT, log
+            # The kernel waits TIMEOUT from its start; the watchdog polls every 100 ms; the
+            # shared GPU adds scheduling delay.
+            assert ends[r] - died <= TIMEOUT + 4.0, log
+            assert f"waiting for rank(s) {N - 1}" in outs[r], log
+            assert f"hook ran on rank {r}" in outs[r], log
