@@ -48,7 +48,8 @@ build)
     cmake -S . -B "$BUILD" "${args[@]}" -DCMAKE_PREFIX_PATH="$gt/install" >>"$log" 2>&1 ||
       { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
   fi
-  if ! cmake --build "$BUILD" -j"$JOBS" --target cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure \
+  # TARGETS overrides what is built (default: everything the stages below run).
+  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure} \
        >>"$log" 2>&1; then
     grep -E "error|FAILED" "$log" | head -40
     line "BUILD FAILED"

@@ -82,7 +82,7 @@ std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& optsIn,
                                                : makeCudaBackend(st->info);
   CCLX_ARG_CHECK(st->backend != nullptr, "no backend for comm '%s'", opts.name.c_str());
   st->abortOnError = opts.abortOnError.value_or(config().abortOnError);
-  watchdogAdd(st.get());
+  if (config().watchdog) watchdogAdd(st.get());
   const BootstrapInfo& i = st->info;
   CCLX_INFO("comm '%s' rank %d/%d local %d/%d hosts %d device %s%s backend %s (%s) timeout %lld ms",
             opts.name.c_str(), rank, size, i.localRank, i.localSize, i.numHosts,

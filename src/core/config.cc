@@ -115,6 +115,8 @@ Config Config::fromEnv() {
   else if (const char* v2 = envOrNull("TORCHELASTIC_RUN_ID")) c.jobId = v2;
   else c.jobId = "cclx";
 
+  readBool("CCLX_WATCHDOG", c.watchdog);
+
   readSize("CCLX_SHM_FLAT_MAX_BYTES", c.shmFlatMaxBytes);
   readSize("CCLX_SHM_CHUNK_BYTES", c.shmChunkBytes);
   if (c.shmChunkBytes < 4096)

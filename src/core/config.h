@@ -25,6 +25,9 @@ struct Config {
   // error, for comms whose Options leave abortOnError unset.
   bool abortOnError = true;
   bool abortOnErrorSet = false;  // one of the two variables is set (the C API defaults to off)
+  // CCLX_WATCHDOG=0: no watchdog thread and no tracking of NCCL operations (failures are then
+  // found only by calls and Work queries; for measuring the watchdog's cost).
+  bool watchdog = true;
 
   // Rendezvous.
   std::string jobId;  // CCLX_JOB_ID (else TORCHELASTIC_RUN_ID, else "cclx"): store handshake id

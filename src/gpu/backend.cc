@@ -255,7 +255,8 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
   }
   requireNccl(a);
   NcclOp op{a.type, nullptr, nullptr, {}, a.opts.timeout};
-  if (!capturing) {
+  const bool track = !capturing && cfg_.watchdog;
+  if (track) {
     op.start = sh_->takeEvent();
     CCLX_CUDA_CHECK(cudaEventRecord(op.start, s));
   }
@@ -269,7 +270,7 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
   } else {
     ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
   }
-  if (!capturing) {
+  if (track) {
     op.end = sh_->takeEvent();
     CCLX_CUDA_CHECK(cudaEventRecord(op.end, s));
     std::lock_guard<std::mutex> g(opsMu_);
@@ -411,6 +412,14 @@ void CudaBackend::finalize() {
     if (r != nccl::ncclSuccess) CCLX_WARN("NCCL comm teardown returned %d", int(r));
   }
   if (!healthy) return;  // kernels may still be spinning: leave device memory alone
+  {
+    std::lock_guard<std::mutex> g(opsMu_);
+    for (const NcclOp& op : ncclOps_) {
+      sh_->returnEvent(op.start);
+      sh_->returnEvent(op.end);
+    }
+    ncclOps_.clear();
+  }
   for (uint32_t*& c : sh_->ctl) c = nullptr;  // requestAbort must not write into freed memory
   peerMemClose(pm_);
   (void)cudaFree(ctx_.counters);
