@@ -47,10 +47,12 @@ enum : int {
 };
 /// Reasons carried in the abort word (bits 16..23; bits 0..15 hold origin rank + 1).
 enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2 };
+/// The control words of a rank (SignalRegion::kControl, uint32 indices; device/fail.cuh).
+enum : int { kCtlTimeout = 0, kCtlHost = 1, kCtlMissing = 2 };
 
 /// What every peer-memory kernel needs to honour the failure model (device/fail.cuh), by value in
-/// its parameters: the comm's control words on every rank (SignalRegion::kControl: [0] the abort
-/// word, [1] the missing-rank mask of its origin), this rank's error words, the call's timeout.
+/// its parameters: the comm's control words on every rank (SignalRegion::kControl, kCtl*), this
+/// rank's error words, the call's timeout.
 struct FailParams {
   uint32_t* ctl[kMaxRanks];  // ctl[r]: rank r's control words (peer-visible device memory)
   uint32_t* err;             // this rank's host-mapped error words (kErrorWords)

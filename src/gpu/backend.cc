@@ -254,28 +254,15 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
     return;
   }
   requireNccl(a);
-  NcclOp op{a.type, nullptr, nullptr, {}, a.opts.timeout};
-  const bool track = !capturing && cfg_.watchdog;
-  if (track) {
-    op.start = sh_->takeEvent();
-    CCLX_CUDA_CHECK(cudaEventRecord(op.start, s));
-  }
   if (a.type == CollType::Barrier) {  // a 1-element NCCL allreduce
     CollArgs b;
     b.type = CollType::AllReduce;
     b.send = b.recv = scratch_;
     b.count = 1;
     b.dtype = DataType::i32;
-    ncclRunCollective(b, sh_->comm, ctx_.rank, ctx_.size, s);
-  } else {
-    ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
+    return ncclRunCollective(b, sh_->comm, ctx_.rank, ctx_.size, s);
   }
-  if (track) {
-    op.end = sh_->takeEvent();
-    CCLX_CUDA_CHECK(cudaEventRecord(op.end, s));
-    std::lock_guard<std::mutex> g(opsMu_);
-    ncclOps_.push_back(op);
-  }
+  ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
 }
 
 // Completed NCCL operations give their events back; one that started on the device (its start
@@ -286,9 +273,8 @@ void CudaBackend::ncclOpsPoll() {
   size_t keep = 0;
   for (size_t i = 0; i < ncclOps_.size(); ++i) {
     NcclOp& op = ncclOps_[i];
-    if (cudaEventQuery(op.end) == cudaSuccess) {
+    if (cudaEventQuery(op.end.get()) == cudaSuccess) {
       sh_->returnEvent(op.start);
-      sh_->returnEvent(op.end);
       continue;
     }
     (void)cudaGetLastError();
@@ -379,15 +365,31 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
     CCLX_CUDA_CHECK(cudaStreamWaitEvent(internal_, forkEv_, 0));
     s = internal_;
   }
-  enqueue(a, algo, s, capturing);
-  if (!a.opts.async && capturing) return completedWork();
-  cudaEvent_t ev = sh_->takeEvent();
-  cudaError_t e = cudaEventRecord(ev, s);
-  if (e != cudaSuccess) {
-    sh_->returnEvent(ev);
-    CCLX_CUDA_CHECK(e);
+  // NCCL operations of eager calls are watched (core/watchdog.h): a start event before, the
+  // Work's event after.
+  cudaEvent_t start = nullptr;
+  if (algo == Algo::Base && !capturing && cfg_.watchdog) {
+    start = sh_->takeEvent();
+    cudaError_t e = cudaEventRecord(start, s);
+    if (e != cudaSuccess) {
+      sh_->returnEvent(start);
+      CCLX_CUDA_CHECK(e);
+    }
   }
-  return makeCudaWork(sh_, ev, capturing, a.opts.timeout);
+  try {
+    enqueue(a, algo, s, capturing);
+  } catch (...) {
+    if (start) sh_->returnEvent(start);
+    throw;
+  }
+  if (!a.opts.async && capturing) return completedWork();
+  EventRef ev = sh_->takeEventRef(sh_);
+  CCLX_CUDA_CHECK(cudaEventRecord(ev.get(), s));
+  if (start) {
+    std::lock_guard<std::mutex> g(opsMu_);
+    ncclOps_.push_back(NcclOp{a.type, start, ev, {}, a.opts.timeout});
+  }
+  return makeCudaWork(sh_, std::move(ev), capturing, a.opts.timeout);
 }
 
 void CudaBackend::finalize() {
@@ -414,10 +416,7 @@ void CudaBackend::finalize() {
   if (!healthy) return;  // kernels may still be spinning: leave device memory alone
   {
     std::lock_guard<std::mutex> g(opsMu_);
-    for (const NcclOp& op : ncclOps_) {
-      sh_->returnEvent(op.start);
-      sh_->returnEvent(op.end);
-    }
+    for (const NcclOp& op : ncclOps_) sh_->returnEvent(op.start);
     ncclOps_.clear();
   }
   for (uint32_t*& c : sh_->ctl) c = nullptr;  // requestAbort must not write into freed memory

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/backend.h"
@@ -20,6 +21,9 @@
 #include "gpu/runtime.h"
 
 namespace cclx {
+
+/// A pooled event shared by a Work and the watchdog's tracking: back to the pool when both let go.
+using EventRef = std::shared_ptr<std::remove_pointer_t<cudaEvent_t>>;
 
 /// State that outlives the backend while Works refer to it.
 struct CudaShared {
@@ -61,11 +65,13 @@ struct CudaShared {
   void abortNccl();
   cudaEvent_t takeEvent();
   void returnEvent(cudaEvent_t e);
+  /// takeEvent() as an EventRef that returns to `self`'s pool.
+  static EventRef takeEventRef(const std::shared_ptr<CudaShared>& self);
 };
 
 /// Work of a CUDA collective: an event recorded after the operation. `captured`: recorded inside
 /// a CUDA-graph capture (only wait(stream) is meaningful; the host cannot poll it).
-std::shared_ptr<Work> makeCudaWork(std::shared_ptr<CudaShared> sh, cudaEvent_t ev, bool captured,
+std::shared_ptr<Work> makeCudaWork(std::shared_ptr<CudaShared> sh, EventRef ev, bool captured,
                                    std::chrono::milliseconds timeout);
 
 /// Scoped cudaSetDevice (restores the previous device).
@@ -143,7 +149,8 @@ class CudaBackend final : public Backend {
   // its start event has completed, i.e. when it started on the device.
   struct NcclOp {
     CollType type;
-    cudaEvent_t start, end;
+    cudaEvent_t start;
+    EventRef end;
     std::chrono::steady_clock::time_point started{};
     std::chrono::milliseconds timeout;
   };

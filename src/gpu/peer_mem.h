@@ -18,8 +18,9 @@
 //   [0,       64 KiB)   barrier kernel flags: uint64 [kMaxRanks] (index = source rank)
 //   [64 KiB, 256 KiB)   DDA tree flags: uint64 [2 phases][kMaxBlocks][kMaxRanks]
 //   [256 KiB, 512 KiB)  FP8 collectives (free layout, owned by gpu/fp8/*.cu)
-//   [512 KiB, +4 KiB)   control words: [0] the comm's abort word, [1] its origin's missing-rank
-//                       mask (device/fail.cuh; written by any rank, never reset)
+//   [512 KiB, +4 KiB)   control words: the comm's abort word (a timeout's and the host's) and the
+//                       missing-rank mask (gpu/algo.h kCtl*, device/fail.cuh; written by any
+//                       rank, never reset)
 //   [516 KiB,   1 MiB)  reserved
 // Flags only ever increase (no resets): a waiter compares against the value it expects.
 #pragma once

@@ -98,7 +98,7 @@ void CudaShared::requestAbort() {
   for (int i = 0; i < size && i < kMaxRanks; ++i) {
     const int r = (rank + i) % size;
     if (ctl[r] &&
-        cudaMemcpyAsync(ctl[r], abortValue, sizeof(uint32_t), cudaMemcpyHostToDevice,
+        cudaMemcpyAsync(ctl[r] + kCtlHost, abortValue, sizeof(uint32_t), cudaMemcpyHostToDevice,
                         abortStream) != cudaSuccess)
       (void)cudaGetLastError();
   }
@@ -133,6 +133,10 @@ cudaEvent_t CudaShared::takeEvent() {
   return e;
 }
 
+EventRef CudaShared::takeEventRef(const std::shared_ptr<CudaShared>& self) {
+  return EventRef(self->takeEvent(), [self](cudaEvent_t e) { self->returnEvent(e); });
+}
+
 void CudaShared::returnEvent(cudaEvent_t e) {
   std::lock_guard<std::mutex> g(mu);
   if (freeEvents.size() < 256) freeEvents.push_back(e);
@@ -152,13 +156,11 @@ namespace {
 
 class CudaWork final : public Work {
  public:
-  CudaWork(std::shared_ptr<CudaShared> sh, cudaEvent_t ev, bool captured,
+  // The pooled event goes back when the Work and the watchdog's tracking let go of it; it may be
+  // re-recorded at once: a later record does not affect earlier waits.
+  CudaWork(std::shared_ptr<CudaShared> sh, EventRef ev, bool captured,
            std::chrono::milliseconds timeout)
-      : sh_(std::move(sh)), ev_(ev), captured_(captured), timeout_(timeout) {}
-  ~CudaWork() override {
-    // A pooled event may be re-recorded at once: a later record does not affect earlier waits.
-    if (ev_) sh_->returnEvent(ev_);
-  }
+      : sh_(std::move(sh)), ev_(std::move(ev)), captured_(captured), timeout_(timeout) {}
 
   bool isCompleted() override {
     if (done_) return true;
@@ -166,7 +168,7 @@ class CudaWork final : public Work {
     sh_->checkDeviceError();
     if (captured_) return true;  // graph work: completion belongs to each replay
     DeviceGuard g(sh_->device);
-    cudaError_t e = cudaEventQuery(ev_);
+    cudaError_t e = cudaEventQuery(ev_.get());
     if (e == cudaErrorNotReady) return false;
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -182,7 +184,7 @@ class CudaWork final : public Work {
     sh_->throwIfFailed();
     sh_->checkDeviceError();
     DeviceGuard g(sh_->device);
-    CCLX_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ev_, 0));
+    CCLX_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ev_.get(), 0));
   }
 
   void waitBlocking(std::chrono::milliseconds timeout) override {
@@ -205,7 +207,7 @@ class CudaWork final : public Work {
 
  private:
   std::shared_ptr<CudaShared> sh_;
-  cudaEvent_t ev_;
+  EventRef ev_;
   bool captured_;
   bool done_ = false;
   std::chrono::milliseconds timeout_;
@@ -213,9 +215,9 @@ class CudaWork final : public Work {
 
 }  // namespace
 
-std::shared_ptr<Work> makeCudaWork(std::shared_ptr<CudaShared> sh, cudaEvent_t ev, bool captured,
+std::shared_ptr<Work> makeCudaWork(std::shared_ptr<CudaShared> sh, EventRef ev, bool captured,
                                    std::chrono::milliseconds timeout) {
-  return std::make_shared<CudaWork>(std::move(sh), ev, captured, timeout);
+  return std::make_shared<CudaWork>(std::move(sh), std::move(ev), captured, timeout);
 }
 
 }  // namespace cclx

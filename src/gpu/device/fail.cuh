@@ -1,10 +1,12 @@
 // The failure model of every peer-memory kernel, written once (docs/DESIGN.md "Failure model").
 //
 // Each comm has a sticky abort word in every rank's control words (SignalRegion::kControl,
-// peer-visible device memory; FailParams in gpu/algo.h). It is 0 while the comm is healthy and is
-// never reset: a new comm gets new memory. It is raised (on this rank and every peer) by a kernel
-// whose deadline passed, and by a kernel that finds the host's abort request (kErrHostAbort: the
-// host's abort() or its watchdog).
+// peer-visible device memory; FailParams in gpu/algo.h): two 32-bit words, [kCtlTimeout] raised by
+// a kernel whose deadline passed (with the missing-rank mask in [kCtlMissing]) and [kCtlHost]
+// raised for an abort the host asked for (abort(), the watchdog, a Work's timeout: by the host's
+// own copies, or by a kernel that finds the host's request kErrHostAbort). Two words, so that an
+// abort never hides the timeout that caused it. They are 0 while the comm is healthy and never
+// reset: a new comm gets new memory. "The abort word is raised" means either is non-zero.
 //
 // Contract for a kernel (every block, all threads):
 //  1. At entry, before pushing anything to a peer: `if (dev::abortedAtEntry(p.fail))` (block-uniform)
@@ -32,31 +34,42 @@
 namespace cclx {
 namespace dev {
 
-/// The abort word of rank `r` (control word 0) and its origin's missing-rank mask (word 1).
+/// Control word i (kCtl*) of rank r.
 __device__ __forceinline__ char* ctlWord(const FailParams& f, int r, int i) {
   return reinterpret_cast<char*>(f.ctl[r] + i);
 }
 
-/// Copies what the abort word says into this rank's error words (once: the first observation).
+/// This rank's abort word: non-zero once raised (either word; the two loads are in flight
+/// together).
+__device__ __forceinline__ uint32_t abortWord(const FailParams& f) {
+  const uint32_t t = ldVolatile4(ctlWord(f, f.rank, kCtlTimeout));
+  const uint32_t h = ldVolatile4(ctlWord(f, f.rank, kCtlHost));
+  return t | h;
+}
+
+/// Copies what the abort word says into this rank's error words (once: the first observation),
+/// the timeout word before the host's.
 __device__ __forceinline__ void noteAbort(const FailParams& f) {
   volatile uint32_t* e = f.err;
-  const uint32_t word = ldVolatile4(ctlWord(f, f.rank, 0));
-  if (e[kErrOrigin] == 0) {
-    e[kErrOriginMissing] = ldVolatile4(ctlWord(f, f.rank, 1));
-    e[kErrOrigin] = word;
+  const uint32_t t = ldVolatile4(ctlWord(f, f.rank, kCtlTimeout));
+  if (e[kErrOrigin] == 0 || (t != 0 && (e[kErrOrigin] >> 16) != kAbortTimeout)) {
+    e[kErrOriginMissing] = ldVolatile4(ctlWord(f, f.rank, kCtlMissing));
+    e[kErrOrigin] = t != 0 ? t : ldVolatile4(ctlWord(f, f.rank, kCtlHost));
   }
   if (e[kErrCode] == kErrNone) e[kErrCode] = kErrPeerAbort;
   fenceSystem();
 }
 
-/// Raises the abort word on every rank (this one first): reason kAbort*, `missing` a rank mask.
+/// Raises the abort word on every rank (this one first): reason kAbortTimeout (with `missing`, a
+/// rank mask) or kAbortHost.
 __device__ __forceinline__ void raiseAbort(const FailParams& f, uint32_t reason, uint32_t missing) {
   const uint32_t word = reason << 16 | uint32_t(f.rank + 1);
+  const int slot = reason == kAbortTimeout ? kCtlTimeout : kCtlHost;
   for (int i = 0; i < f.size; ++i) {
     const int r = (f.rank + i) % f.size;
-    if (missing) stVolatile4(ctlWord(f, r, 1), missing);
+    if (missing) stVolatile4(ctlWord(f, r, kCtlMissing), missing);
     fenceSystem();
-    stVolatile4(ctlWord(f, r, 0), word);
+    stVolatile4(ctlWord(f, r, slot), word);
   }
   fenceSystem();
 }
@@ -79,7 +92,7 @@ __device__ __forceinline__ void raiseTimeout(const FailParams& f, int missing) {
 /// the kernel then poisons its share of the output, advances its counters and returns without
 /// touching any peer. Records the abort in the error words (one thread).
 __device__ __forceinline__ bool abortedAtEntry(const FailParams& f) {
-  const bool aborted = syncThreadsOr(ldVolatile4(ctlWord(f, f.rank, 0)) != 0u);
+  const bool aborted = syncThreadsOr(abortWord(f) != 0u);
   if (aborted && threadIdx.x == 0) noteAbort(f);
   return aborted;
 }
@@ -96,7 +109,7 @@ struct Waiter {
   /// true: poll again; false: stop (recorded: abort seen, host request, or this timeout).
   __device__ __forceinline__ bool again(int peer) {
     if ((++spins & 255u) != 0) return true;
-    if (ldVolatile4(ctlWord(f, f.rank, 0)) != 0u) {
+    if (abortWord(f) != 0u) {
       noteAbort(f);
       return false;
     }

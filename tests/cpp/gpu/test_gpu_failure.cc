@@ -208,7 +208,7 @@ TEST(GpuFailure, LateRankGivesExactOrNaN) {
         }
         enqueueCall(*gpu, a, *calls[size_t(i)], st.s);
       }
-      CK(cudaStreamSynchronize(st.s));
+      CK(cudaDeviceSynchronize());  // async calls run on the comm's internal stream
       const double waited = since(t0);
       // Others: calls before kLate, one timeout, the rest stop at entry. The late rank: every call
       // after its sleep stops at entry.
@@ -254,12 +254,12 @@ TEST(GpuFailure, DeadRankGivesExactOrNaN) {
       const auto t0 = Clock::now();
       for (int i = 0; i < kCalls; ++i) {
         if (rank == victim && i == kDie) {
-          CK(cudaStreamSynchronize(st.s));
+          CK(cudaDeviceSynchronize());  // its calls so far are complete
           raise(SIGKILL);
         }
         enqueueCall(*gpu, a, *calls[size_t(i)], st.s);
       }
-      CK(cudaStreamSynchronize(st.s));
+      CK(cudaDeviceSynchronize());  // async calls run on the comm's internal stream
       const double waited = since(t0);
       MP_CHECK(waited <= T + slack(size), "%s: rank %d waited %.1f s", a.name, rank, waited);
       int exact = 0, nan = 0;
