@@ -146,6 +146,26 @@ cclxResult_t cclxRecv(void* recvbuff, size_t count, cclxDataType_t datatype, int
 /* Returns once every rank has entered the barrier (CUDA: ordered on stream). */
 cclxResult_t cclxBarrier(cclxComm_t comm, void* stream);
 
+/* One message of cclxGroupSendRecv: `count` elements to or from rank `peer`. A send's buffer is
+ * only read. */
+typedef struct {
+  int peer;
+  void* buff;
+  size_t count;
+} cclxP2PMessage;
+
+/* Grouped point to point: the nsends sends and nrecvs receives (all of `datatype`) run as one
+ * operation that completes when all have. Messages between two ranks match in order (with the
+ * peer's cclxSend/cclxRecv calls and groups), whatever the order of the peers in the lists: no
+ * listing order deadlocks. Messages to the calling rank itself pair with its receives from itself,
+ * in order (counts must agree). Receive buffers must not overlap each other or a send buffer
+ * (except a receive from itself into exactly its send's buffer). Zero-count messages carry
+ * nothing; their match must be zero-count too. Lists may be NULL when their count is 0.
+ * Errors: as the collectives; cclxInvalidUsage when a peer's matching message has another size. */
+cclxResult_t cclxGroupSendRecv(const cclxP2PMessage* sends, int nsends,
+                               const cclxP2PMessage* recvs, int nrecvs, cclxDataType_t datatype,
+                               cclxComm_t comm, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -179,6 +179,19 @@ class Work {
   virtual void waitBlocking(std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) = 0;
 };
 
+/// One message of a grouped send/receive (Comm::sendRecv): `count` elements to `peer`.
+struct P2PSend {
+  int peer = -1;
+  const void* buf = nullptr;
+  size_t count = 0;
+};
+/// One message of a grouped send/receive: `count` elements from `peer` into `buf`.
+struct P2PRecv {
+  int peer = -1;
+  void* buf = nullptr;
+  size_t count = 0;
+};
+
 class Backend;
 struct CommState;
 
@@ -240,6 +253,51 @@ class Comm : public std::enable_shared_from_this<Comm> {
   std::shared_ptr<Work> recv(void* buf, size_t count, DataType dtype, int peer,
                              const CollOptions& o = {});
   std::shared_ptr<Work> barrier(const CollOptions& o = {});
+
+  /// Grouped point to point: every send and receive of the lists runs as one operation, which
+  /// completes when all of them have. Messages between two ranks match in order (this rank's
+  /// k-th message to p, counting send() calls and earlier groups, is p's k-th receive from this
+  /// rank), whatever the order of the peers in either rank's lists: no listing order deadlocks.
+  /// A message to this rank itself pairs with this call's receives from itself, in order, and
+  /// their counts must agree. Receive buffers must not overlap one another or a send buffer,
+  /// except a receive from this rank into exactly the buffer of its matching send (a no-op).
+  /// Zero-count messages carry nothing; the matching message must be zero-count too.
+  std::shared_ptr<Work> sendRecv(const std::vector<P2PSend>& sends,
+                                 const std::vector<P2PRecv>& recvs, DataType dtype,
+                                 const CollOptions& o = {});
+  /// recv (count elements) = sends[rank] of `root` (sends: size() buffers, read on root only).
+  std::shared_ptr<Work> scatter(const std::vector<const void*>& sends, void* recv, size_t count,
+                                DataType dtype, int root, const CollOptions& o = {});
+  /// On `root`: recvs[r] (size() buffers of count elements) = rank r's send. Others: recvs unused.
+  std::shared_ptr<Work> gather(const void* send, const std::vector<void*>& recvs, size_t count,
+                               DataType dtype, int root, const CollOptions& o = {});
+  /// gather into one buffer: on `root`, recv[r*count .. (r+1)*count) = rank r's send.
+  std::shared_ptr<Work> gatherSingle(const void* send, void* recv, size_t count, DataType dtype,
+                                     int root, const CollOptions& o = {});
+  /// recvs[r] (counts[r] elements) = rank r's send (counts[rank] elements). counts identical on
+  /// every rank. In place: send == recvs[rank].
+  std::shared_ptr<Work> allGatherV(const void* send, const std::vector<void*>& recvs,
+                                   const std::vector<size_t>& counts, DataType dtype,
+                                   const CollOptions& o = {});
+  /// sends[r] (sendCounts[r] elements) goes to rank r, landing in its recvs[rank]
+  /// (recvCounts[rank] there). Rank i's sendCounts[j] must equal rank j's recvCounts[i].
+  std::shared_ptr<Work> allToAllList(const std::vector<const void*>& sends,
+                                     const std::vector<size_t>& sendCounts,
+                                     const std::vector<void*>& recvs,
+                                     const std::vector<size_t>& recvCounts, DataType dtype,
+                                     const CollOptions& o = {});
+  /// recv (counts[rank] elements) = op over ranks of their sends[rank] (sends[r] holds counts[r]
+  /// elements; counts identical on every rank). In place: recv == sends[rank].
+  std::shared_ptr<Work> reduceScatterV(const std::vector<const void*>& sends,
+                                       const std::vector<size_t>& counts, void* recv,
+                                       DataType dtype, ReduceOp op, const CollOptions& o = {});
+
+  /// The comm's default timeout for later calls (per-call timeouts still win). Must be > 0.
+  void setTimeout(std::chrono::milliseconds timeout);
+  /// Replaces the comm's hints (per-call hints still win).
+  void setHints(const std::map<std::string, std::string>& hints);
+  /// "cclx <version>", plus the NCCL version a CUDA comm runs on ("... NCCL 2.28.9").
+  std::string backendVersion() const;
 
   /// Collective over all ranks of this comm: those listed in `ranks` get a new comm (ranks
   /// renumbered in list order); the others get nullptr.

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "core/backend.h"
 #include "store/bootstrap.h"
@@ -390,6 +391,23 @@ cclxResult_t cclxRecv(void* recvbuff, size_t count, cclxDataType_t datatype, int
 
 cclxResult_t cclxBarrier(cclxComm_t comm, void* stream) {
   return guard([&] { handle(comm).comm->barrier(streamOpts(stream)); });
+}
+
+cclxResult_t cclxGroupSendRecv(const cclxP2PMessage* sends, int nsends,
+                               const cclxP2PMessage* recvs, int nrecvs, cclxDataType_t datatype,
+                               cclxComm_t comm, void* stream) {
+  return guard([&] {
+    cclxComm& c = handle(comm);
+    CCLX_ARG_CHECK(nsends >= 0 && nrecvs >= 0, "negative message count (%d sends, %d receives)",
+                   nsends, nrecvs);
+    CCLX_ARG_CHECK(sends || nsends == 0, "sends is NULL with nsends %d", nsends);
+    CCLX_ARG_CHECK(recvs || nrecvs == 0, "recvs is NULL with nrecvs %d", nrecvs);
+    std::vector<P2PSend> s;
+    std::vector<P2PRecv> r;
+    for (int i = 0; i < nsends; ++i) s.push_back({sends[i].peer, sends[i].buff, sends[i].count});
+    for (int i = 0; i < nrecvs; ++i) r.push_back({recvs[i].peer, recvs[i].buff, recvs[i].count});
+    c.comm->sendRecv(s, r, dtypeOf(datatype), streamOpts(stream));
+  });
 }
 
 }  // extern "C"

@@ -28,8 +28,14 @@ enum class CollType : int {
   Send,
   Recv,
   Barrier,
+  SendRecv,        // grouped point to point (sends/recvs); scatter, gather, all-gather-v and
+                   // all-to-all (lists) are lowered onto it by Comm (`what` names them)
+  ReduceScatterV,  // sendList (size() entries of recvCounts[r] elements); recv gets recvCounts[rank]
 };
 const char* collName(CollType t);
+struct CollArgs;
+/// The name of a call in messages: the lowered collective's (`what`) when set, else collName.
+const char* collLabel(const CollArgs& a);
 
 struct CollArgs {
   CollType type = CollType::Barrier;
@@ -42,7 +48,11 @@ struct CollArgs {
   std::vector<void*> recvList;        // AllGather list variant (size() entries)
   std::vector<const void*> sendList;  // ReduceScatter list variant (size() entries)
   std::vector<size_t> sendCounts;     // AllToAllV, elements per destination
-  std::vector<size_t> recvCounts;     // AllToAllV, elements per source
+  std::vector<size_t> recvCounts;     // AllToAllV, elements per source; ReduceScatterV, per rank
+  std::vector<P2PSend> sends;         // SendRecv (count = total elements of sends and recvs)
+  std::vector<P2PRecv> recvs;         // SendRecv
+  const char* what = nullptr;         // SendRecv: the collective lowered onto it ("Scatter", ...)
+  size_t outCount = 0;                // ReduceScatterV: elements of this rank's output
   CollOptions opts;                   // async, stream, timeout (resolved: never 0), hints
   size_t bytes() const { return count * dtypeSize(dtype); }
   bool inPlace() const { return send == recv; }

@@ -14,13 +14,8 @@ namespace cclx {
 namespace {
 
 bool isReduction(CollType t) {
-  return t == CollType::AllReduce || t == CollType::Reduce || t == CollType::ReduceScatter;
-}
-
-// Elements each rank contributes or receives, times the world size, must fit in size_t bytes.
-void checkCount(size_t count, DataType dtype, int size) {
-  size_t es = dtypeSize(dtype);
-  CCLX_ARG_CHECK(count <= SIZE_MAX / es / size_t(size), "count %zu is too large", count);
+  return t == CollType::AllReduce || t == CollType::Reduce || t == CollType::ReduceScatter ||
+         t == CollType::ReduceScatterV;
 }
 
 void checkDtype(DataType dtype) {
@@ -34,10 +29,6 @@ void checkOp(const ReduceOp& op, DataType dtype) {
                  opName(op.kind), dtypeName(dtype));
   if (op.kind == RedOpKind::PREMUL_SUM)
     CCLX_ARG_CHECK(std::isfinite(op.factor), "PREMUL_SUM factor %g is not finite", op.factor);
-}
-
-void checkBuf(const void* p, size_t count, const char* what) {
-  CCLX_ARG_CHECK(p != nullptr || count == 0, "%s buffer is null with count %zu", what, count);
 }
 
 void validate(const CollArgs& a, int rank, int size) {
@@ -112,6 +103,12 @@ void validate(const CollArgs& a, int rank, int size) {
       break;
     case CollType::Barrier:
       break;
+    case CollType::SendRecv:
+      validateSendRecv(a, rank, size);
+      break;
+    case CollType::ReduceScatterV:
+      validateReduceScatterV(a, rank, size);
+      break;
   }
 }
 
@@ -123,20 +120,36 @@ std::string describe(const CollArgs& a) {
   if (a.type == CollType::AllGather) s += a.recvList.empty() ? "" : " list";
   if (a.type == CollType::ReduceScatter) s += a.sendList.empty() ? "" : " list";
   if (a.type == CollType::AllToAllV) s = strFormat("%s dtype=%s", collName(a.type), dtypeName(a.dtype));
+  if (a.type == CollType::SendRecv) {  // a lowered collective: per-pair counts checked apart
+    s = strFormat("%s dtype=%s", collLabel(a), dtypeName(a.dtype));
+    if (a.root >= 0) s += strFormat(" root=%d", a.root);
+  }
+  if (a.type == CollType::ReduceScatterV)
+    s = strFormat("%s dtype=%s op=%s counts=%s", collName(a.type), dtypeName(a.dtype),
+                  opName(a.op.kind), joinCounts(a.recvCounts).c_str());
   return s;
 }
 
-std::string joinCounts(const std::vector<size_t>& v) {
-  std::string s;
-  for (size_t x : v) s += std::to_string(x) + ",";
-  return s;
+// Elements this rank sends to / receives from each peer in a grouped call.
+std::vector<size_t> perPeer(const CollArgs& a, bool sending, int size) {
+  std::vector<size_t> v(size_t(size), 0);
+  if (sending)
+    for (const P2PSend& m : a.sends) v[size_t(m.peer)] += m.count;
+  else
+    for (const P2PRecv& m : a.recvs) v[size_t(m.peer)] += m.count;
+  return v;
 }
 
 // CCLX_CHECK_MODE: every rank publishes what it is about to run; all must agree.
 void checkModeExchange(CommState& st, const CollArgs& a) {
   const BootstrapInfo& i = st.info;
   uint64_t seq = st.checkSeq++;
-  std::string mine = describe(a) + "|" + joinCounts(a.sendCounts);
+  const bool pairs = a.type == CollType::AllToAllV || a.type == CollType::SendRecv;
+  const std::vector<size_t> sendCounts =
+      a.type == CollType::SendRecv ? perPeer(a, true, i.size) : a.sendCounts;
+  const std::vector<size_t> recvCounts =
+      a.type == CollType::SendRecv ? perPeer(a, false, i.size) : a.recvCounts;
+  std::string mine = describe(a) + "|" + joinCounts(sendCounts);
   std::string key = strFormat("check/%llu", (unsigned long long)seq);
   auto all = storeAllGather(*i.store, key, mine, i.rank, i.size, a.opts.timeout,
                             strFormat("check mode, collective #%llu (%s) of comm '%s'",
@@ -158,7 +171,7 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
   if (!bad.empty())
     CCLX_THROW(cclxInvalidUsage, "check mode: collective #%llu differs across ranks: rank %d: %s%s",
                (unsigned long long)seq, i.rank, myDesc.c_str(), bad.c_str());
-  if (a.type == CollType::AllToAllV) {
+  if (pairs) {
     for (int r = 0; r < i.size; ++r) {
       std::string counts = all[size_t(r)].substr(all[size_t(r)].find('|') + 1);
       std::istringstream in(counts);
@@ -166,13 +179,30 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
       for (int j = 0; std::getline(in, tok, ','); ++j) {
         if (j != i.rank) continue;
         size_t theirs = std::stoull(tok);
-        if (theirs != a.recvCounts[size_t(r)])
+        if (theirs != recvCounts[size_t(r)])
           CCLX_THROW(cclxInvalidUsage,
-                     "check mode: AllToAllV: rank %d sends %zu elements to rank %d, which expects %zu",
-                     r, theirs, i.rank, a.recvCounts[size_t(r)]);
+                     "check mode: %s: rank %d sends %zu elements to rank %d, which expects %zu",
+                     collLabel(a), r, theirs, i.rank, recvCounts[size_t(r)]);
       }
     }
   }
+}
+
+}  // namespace
+
+void checkCount(size_t count, DataType dtype, int size) {
+  size_t es = dtypeSize(dtype);
+  CCLX_ARG_CHECK(count <= SIZE_MAX / es / size_t(size), "count %zu is too large", count);
+}
+
+void checkBuf(const void* p, size_t count, const char* what) {
+  CCLX_ARG_CHECK(p != nullptr || count == 0, "%s buffer is null with count %zu", what, count);
+}
+
+std::string joinCounts(const std::vector<size_t>& v) {
+  std::string s;
+  for (size_t x : v) s += std::to_string(x) + ",";
+  return s;
 }
 
 CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_t count,
@@ -194,23 +224,24 @@ CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_
 }
 
 std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a) {
-  requireUsable(st, collName(a.type));
+  requireUsable(st, collLabel(a));
   validate(a, st.info.rank, st.info.size);
+  // Point to point involves only the peers; a grouped call is collective when it is a lowered
+  // collective (`what`).
+  const bool collective = a.type != CollType::Send && a.type != CollType::Recv &&
+                          (a.type != CollType::SendRecv || a.what != nullptr);
   const uint64_t seq = ++st.opSeq;
   st.lastOp.store(int(a.type));
   try {
-    if (st.info.cfg.checkMode && a.type != CollType::Send && a.type != CollType::Recv)
-      checkModeExchange(st, a);
-    CCLX_TRACE("%s count=%zu dtype=%s", collName(a.type), a.count, dtypeName(a.dtype));
+    if (st.info.cfg.checkMode && collective) checkModeExchange(st, a);
+    CCLX_TRACE("%s count=%zu dtype=%s", collLabel(a), a.count, dtypeName(a.dtype));
     return st.backend->run(a);
   } catch (const Error& e) {
     // A timeout or error with abort-on-error ends the process here (core/watchdog.h).
-    commFailed(st, e.code(), e.what(), strFormat("%s #%llu", collName(a.type), (unsigned long long)seq));
+    commFailed(st, e.code(), e.what(), strFormat("%s #%llu", collLabel(a), (unsigned long long)seq));
     throw;
   }
 }
-
-}  // namespace
 
 std::shared_ptr<Work> Comm::allReduce(const void* send, void* recv, size_t count, DataType dtype,
                                       ReduceOp op, const CollOptions& o) {

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "core/backend.h"
 
@@ -21,5 +24,21 @@ void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size)
 
 /// Throws cclxInvalidUsage when the comm was finalized or aborted.
 void requireUsable(const CommState& st, const char* what);
+
+// ---- collectives (comm_colls.cc, comm_grouped.cc)
+
+/// Arguments of a call with the comm's timeout and hints merged in (throws when unusable).
+CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_t count,
+                  DataType dtype, const CollOptions& o);
+/// Validates, runs check mode when set, and hands the call to the backend.
+std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a);
+/// `count` elements of `dtype`, times `size`, must fit in size_t bytes.
+void checkCount(size_t count, DataType dtype, int size);
+/// A null buffer is an error unless count is 0.
+void checkBuf(const void* p, size_t count, const char* what);
+std::string joinCounts(const std::vector<size_t>& v);
+/// Argument rules of the grouped calls (comm_grouped.cc); nothing has run when they throw.
+void validateSendRecv(const CollArgs& a, int rank, int size);
+void validateReduceScatterV(const CollArgs& a, int rank, int size);
 
 }  // namespace cclx

@@ -35,6 +35,10 @@ inline std::vector<std::pair<void*, size_t>> outputSpans(const CollArgs& a, int 
       add(a.recv, n * es);
       break;
     }
+    case CollType::SendRecv:
+      for (const P2PRecv& m : a.recvs) add(m.buf, m.count * es);
+      break;
+    case CollType::ReduceScatterV: add(a.recv, a.outCount * es); break;
     case CollType::Send:
     case CollType::Barrier: break;
   }

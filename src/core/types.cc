@@ -97,9 +97,13 @@ const char* collName(CollType t) {
     case CollType::Send: return "Send";
     case CollType::Recv: return "Recv";
     case CollType::Barrier: return "Barrier";
+    case CollType::SendRecv: return "SendRecv";
+    case CollType::ReduceScatterV: return "ReduceScatterV";
   }
   return "Unknown";
 }
+
+const char* collLabel(const CollArgs& a) { return a.what ? a.what : collName(a.type); }
 
 // Work handles that are complete on creation (host collectives finish before returning).
 

@@ -210,12 +210,15 @@ void CudaBackend::checkPointers(const CollArgs& a) const {
   if (a.recv != a.send) checkPointer(a.recv, "recv");
   for (void* p : a.recvList) checkPointer(p, "recv list");
   for (const void* p : a.sendList) checkPointer(p, "send list");
+  for (const P2PSend& m : a.sends) if (m.count) checkPointer(m.buf, "send");
+  for (const P2PRecv& m : a.recvs) if (m.count) checkPointer(m.buf, "recv");
 }
 
 // What no algorithm of this comm can run fails here, before anything is enqueued.
 void CudaBackend::checkUsable(const CollArgs& a) const {
   if (isBitwise(a.op.kind) && (a.type == CollType::AllReduce || a.type == CollType::Reduce ||
-                               a.type == CollType::ReduceScatter)) {
+                               a.type == CollType::ReduceScatter ||
+                               a.type == CollType::ReduceScatterV)) {
     CCLX_REQUIRE(a.type == CollType::AllReduce, cclxUnsupported,
                  "%s with %s is not supported on CUDA comms (NCCL has no bitwise reductions)",
                  collName(a.type), opName(a.op.kind));
@@ -228,7 +231,7 @@ void CudaBackend::checkUsable(const CollArgs& a) const {
 void CudaBackend::requireNccl(const CollArgs& a) const {
   if (!sh_->comm)
     CCLX_THROW(cclxUnsupported, "rank %d: %s needs NCCL, which this comm does not have: %s",
-               ctx_.rank, collName(a.type),
+               ctx_.rank, collLabel(a),
                ncclRefusal_.empty() ? "NCCL was torn down" : ncclRefusal_.c_str());
 }
 

@@ -27,9 +27,10 @@ std::unique_ptr<HostAlgo> makeHostReduce();            // "shm-reduce"    tree.c
 std::unique_ptr<HostAlgo> makeHostBroadcast();         // "shm-broadcast" broadcast.cc
 std::unique_ptr<HostAlgo> makeHostAllGather();         // "shm-allgather" allgather.cc (single and list)
 std::unique_ptr<HostAlgo> makeHostReduceScatter();     // "shm-reducescatter" reducescatter.cc
+std::unique_ptr<HostAlgo> makeHostReduceScatterV();    // "shm-reducescatterv" reducescatter.cc
 std::unique_ptr<HostAlgo> makeHostAllToAll();          // "shm-alltoall"  alltoall.cc
 std::unique_ptr<HostAlgo> makeHostAllToAllV();         // "shm-alltoallv" alltoall.cc
-std::unique_ptr<HostAlgo> makeHostSendRecv();          // "shm-p2p"       sendrecv.cc (Send and Recv)
+std::unique_ptr<HostAlgo> makeHostSendRecv();          // "shm-p2p"       sendrecv.cc (Send, Recv, SendRecv)
 std::unique_ptr<HostAlgo> makeHostBarrier();           // "shm-barrier"   barrier.cc
 
 // The CPU twins of the FP8 collectives (fp8.cc): the GPU kernels' element rules, bit for bit.

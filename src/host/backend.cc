@@ -26,6 +26,7 @@ class HostBackend final : public Backend {
     bcast_ = makeHostBroadcast();
     allGather_ = makeHostAllGather();
     reduceScatter_ = makeHostReduceScatter();
+    reduceScatterV_ = makeHostReduceScatterV();
     allToAll_ = makeHostAllToAll();
     allToAllV_ = makeHostAllToAllV();
     p2p_ = makeHostSendRecv();
@@ -43,12 +44,13 @@ class HostBackend final : public Backend {
     if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
     HostAlgo* algo = pick(args);
     auto t = args.opts.timeout.count() > 0 ? args.opts.timeout : ctx_->timeout;
-    ctx_->beginColl(collName(args.type), t);
+    ctx_->beginColl(collLabel(args), t);
     // Size 0: every rank of the collective sees the same count, so all skip alike. AllToAllV
-    // counts differ per rank and Barrier has none: they always run.
+    // counts differ per rank and Barrier has none: they always run. (SendRecv's count is its
+    // own messages' total, ReduceScatterV's all blocks': 0 only when nothing is to move.)
     if (args.count == 0 && args.type != CollType::AllToAllV && args.type != CollType::Barrier)
       return completedWork();
-    CCLX_TRACE("host %s count=%zu dtype=%s algo=%s", collName(args.type), args.count,
+    CCLX_TRACE("host %s count=%zu dtype=%s algo=%s", collLabel(args), args.count,
                dtypeName(args.dtype), algo->name());
     try {
       algo->run(args, *ctx_);
@@ -117,8 +119,10 @@ class HostBackend final : public Backend {
         return algo == Algo::Fp8 ? fp8ReduceScatter_.get() : reduceScatter_.get();
       case CollType::AllToAll: return algo == Algo::Fp8 ? fp8AllToAll_.get() : allToAll_.get();
       case CollType::AllToAllV: return allToAllV_.get();
+      case CollType::ReduceScatterV: return reduceScatterV_.get();
       case CollType::Send:
-      case CollType::Recv: return p2p_.get();
+      case CollType::Recv:
+      case CollType::SendRecv: return p2p_.get();
       case CollType::Barrier: return barrier_.get();
     }
     CCLX_THROW(cclxInternalError, "host backend: unknown collective %d", int(a.type));
@@ -127,7 +131,7 @@ class HostBackend final : public Backend {
   BootstrapInfo info_;
   std::unique_ptr<HostCtx> ctx_;
   std::unique_ptr<HostAlgo> flat_, tree_, lamport_, reduce_, bcast_, allGather_, reduceScatter_, allToAll_,
-      allToAllV_, p2p_, barrier_;
+      allToAllV_, p2p_, barrier_, reduceScatterV_;
   std::unique_ptr<HostAlgo> fp8AllReduce_, fp8OneShot_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;
 };
 

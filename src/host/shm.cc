@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -69,6 +70,10 @@ struct ShmSegment {
     return reinterpret_cast<uint32_t*>(base + size_t(line) * kLine + 8);
   }
   uint32_t* abortedWord() const { return reinterpret_cast<uint32_t*>(base + 16); }
+  // Byte length of the message whose piece `msg` sits in a point-to-point channel (sent lines).
+  uint64_t* msgLength(int line, uint64_t msg) const {
+    return reinterpret_cast<uint64_t*>(base + size_t(line) * kLine + 16 + (msg & 1) * 8);
+  }
 };
 
 namespace {
@@ -362,6 +367,7 @@ void HostCtx::sendTo(int peer, const void* buf, size_t bytes) {
     // Channel msg % 2 was last used by message msg - 2: the receiver must have consumed it.
     if (msg > 2) waitFor({peer}, ackedLine(size, rank), msg - 2, "send ack");
     std::memcpy(channel(own, size, slotBytes_, p2pBytes_, peer, msg), src + off, n);
+    std::atomic_ref<uint64_t>(*own.msgLength(sentLine(peer), msg)).store(bytes, std::memory_order_relaxed);
     publish(own, sentLine(peer), msg);
   }
 }
@@ -375,8 +381,76 @@ void HostCtx::recvFrom(int peer, void* buf, size_t bytes) {
     size_t n = std::min(p2pBytes_, bytes - off);
     uint64_t msg = ++recvd_[size_t(peer)];
     waitFor({peer}, sentLine(rank), msg, "message");
+    checkLength(peer, msg, bytes);
     std::memcpy(dst + off, channel(src, size, slotBytes_, p2pBytes_, rank, msg), n);
     publish(*segs_[size_t(rank)], ackedLine(size, peer), msg);
+  }
+}
+
+// Called once piece `msg` from `peer` is visible (acquire load of its sent counter).
+void HostCtx::checkLength(int peer, uint64_t msg, size_t bytes) {
+  const uint64_t theirs = std::atomic_ref<uint64_t>(*segs_[size_t(peer)]->msgLength(sentLine(rank), msg))
+                              .load(std::memory_order_relaxed);
+  if (theirs == bytes) return;
+  broken_ = true;
+  brokenWhy_ = strFormat("host %s #%llu: rank %d sent a message of %llu bytes where rank %d expects %zu "
+                         "bytes from it (sends and receives between two ranks must match in order and size)",
+                         coll_, static_cast<unsigned long long>(collSeq_), peer,
+                         static_cast<unsigned long long>(theirs), rank, bytes);
+  throw Error(cclxInvalidUsage, brokenWhy_);
+}
+
+bool HostCtx::trySendPiece(int peer, const void* buf, size_t n, size_t msgBytes) {
+  const ShmSegment& own = *segs_[size_t(rank)];
+  const uint64_t msg = sent_[size_t(peer)] + 1;
+  // Channel msg % 2 was last used by message msg - 2: the receiver must have consumed it.
+  if (msg > 2 && loadAcq(*segs_[size_t(peer)], ackedLine(size, rank)) < msg - 2) return false;
+  std::memcpy(channel(own, size, slotBytes_, p2pBytes_, peer, msg), buf, n);
+  std::atomic_ref<uint64_t>(*own.msgLength(sentLine(peer), msg)).store(msgBytes, std::memory_order_relaxed);
+  publish(own, sentLine(peer), msg);
+  sent_[size_t(peer)] = msg;
+  return true;
+}
+
+bool HostCtx::tryRecvPiece(int peer, void* buf, size_t n, size_t msgBytes) {
+  const ShmSegment& src = *segs_[size_t(peer)];
+  const uint64_t msg = recvd_[size_t(peer)] + 1;
+  if (loadAcq(src, sentLine(rank)) < msg) return false;
+  checkLength(peer, msg, msgBytes);
+  std::memcpy(buf, channel(src, size, slotBytes_, p2pBytes_, rank, msg), n);
+  publish(*segs_[size_t(rank)], ackedLine(size, peer), msg);
+  recvd_[size_t(peer)] = msg;
+  return true;
+}
+
+void HostCtx::idle(const std::vector<int>& pending, uint32_t rounds) {
+  const uint32_t spin = uint32_t(std::max(cfg.spinIterations, 1));
+  if (rounds < spin) {
+    cpuRelax();
+    return;
+  }
+  if (((rounds - spin) & 255u) == 0) {
+    std::string missing;
+    for (int p : pending) {
+      if (std::atomic_ref<uint32_t>(*segs_[size_t(p)]->abortedWord()).load(std::memory_order_acquire) != 0)
+        failWaiting(p, true, "");
+      missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+    }
+    if (std::chrono::steady_clock::now() >= deadline_) {
+      broken_ = true;
+      brokenWhy_ = strFormat("host %s #%llu (rank %d of %d, point to point) timed out after %lld ms; "
+                             "rank(s) [%s] did not arrive",
+                             coll_, static_cast<unsigned long long>(collSeq_), rank, size,
+                             static_cast<long long>(timeout.count()), missing.c_str());
+      raiseFailed(pending.front());
+      throw Error(cclxTimeout, brokenWhy_);
+    }
+  }
+  if (rounds - spin < 4096) {
+    sched_yield();
+  } else {  // a long wait: nap instead of taking the core from the ranks that have work
+    timespec nap{0, 20000};
+    nanosleep(&nap, nullptr);
   }
 }
 

@@ -3,7 +3,9 @@
 // Segment layout (one per rank, written only by its owner except where noted):
 //   line 0           magic, sizes, "aborted" word
 //   line 1           step counter (collective steps this rank has published)
-//   lines 2..N+1     sent[p]: messages this rank has published to peer p (point to point)
+//   lines 2..N+1     sent[p]: messages this rank has published to peer p (point to point); the
+//                    line also holds, per channel, the byte length of the message the piece in
+//                    it belongs to (checked by the receiver)
 //   lines N+2..2N+1  acked[p]: messages from peer p this rank has consumed
 //   2 step slots     slotBytes() each; step s uses slot s % 2
 //   N x 2 channels   p2pBytes each; messages to peer p, message n uses channel [p][n % 2]
@@ -104,6 +106,17 @@ struct HostCtx {
   /// published (the receiver may still be copying it out). Matched in order with recvFrom().
   void sendTo(int peer, const void* buf, size_t bytes);
   void recvFrom(int peer, void* buf, size_t bytes);
+  /// Bytes of one channel piece (a message of more bytes travels as several pieces).
+  size_t p2pBytes() const { return p2pBytes_; }
+  /// Non-blocking halves of sendTo/recvFrom for grouped point to point: move the next piece (`n`
+  /// bytes) of a message of `msgBytes` bytes when the pair's channel allows it now; false, with
+  /// nothing done, when it does not. tryRecvPiece throws cclxInvalidUsage (and the context
+  /// becomes unusable) when the sender's message has another length.
+  bool trySendPiece(int peer, const void* buf, size_t n, size_t msgBytes);
+  bool tryRecvPiece(int peer, void* buf, size_t n, size_t msgBytes);
+  /// One idle round (number `rounds`, from 1) of a wait on the `pending` peers: spins, then yields,
+  /// then naps. Throws cclxTimeout naming them at the deadline, cclxRemoteError when one aborted.
+  void idle(const std::vector<int>& pending, uint32_t rounds);
 
   /// Marks this rank aborted (peers waiting on it fail fast with cclxRemoteError), unmaps.
   void abort();
@@ -120,6 +133,7 @@ struct HostCtx {
   /// What a peer's "aborted" word says, as the error a waiter raises.
   std::string peerFailure(int peer) const;
   cclxResult_t peerFailureCode(int peer) const;
+  void checkLength(int peer, uint64_t msg, size_t bytes);
   void setup(const BootstrapInfo& info);
   void release();
 

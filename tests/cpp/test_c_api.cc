@@ -107,6 +107,21 @@ TEST(CApi, AllReduceAcrossProcesses) {
       C_OK(cclxRecv(got.data(), 8, cclxFloat64, 0, comm, nullptr));
       MP_CHECK(got[7] == a[7]);
     }
+    // Grouped point to point: both ranks list the send first; each also sends to itself.
+    {
+      const int peer = 1 - rank;
+      std::vector<double> fromPeer(count, -99.0), fromSelf(count, -99.0);
+      cclxP2PMessage sends[2] = {{peer, in.data(), count}, {rank, in.data(), count}};
+      cclxP2PMessage recvs[2] = {{rank, fromSelf.data(), count}, {peer, fromPeer.data(), count}};
+      C_OK(cclxGroupSendRecv(sends, 2, recvs, 2, cclxFloat64, comm, nullptr));
+      const std::vector<double>& theirs = rank == 0 ? b : a;
+      MP_CHECK(fromPeer == theirs && fromSelf == in, "cclxGroupSendRecv data");
+      C_FAILS(cclxInvalidArgument, cclxGroupSendRecv(nullptr, 1, recvs, 0, cclxFloat64, comm, nullptr));
+      C_FAILS(cclxInvalidArgument, cclxGroupSendRecv(sends, -1, recvs, 0, cclxFloat64, comm, nullptr));
+      cclxP2PMessage badPeer = {size, fromPeer.data(), 1};
+      C_FAILS(cclxInvalidArgument, cclxGroupSendRecv(nullptr, 0, &badPeer, 1, cclxFloat64, comm, nullptr));
+      C_OK(cclxGroupSendRecv(nullptr, 0, nullptr, 0, cclxFloat64, comm, nullptr));  // nothing to do
+    }
 
     cclxResult_t async = cclxInternalError;
     C_OK(cclxCommGetAsyncError(comm, &async));

@@ -1,4 +1,6 @@
-// Every collective through NCCL. FP8 types move as bytes (no reductions on them); PREMUL_SUM uses
+// Every collective through NCCL. Grouped point to point (SendRecv, onto which Comm lowers
+// scatter, gather, all-gather-v and all-to-all lists) is one ncclGroupStart/End of ncclSend /
+// ncclRecv; reduce-scatter-v one group of ncclReduce. FP8 types move as bytes (no reductions on them); PREMUL_SUM uses
 // ncclRedOpCreatePreMulSum with the factor as a host scalar of the element type. Overlapping
 // buffers that NCCL cannot take directly (all-to-all in place, reduce-scatter/all-gather with
 // send == recv) go through a stream-ordered temporary (cudaMallocAsync: legal in graph capture).
@@ -207,6 +209,38 @@ void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, cuda
     case CollType::Recv:
       ncclCheck(L.recv(recv, a.count, t, a.root, c, s), "ncclRecv", c);
       return;
+    case CollType::SendRecv: {
+      // Messages to this rank itself are copies on the stream (Comm checked that they pair up
+      // and overlap no other buffer); the rest is one NCCL group. Zero-count messages are
+      // skipped on both sides alike.
+      size_t k = 0;
+      for (const P2PSend& m : a.sends) {
+        if (m.peer != me) continue;
+        while (a.recvs[k].peer != me) ++k;
+        const P2PRecv& r = a.recvs[k++];
+        if (m.count && r.buf != m.buf)
+          CCLX_CUDA_CHECK(cudaMemcpyAsync(r.buf, m.buf, m.count * es, cudaMemcpyDeviceToDevice, s));
+      }
+      Group g(c);
+      for (const P2PSend& m : a.sends)
+        if (m.peer != me && m.count) ncclCheck(L.send(m.buf, m.count, t, m.peer, c, s), "ncclSend", c);
+      for (const P2PRecv& m : a.recvs)
+        if (m.peer != me && m.count) ncclCheck(L.recv(m.buf, m.count, t, m.peer, c, s), "ncclRecv", c);
+      g.end();
+      return;
+    }
+    case CollType::ReduceScatterV: {  // one reduce per destination rank, as the list variant
+      NcclOp op(a.op, a.dtype, c);
+      Group g(c);
+      for (int r = 0; r < int(n); ++r) {
+        const size_t cnt = a.recvCounts[size_t(r)];
+        if (cnt)
+          ncclCheck(L.reduce(a.sendList[size_t(r)], r == me ? recv : nullptr, cnt, t, op.get(), r, c, s),
+                    "ncclReduce", c);
+      }
+      g.end();
+      return;
+    }
     case CollType::Barrier:
       break;
   }
