@@ -31,6 +31,8 @@ from ._C import (  # noqa: E402
     prefix_store,
 )
 from .comm import Comm, Work, new_comm  # noqa: E402
+from ._comm_ops import BatchSendRecv, CommOptions, P2POp, P2POpType  # noqa: E402
+from ._hooks import OpName, RemovableHandle  # noqa: E402
 from ._tensor import dtype_of  # noqa: E402
 from ._info import nccl_version, build_info  # noqa: E402
 
@@ -38,15 +40,21 @@ __version__ = _C.__version__
 __commit__ = _C.__commit__
 
 __all__ = [
+    "BatchSendRecv",
     "CclxError",
     "CclxInvalidArgument",
     "CclxTimeoutError",
     "CclxUnsupportedError",
     "CclxUsageError",
     "Comm",
+    "CommOptions",
     "DataType",
     "RedOpType",
     "ReduceOp",
+    "OpName",
+    "P2POp",
+    "P2POpType",
+    "RemovableHandle",
     "Result",
     "Store",
     "TcpStore",

@@ -7,7 +7,8 @@ import sys
 import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import _C, _rendezvous as rdv
+from . import _C, _hooks, _rendezvous as rdv
+from ._comm_ops import CHECKED as _CHECKED_OPS, CommOps
 from ._tensor import CUPY, TORCH, adapt, rows, same_dtype
 
 ReduceOp = _C.ReduceOp
@@ -34,31 +35,22 @@ def _capturing() -> bool:
 
 
 def _checked(method):
-    """Runs `method` on a live communicator. A timeout or error with
-    abort_process_on_timeout_or_error on ends the process in the library itself (one line on
-    stderr, the abort hooks, then abort), in the call or from the watchdog thread."""
+    """Runs `method` on a live communicator, with its pre/post hooks when any are registered. A
+    timeout or error with abort_process_on_timeout_or_error on ends the process in the library
+    itself (one line on stderr, the abort hooks, then abort), in the call or from the watchdog
+    thread."""
+    op = _hooks.op_of(method.__name__)
 
     @functools.wraps(method)
     def wrapper(self: "Comm", *args, **kwargs):
         if self._closed is not None:
             raise _C.CclxUsageError(f"{method.__name__}: communicator {self._name!r} was "
                                     f"{self._closed}")
-        return method(self, *args, **kwargs)
+        if self._hooks is None:
+            return method(self, *args, **kwargs)
+        return _hooks.call(self, op, method, args, kwargs)
 
     return wrapper
-
-
-class _HookHandle:
-    """Returned by register_*_hook; remove() unregisters the hook."""
-
-    __slots__ = ("_hooks", "_key")
-
-    def __init__(self, hooks: Dict[int, Any], key: int) -> None:
-        self._hooks = hooks
-        self._key = key
-
-    def remove(self) -> None:
-        self._hooks.pop(self._key, None)
 
 
 class Work:
@@ -90,15 +82,14 @@ class Work:
         return self._w.is_completed()
 
 
-class Comm:
+class Comm(CommOps):
     """A communicator of get_size() ranks on one device (create it with cclx.new_comm)."""
 
     def __init__(self, c: Any, device: Any, store: Any) -> None:
         self._c = c
         self._device = device
         self._store = store
-        self._abort_hooks: Dict[int, Any] = {}
-        self._next_hook = 0
+        self._abort_hooks: Dict[Any, Any] = {}  # register_abort_hook (_comm_ops.py)
         # The library calls this (with the reason) when the comm aborts: abort(), or a timeout /
         # error with abort_process_on_timeout_or_error, just before the process ends.
         me = weakref.ref(self)
@@ -318,32 +309,14 @@ class Comm:
             self._closed = "aborted"
             self._c.abort()
 
-    def is_aborted(self) -> bool:
-        """True after abort() on this rank."""
-        return self._c.is_aborted()
-
-    def register_abort_hook(self, hook: Any) -> _HookHandle:
-        """hook(reason) runs once when the comm aborts: abort(), or a timeout or error with
-        abort_process_on_timeout_or_error on, just before the process ends (then possibly on the
-        library's watchdog thread). Returns a handle with remove()."""
-        if not callable(hook):
-            raise rdv.bad(f"register_abort_hook: hook must be callable, got {type(hook).__name__}")
-        key = self._next_hook
-        self._next_hook += 1
-        self._abort_hooks[key] = hook
-        return _HookHandle(self._abort_hooks, key)
-
-    def _run_abort_hooks(self, reason: str) -> None:
-        for hook in list(self._abort_hooks.values()):
-            try:
-                hook(reason)
-            except Exception as e:  # a failing hook must not keep the others from running
-                sys.stderr.write(f"cclx: abort hook {hook!r} raised {type(e).__name__}: {e}\n")
-
     def get_algo(self, count: int, dtype: Any, op: Any = ReduceOp.SUM,
                  hints: Optional[Dict[str, Any]] = None) -> str:
         """Algorithm an all_reduce of `count` elements of `dtype` would use (diagnostics)."""
         return self._c.select_all_reduce_algo(int(count), int(dtype), op, rdv.hints_dict(hints))
+
+
+for _name in _CHECKED_OPS:  # the collectives of _comm_ops.py get the same wrapper
+    setattr(Comm, _name, _checked(getattr(CommOps, _name)))
 
 
 def new_comm(backend: str, device: Any, *, name: Optional[str] = None, store: Any = None,

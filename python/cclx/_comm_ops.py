@@ -1,0 +1,262 @@
+"""The rest of torchcomms' TorchComm on cclx.Comm: all_gather_v, reduce_scatter_v, all_to_all
+(lists), scatter, gather, gather_single, batched point to point (batch_op_create), settings
+(set_timeout, set_hints, get_options, get_backend_version, is_aborted, rank, size) and hooks.
+
+CommOps is a base class of cclx.Comm; comm.py wraps the methods named in CHECKED with the same
+checks, error handling and hooks as every other collective. The collectives below are lowered in
+the C++ core onto one grouped point-to-point operation (reduce_scatter_v has its own), so they
+run alike on CPU and CUDA communicators.
+"""
+from __future__ import annotations
+
+import datetime
+import enum
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from . import _C, _hooks
+from . import _rendezvous as rdv
+from ._tensor import adapt, same_dtype
+
+_U8 = int(_C.DataType.u8)
+
+
+class P2POpType(enum.Enum):
+    SEND = "send"
+    RECV = "recv"
+
+
+class P2POp:
+    """One entry of a BatchSendRecv: type, tensor, peer."""
+
+    __slots__ = ("type", "tensor", "peer")
+
+    def __init__(self, type: P2POpType, tensor: Any, peer: int) -> None:  # noqa: A002
+        self.type = type
+        self.tensor = tensor
+        self.peer = int(peer)
+
+    def __repr__(self) -> str:
+        return f"P2POp({self.type.name}, peer={self.peer})"
+
+
+class BatchSendRecv:
+    """Sends and receives collected with send()/recv() and run by issue() as one grouped
+    operation: every rank makes progress on all of them at once, so no listing order deadlocks.
+    Messages between two ranks match in order (also against plain send/recv calls)."""
+
+    def __init__(self, comm: Any) -> None:
+        self._comm = comm
+        self.ops: List[P2POp] = []
+
+    def send(self, tensor: Any, dst: int) -> None:
+        """Adds a send of `tensor` to rank `dst`."""
+        self.ops.append(P2POp(P2POpType.SEND, tensor, dst))
+
+    def recv(self, tensor: Any, src: int) -> None:
+        """Adds a receive from rank `src` into `tensor`."""
+        self.ops.append(P2POp(P2POpType.RECV, tensor, src))
+
+    def issue(self, async_op: bool = False, options: Any = None, *,
+              hints: Optional[Dict[str, Any]] = None, timeout: Any = None) -> Any:
+        """Runs the batch; returns a Work. `options` may carry .hints and .timeout (torchcomms'
+        BatchP2POptions)."""
+        if options is not None:
+            hints = hints if hints is not None else getattr(options, "hints", None)
+            timeout = timeout if timeout is not None else getattr(options, "timeout", None)
+        return self._comm._batch_op_issue(list(self.ops), async_op, hints, timeout)
+
+
+class CommOptions:
+    """What get_options() returns (torchcomms' CommOptions fields)."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.abort_process_on_timeout_or_error: bool = kw["abort_process_on_timeout_or_error"]
+        self.timeout: datetime.timedelta = kw["timeout"]
+        self.store: Any = kw["store"]
+        self.name: str = kw["name"]
+        self.hints: Dict[str, str] = kw["hints"]
+        self.backend: str = kw["backend"]
+        self.enable_reconfigure = False
+
+    def __repr__(self) -> str:
+        return (f"CommOptions(name={self.name!r}, backend={self.backend!r}, "
+                f"timeout={self.timeout}, hints={self.hints}, "
+                f"abort_process_on_timeout_or_error={self.abort_process_on_timeout_or_error})")
+
+
+class CommOps:
+    """Methods of cclx.Comm beyond the original set (see the module docstring)."""
+
+    # Hook state (set per instance on first registration; class defaults keep __init__ as is).
+    _hooks: Optional[_hooks.HookSet] = None  # None = no pre/post hooks: the fast call path
+    _abort_hooks: Optional[Dict[Any, Callable[[], None]]] = None
+    _abort_hooks_ran = False
+    _abort_reason: Optional[str] = None
+
+    # ----------------------------------------------------------------- properties / settings
+    @property
+    def rank(self) -> int:
+        """This process's rank (read-only)."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """Number of ranks (read-only)."""
+        return self._size
+
+    def get_options(self) -> CommOptions:
+        """The communicator's options (timeout and hints as currently set)."""
+        return CommOptions(abort_process_on_timeout_or_error=self._c.abort_on_error,
+                           timeout=datetime.timedelta(seconds=self._c.timeout),
+                           store=self._store, name=self._name, hints=dict(self._c.hints),
+                           backend=self._c.backend)
+
+    def get_backend_version(self) -> str:
+        """'cclx <version>', plus ' NCCL <version>' for CUDA communicators."""
+        return self._c.backend_version()
+
+    def is_aborted(self) -> bool:
+        """True once the communicator was aborted."""
+        return self._closed == "aborted" or self._c.is_aborted()
+
+    def set_timeout(self, timeout: Any) -> None:
+        """Default timeout (timedelta or seconds, > 0) of later operations; per-call timeouts
+        still win."""
+        t = rdv.timeout_seconds(timeout)
+        if not t > 0:
+            raise _C.CclxInvalidArgument(f"set_timeout: the timeout must be positive (got {t})")
+        self._c.set_timeout(t)
+
+    def set_hints(self, hints: Optional[Dict[str, Any]]) -> None:
+        """Replaces the communicator's hints; per-call hints still win."""
+        self._c.set_hints(rdv.hints_dict(hints))
+
+    def batch_op_create(self) -> BatchSendRecv:
+        """A new, empty batch of point-to-point operations."""
+        return BatchSendRecv(self)
+
+    # ----------------------------------------------------------------- hooks
+    def register_pre_hook(self, callback: Callable) -> _hooks.RemovableHandle:
+        """callback(name: OpName, op_id: int, args) before every operation."""
+        return _hooks.register(self, "pre", callback)
+
+    def register_post_hook(self, callback: Callable) -> _hooks.RemovableHandle:
+        """callback(op_id: int, args) after every operation (args.error set when it raised)."""
+        return _hooks.register(self, "post", callback)
+
+    def register_abort_hook(self, callback: Callable[..., None]) -> _hooks.RemovableHandle:
+        """callback() once when the communicator aborts: abort(), or a timeout or error with
+        abort_process_on_timeout_or_error on, just before the process ends (then possibly on the
+        library's watchdog thread). A callback that takes one argument gets the reason."""
+        return _hooks.register_abort(self, callback)
+
+    def _run_abort_hooks(self, reason: str = "") -> None:
+        """Runs the abort hooks once (later calls do nothing); `reason` (what failed) is kept in
+        self._abort_reason (the flight recorder dumps it). The library calls it when the comm
+        aborts; a hook that raises is reported on stderr and the others still run."""
+        _hooks.run_abort(self, str(reason))
+
+    # ----------------------------------------------------------------- collectives
+    def all_gather_v(self, tensor_list: Sequence[Any], tensor: Any, async_op: bool = False,
+                     hints: Optional[Dict[str, Any]] = None, timeout: Any = None) -> Any:
+        """tensor_list[r] = rank r's `tensor`; entries may differ in size (this rank's `tensor`
+        has the size of tensor_list[rank]; in place: tensor is tensor_list[rank])."""
+        a, code, fw = adapt(tensor, "all_gather_v: tensor")
+        outs = [self._out(t, "all_gather_v: tensor_list entry", code) for t in tensor_list]
+        w = self._c.all_gather_v(a, outs, code, *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw, (tensor, list(tensor_list)))
+
+    def reduce_scatter_v(self, output: Any, input_list: Sequence[Any], op: Any = _C.ReduceOp.SUM,
+                         async_op: bool = False, hints: Optional[Dict[str, Any]] = None,
+                         timeout: Any = None) -> Any:
+        """output = reduction over ranks of input_list[rank]; input_list[r] has rank r's output
+        size (the same list of sizes on every rank). In place: output is input_list[rank]."""
+        o_obj, code, fw = adapt(output, "reduce_scatter_v: output", writable=True)
+        ins = self._inputs(input_list, "reduce_scatter_v: input_list entry", code)
+        w = self._c.reduce_scatter_v(ins, o_obj, code, op,
+                                     *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw, (output, list(input_list)))
+
+    def all_to_all(self, output_tensor_list: Sequence[Any], input_tensor_list: Sequence[Any],
+                   async_op: bool = False, hints: Optional[Dict[str, Any]] = None,
+                   timeout: Any = None) -> Any:
+        """input_tensor_list[r] goes to rank r, landing in its output_tensor_list[rank]; sizes may
+        differ per pair (rank i's input i->j has rank j's output j<-i size)."""
+        if not input_tensor_list:
+            raise _C.CclxInvalidArgument("all_to_all: input_tensor_list is empty")
+        a0, code, fw = adapt(input_tensor_list[0], "all_to_all: input_tensor_list entry")
+        ins = [a0] + self._inputs(input_tensor_list[1:], "all_to_all: input_tensor_list entry",
+                                  code)
+        outs = [self._out(t, "all_to_all: output_tensor_list entry", code)
+                for t in output_tensor_list]
+        w = self._c.all_to_all_list(outs, ins, code, *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw, (list(output_tensor_list), list(input_tensor_list)))
+
+    def scatter(self, output_tensor: Any, input_tensor_list: Sequence[Any], root: int,
+                async_op: bool = False, hints: Optional[Dict[str, Any]] = None,
+                timeout: Any = None) -> Any:
+        """output_tensor = root's input_tensor_list[rank] (the list is read on root only)."""
+        o_obj, code, fw = adapt(output_tensor, "scatter: output_tensor", writable=True)
+        ins = []
+        if self._rank == int(root):
+            ins = self._inputs(input_tensor_list, "scatter: input_tensor_list entry", code)
+        w = self._c.scatter(o_obj, ins, code, int(root), *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw, (output_tensor, list(input_tensor_list or ())))
+
+    def gather(self, output_tensor_list: Sequence[Any], input_tensor: Any, root: int,
+               async_op: bool = False, hints: Optional[Dict[str, Any]] = None,
+               timeout: Any = None) -> Any:
+        """On root: output_tensor_list[r] = rank r's input_tensor (the list is used on root
+        only)."""
+        a, code, fw = adapt(input_tensor, "gather: input_tensor")
+        outs = []
+        if self._rank == int(root):
+            outs = [self._out(t, "gather: output_tensor_list entry", code)
+                    for t in output_tensor_list]
+        w = self._c.gather(a, outs, code, int(root), *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw, (input_tensor, list(output_tensor_list or ())))
+
+    def gather_single(self, output: Any, input: Any, root: int, async_op: bool = False,
+                      hints: Optional[Dict[str, Any]] = None, timeout: Any = None) -> Any:
+        """On root: output (get_size() x input's size) = concatenation over ranks of `input`
+        (output is used on root only and may be None elsewhere)."""
+        a, code, fw = adapt(input, "gather_single: input")
+        o = None
+        if self._rank == int(root):
+            if output is None:
+                raise _C.CclxInvalidArgument("gather_single: the root needs an output")
+            o = self._out(output, "gather_single: output", code)
+        w = self._c.gather_single(a, o, code, int(root),
+                                  *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw, (output, input))
+
+    def _batch_op_issue(self, ops: List[P2POp], async_op: bool = False,
+                        hints: Optional[Dict[str, Any]] = None, timeout: Any = None) -> Any:
+        """Runs a BatchSendRecv's operations as one grouped operation."""
+        if not ops:
+            raise _C.CclxInvalidArgument("batch_op_issue: the batch is empty")
+        items, codes, fw = [], [], None
+        for i, op in enumerate(ops):
+            send = op.type is P2POpType.SEND
+            obj, code, f = adapt(op.tensor, f"batch_op_issue: op {i} ({op.type.name.lower()})",
+                                 writable=not send)
+            fw = f if fw is None else fw
+            items.append((send, obj, op.peer, code))
+            codes.append(code)
+        # One dtype for the group: the ops' own when they agree, else bytes.
+        group = codes[0] if codes[0] >= 0 and all(c == codes[0] for c in codes) else _U8
+        w = self._c.send_recv(items, group, *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw, tuple(op.tensor for op in ops))
+
+    def _inputs(self, tensors: Sequence[Any], what: str, code: int) -> list:
+        out = []
+        for t in tensors:
+            obj, c2, _ = adapt(t, what)
+            same_dtype(code, c2, what)
+            out.append(obj)
+        return out
+
+
+# Wrapped by comm.py with the checks, error handling and hooks every collective gets.
+CHECKED = ("all_gather_v", "reduce_scatter_v", "all_to_all", "scatter", "gather",
+           "gather_single", "_batch_op_issue")
