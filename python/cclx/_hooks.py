@@ -2,7 +2,8 @@
 
 * pre-hook ``cb(name: OpName, op_id: int, args)`` before an operation runs, where ``args``
   carries the call's arguments under torchcomms' names (``tensor``, ``input``, ``output``,
-  ``root``, ``peer``, ``op``, ``async_op``, ...) and also under the method's own parameter names;
+  ``root``, ``peer``, ``op``, ``async_op``, ``num_ops``, ...), also under the method's own
+  parameter names, and the OpName as ``op_name``;
 * post-hook ``cb(op_id: int, args)`` once the operation returned (``args.work``: its Work,
   ``args.new_comm`` for split) or raised (``args.error``: the exception, then re-raised);
 * abort hook ``cb()`` (or ``cb(reason)``) once when the communicator aborts: ``abort()``, or a
@@ -84,7 +85,8 @@ class PreHookArgs(HookArgs):
 
 
 class PostHookArgs(HookArgs):
-    """What a post-hook gets: name, work (or None), new_comm (split), error (or None)."""
+    """What a post-hook gets: name / op_name (the OpName), work (or None), new_comm (split),
+    error (or None)."""
 
 
 # torchcomms' attribute names for this package's parameter names.
@@ -101,7 +103,37 @@ _RENAME = {
 _GATHERS = (OpName.all_gather, OpName.all_gather_v)  # their `tensor` is the input
 
 _op_ids = itertools.count()
-_signatures: Dict[Any, inspect.Signature] = {}
+_Work = None  # cclx.comm.Work, resolved on first use (comm imports this module)
+
+
+class _Binder:
+    """Maps a call's positional and keyword arguments to parameter names (a light
+    inspect.Signature.bind: hooks run on every call)."""
+
+    __slots__ = ("names", "defaults", "required", "renames")
+
+    def __init__(self, method: Callable, op: OpName) -> None:
+        params = list(inspect.signature(method).parameters.values())[1:]  # without self
+        self.names = [p.name for p in params]
+        self.defaults = {p.name: p.default for p in params if p.default is not p.empty}
+        self.required = [p.name for p in params if p.default is p.empty]
+        self.renames = [(k, v) for k, v in _RENAME.items() if k in self.names]
+        if op in _GATHERS:
+            self.renames.append(("tensor", "input"))
+
+    def bind(self, args: tuple, kwargs: dict) -> Optional[dict]:
+        if len(args) > len(self.names):
+            return None
+        d = dict(self.defaults)
+        d.update(zip(self.names, args))
+        d.update(kwargs)
+        for k in self.required:
+            if k not in d:
+                return None  # the call itself raises TypeError
+        return d
+
+
+_binders: Dict[Any, _Binder] = {}
 
 
 class HookSet:
@@ -185,29 +217,21 @@ def run_abort(comm: Any, reason: str) -> None:
             sys.stderr.flush()
 
 
-def _pre_args(op: OpName, method: Callable, comm: Any, args: tuple,
-              kwargs: dict) -> Optional[PreHookArgs]:
-    sig = _signatures.get(method)
-    if sig is None:
-        sig = _signatures[method] = inspect.signature(method)
-    try:
-        bound = sig.bind(comm, *args, **kwargs)
-    except TypeError:
-        return None  # the call itself raises the same TypeError
-    bound.apply_defaults()
-    kw = dict(bound.arguments)
-    kw.pop("self", None)
-    out = dict(kw)
-    for k, v in kw.items():
-        name = _RENAME.get(k)
-        if name is not None:
-            out[name] = v
-    if op in _GATHERS:
-        out["input"] = kw.get("tensor")
+def _pre_args(op: OpName, method: Callable, args: tuple, kwargs: dict) -> Optional[PreHookArgs]:
+    b = _binders.get(method)
+    if b is None:
+        b = _binders[method] = _Binder(method, op)
+    kw = b.bind(args, kwargs)
+    if kw is None:
+        return None
+    for k, v in b.renames:
+        kw[v] = kw[k]
     if op is OpName.batch_op_issue:
-        out["num_ops"] = len(kw.get("ops") or ())
-    out["name"] = op
-    return PreHookArgs(**out)
+        kw["num_ops"] = len(kw.get("ops") or ())
+    kw["op_name"] = op  # (`name` is split's argument)
+    pre = PreHookArgs.__new__(PreHookArgs)
+    pre.__dict__ = kw
+    return pre
 
 
 def call(comm: Any, op: Optional[OpName], method: Callable, args: tuple, kwargs: dict) -> Any:
@@ -216,21 +240,23 @@ def call(comm: Any, op: Optional[OpName], method: Callable, args: tuple, kwargs:
     op_id = next(_op_ids)
     try:
         if hooks.pre and op is not None:
-            pre = _pre_args(op, method, comm, args, kwargs)
+            pre = _pre_args(op, method, args, kwargs)
             if pre is not None:
                 for cb in list(hooks.pre.values()):
                     cb(op, op_id, pre)
         result = method(comm, *args, **kwargs)
     except BaseException as e:
         if hooks.post:
-            post = PostHookArgs(name=op, work=None, new_comm=None, error=e)
+            post = PostHookArgs(name=op, op_name=op, work=None, new_comm=None, error=e)
             for cb in list(hooks.post.values()):
                 cb(op_id, post)
         raise
     if hooks.post:
-        from .comm import Work  # noqa: PLC0415 - comm imports this module
-
-        post = PostHookArgs(name=op, work=result if isinstance(result, Work) else None,
+        global _Work
+        if _Work is None:
+            from .comm import Work as _Work  # noqa: PLC0415 - comm imports this module
+        post = PostHookArgs(name=op, op_name=op,
+                            work=result if isinstance(result, _Work) else None,
                             new_comm=result if op is OpName.split else None, error=None)
         for cb in list(hooks.post.values()):
             cb(op_id, post)

@@ -25,6 +25,8 @@ from typing import Any, Deque, Dict, List, Optional
 
 from .. import _C
 from .._hooks import OpName, RemovableHandle
+from .._rendezvous import timeout_seconds
+from .._tensor import dtype_of
 
 _VERSION = "cclx-fr-1"
 
@@ -47,8 +49,18 @@ def _sizes(ts: List[Any]) -> List[List[int]]:
     return [[int(s) for s in t.shape] for t in ts]
 
 
+_DTYPE_NAMES: Dict[Any, str] = {}
+
+
+def _dtype_name(d: Any) -> str:
+    name = _DTYPE_NAMES.get(d)
+    if name is None:
+        name = _DTYPE_NAMES[d] = str(d).replace("torch.", "")
+    return name
+
+
 def _dtypes(ts: List[Any]) -> List[str]:
-    return [str(t.dtype).replace("torch.", "") for t in ts]
+    return [_dtype_name(t.dtype) for t in ts]
 
 
 def _io(op: OpName, args: Any):
@@ -213,11 +225,9 @@ class FlightRecorderHook:
     def _timeout_ms(ring: _Ring, t: Any) -> Optional[float]:
         try:
             if t is not None:
-                from .._rendezvous import timeout_seconds
-
                 return timeout_seconds(t) * 1000.0
             comm = ring.comm()
-            return comm.get_options().timeout.total_seconds() * 1000.0 if comm else None
+            return comm._c.timeout * 1000.0 if comm else None
         except Exception:  # noqa: BLE001 - informational
             return None
 
@@ -227,8 +237,6 @@ class FlightRecorderHook:
         if comm is None:
             return None
         try:
-            from .._tensor import dtype_of
-
             n = 1
             for s in t.shape:
                 n *= int(s)
