@@ -305,6 +305,51 @@ class Comm:
         Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
         """
 
+    def send_recv(self, ops: Sequence[tuple[bool, Annotated[NDArray, dict(writable=False)], int, int]], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """ops: (is_send, array, peer, dtype code or -1)."""
+
+    def scatter(self, recv: Annotated[NDArray, dict(writable=False)], sends: Sequence[Annotated[NDArray, dict(writable=False)]], dtype: int, root: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def gather(self, send: Annotated[NDArray, dict(writable=False)], recvs: Sequence[Annotated[NDArray, dict(writable=False)]], dtype: int, root: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def gather_single(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)] | None, dtype: int, root: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def all_gather_v(self, send: Annotated[NDArray, dict(writable=False)], recvs: Sequence[Annotated[NDArray, dict(writable=False)]], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def all_to_all_list(self, recvs: Sequence[Annotated[NDArray, dict(writable=False)]], sends: Sequence[Annotated[NDArray, dict(writable=False)]], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def reduce_scatter_v(self, sends: Sequence[Annotated[NDArray, dict(writable=False)]], recv: Annotated[NDArray, dict(writable=False)], dtype: int, op: ReduceOp, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def set_timeout(self, timeout: float) -> None:
+        """The comm's default timeout (seconds) for later calls."""
+
+    def set_hints(self, hints: Mapping[str, str]) -> None:
+        """Replaces the comm's hints."""
+
+    def is_aborted(self) -> bool:
+        """True once abort() was called."""
+
+    def backend_version(self) -> str:
+        """'cclx <version>' (plus ' NCCL <version>' for CUDA comms)."""
+
     def split(self, ranks: Sequence[int], name: str) -> Comm:
         """
         Collective: ranks listed get a new Comm (renumbered in list order), others None.

@@ -115,6 +115,10 @@ class CommOps:
         """'cclx <version>', plus ' NCCL <version>' for CUDA communicators."""
         return self._c.backend_version()
 
+    def is_abort_supported(self) -> bool:
+        """Always True: every cclx communicator can abort."""
+        return True
+
     def is_aborted(self) -> bool:
         """True once the communicator was aborted."""
         return self._closed == "aborted" or self._c.is_aborted()

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <thread>
@@ -410,6 +411,61 @@ TEST(GpuShared, NcclCollectivesFailClearly) {
                "unclear message: %s", e.what());
     }
     (void)cudaFree(p);
+    gpu->finalize();
+  }, std::chrono::seconds(300));
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// The grouped point-to-point operation and the collectives lowered onto it (and reduceScatterV)
+// run on NCCL only so far: where ranks share a GPU each fails, before anything runs, naming
+// itself and why.
+TEST(GpuShared, GroupedOpsNeedNccl) {
+  GPU_REQUIRE(1);
+  const int n = worldSize();
+  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
+    int devices = 0;
+    CK(cudaGetDeviceCount(&devices));
+    auto gpu = gpuComm(rank, size, store, "groupednonccl");
+    if (size <= devices) {  // one GPU per rank here: NCCL exists, nothing to check
+      gpu->finalize();
+      return;
+    }
+    const size_t N = size_t(size);
+    char* p = poisoned(64 * N);  // outputs
+    char* q = poisoned(64);      // inputs
+    std::vector<const void*> ins(N, q);
+    std::vector<void*> outs(N);
+    for (size_t r = 0; r < N; ++r) outs[r] = p + 64 * r;
+    std::vector<size_t> counts(N, 4);
+    const int peer = (rank + 1) % size, from = (rank + size - 1) % size;
+    const std::vector<std::pair<const char*, std::function<void()>>> calls = {
+        {"SendRecv", [&] { gpu->sendRecv({{peer, q, 4}}, {{from, p, 4}}, DataType::f32); }},
+        {"Scatter", [&] { gpu->scatter(ins, p, 4, DataType::f32, rank); }},
+        {"Gather", [&] { gpu->gather(q, outs, 4, DataType::f32, rank); }},
+        {"GatherSingle", [&] { gpu->gatherSingle(q, p, 4, DataType::f32, rank); }},
+        {"AllGatherV", [&] { gpu->allGatherV(outs[size_t(rank)], outs, counts, DataType::f32); }},
+        {"AllToAllList", [&] {
+           std::vector<const void*> s(N, q);
+           std::vector<void*> r(outs);
+           gpu->allToAllList(s, std::vector<size_t>(N, 0), r, std::vector<size_t>(N, 0), DataType::f32);
+         }},
+        {"ReduceScatterV", [&] { gpu->reduceScatterV(ins, counts, p, DataType::f32, RedOpKind::SUM); }},
+    };
+    for (const auto& [name, call] : calls) {
+      try {
+        call();
+        MP_CHECK(false, "%s on a shared GPU did not fail", name);
+      } catch (const Error& e) {
+        const std::string m = e.what();
+        MP_CHECK(e.code() == cclxUnsupported, "%s: code %d: %s", name, int(e.code()), e.what());
+        MP_CHECK(m.find(std::string(name) + " needs NCCL") != std::string::npos &&
+                     m.find("share GPU") != std::string::npos, "%s: unclear message: %s", name, e.what());
+      }
+    }
+    for (char ch : d2h(p, 64 * N)) MP_CHECK(uint8_t(ch) == 0xff, "a refused call wrote to its buffer");
+    for (char ch : d2h(q, 64)) MP_CHECK(uint8_t(ch) == 0xff, "a refused call wrote to its input");
+    (void)cudaFree(p);
+    (void)cudaFree(q);
     gpu->finalize();
   }, std::chrono::seconds(300));
   ASSERT_TRUE(res.ok()) << res.log;
