@@ -149,7 +149,7 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
       a.type == CollType::SendRecv ? perPeer(a, true, i.size) : a.sendCounts;
   const std::vector<size_t> recvCounts =
       a.type == CollType::SendRecv ? perPeer(a, false, i.size) : a.recvCounts;
-  std::string mine = describe(a) + "|" + joinCounts(sendCounts);
+  std::string mine = describe(a) + "|" + joinCounts(sendCounts) + "|" + joinCounts(recvCounts);
   std::string key = strFormat("check/%llu", (unsigned long long)seq);
   auto all = storeAllGather(*i.store, key, mine, i.rank, i.size, a.opts.timeout,
                             strFormat("check mode, collective #%llu (%s) of comm '%s'",
@@ -172,19 +172,29 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
     CCLX_THROW(cclxInvalidUsage, "check mode: collective #%llu differs across ranks: rank %d: %s%s",
                (unsigned long long)seq, i.rank, myDesc.c_str(), bad.c_str());
   if (pairs) {
+    // Every rank checks every pair (p sends to q what q expects from p), so a mismatch fails
+    // on all ranks alike, also on ranks the mismatched messages do not involve.
+    auto parse = [](const std::string& s) {
+      std::vector<size_t> v;
+      std::istringstream in(s);
+      for (std::string tok; std::getline(in, tok, ',');) v.push_back(std::stoull(tok));
+      return v;
+    };
+    std::vector<std::vector<size_t>> sends(size_t(i.size)), recvs(size_t(i.size));
     for (int r = 0; r < i.size; ++r) {
-      std::string counts = all[size_t(r)].substr(all[size_t(r)].find('|') + 1);
-      std::istringstream in(counts);
-      std::string tok;
-      for (int j = 0; std::getline(in, tok, ','); ++j) {
-        if (j != i.rank) continue;
-        size_t theirs = std::stoull(tok);
-        if (theirs != recvCounts[size_t(r)])
+      const std::string& e = all[size_t(r)];
+      const size_t a1 = e.find('|'), a2 = e.find('|', a1 + 1);
+      sends[size_t(r)] = parse(e.substr(a1 + 1, a2 - a1 - 1));
+      recvs[size_t(r)] = parse(e.substr(a2 + 1));
+    }
+    for (int p = 0; p < i.size; ++p)
+      for (int q = 0; q < i.size; ++q) {
+        const size_t sent = sends[size_t(p)].at(size_t(q)), wanted = recvs[size_t(q)].at(size_t(p));
+        if (sent != wanted)
           CCLX_THROW(cclxInvalidUsage,
                      "check mode: %s: rank %d sends %zu elements to rank %d, which expects %zu",
-                     collLabel(a), r, theirs, i.rank, recvCounts[size_t(r)]);
+                     collLabel(a), p, sent, q, wanted);
       }
-    }
   }
 }
 

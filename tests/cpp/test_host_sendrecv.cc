@@ -403,3 +403,39 @@ TEST(HostSendRecv, ReduceScatterV) {
     ASSERT_TRUE(res.ok()) << n << " ranks:\n" << res.log;
   }
 }
+
+// Check mode compares lowered collectives like any other: matching calls pass, a count that
+// differs between ranks fails on every rank before anything moves.
+TEST(HostSendRecv, CheckModeCoversLoweredCollectives) {
+  auto res = runRanks(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    setenv("CCLX_CHECK_MODE", "1", 1);
+    auto comm = smallSlotComm(rank, size, store);
+    std::vector<float> in(8, float(rank)), out(8 * size_t(size), -1.0f);
+    comm->gatherSingle(in.data(), out.data(), 8, DataType::f32, 1);
+    if (rank == 1)
+      for (int r = 0; r < size; ++r) MP_CHECK(out[size_t(r) * 8 + 7] == float(r), "gather block %d", r);
+    std::vector<size_t> counts = {1, 2, 3};
+    std::vector<void*> outs = {out.data(), out.data() + 1, out.data() + 3};
+    comm->allGatherV(in.data(), outs, counts, DataType::f32);
+    // Rank 2 gathers 7 elements where the others gather 8.
+    try {
+      comm->gather(in.data(), {out.data(), out.data() + 8, out.data() + 16}, rank == 2 ? 7 : 8,
+                   DataType::f32, 0);
+      MP_CHECK(false, "mismatched gather passed check mode");
+    } catch (const Error& e) {
+      MP_CHECK(e.code() == cclxInvalidUsage && std::string(e.what()).find("Gather") != std::string::npos,
+               "code %d: %s", int(e.code()), e.what());
+    }
+    // A root that differs between ranks.
+    try {
+      comm->scatter({in.data(), in.data(), in.data()}, out.data(), 8, DataType::f32, rank == 0 ? 1 : 0);
+      MP_CHECK(false, "mismatched root passed check mode");
+    } catch (const Error& e) {
+      MP_CHECK(e.code() == cclxInvalidUsage && std::string(e.what()).find("root=") != std::string::npos,
+               "code %d: %s", int(e.code()), e.what());
+    }
+    comm->barrier();
+    comm->finalize();
+  });
+  ASSERT_TRUE(res.ok()) << res.log;
+}
