@@ -59,13 +59,17 @@ def case_all_gather_v_and_reduce_scatter_v(ctx):
                     torch.cuda.synchronize()
                     check(out, exp, scale, dtype, f"reduce_scatter_v {dtype} {op}", 2)
                     check(ins[me][me], exp, scale, dtype, f"reduce_scatter_v in place {op}", 2)
-        x = torch.ones(4, dtype=torch.int32, device=dev)
-        try:
-            comm.reduce_scatter_v(x, [x] * n, cclx.ReduceOp.BAND)
-        except cclx.CclxUnsupportedError as e:
-            assert "bitwise" in str(e), e
-        else:
-            raise AssertionError("BAND reduce_scatter_v on CUDA did not fail")
+    # Bitwise reductions: refused before anything runs (a comm that raises instead of aborting).
+    c = cclx.new_comm("cclx", torch.device("cuda"), name="rsv_band", timeout=60,
+                      abort_process_on_timeout_or_error=False)
+    x = torch.ones(4, dtype=torch.int32, device=dev)
+    try:
+        c.reduce_scatter_v(x, [x.clone() for _ in range(n)], cclx.ReduceOp.BAND)
+    except cclx.CclxUnsupportedError as e:
+        assert "bitwise" in str(e), e
+    else:
+        raise AssertionError("BAND reduce_scatter_v on CUDA did not fail")
+    c.finalize()
 
 
 def case_all_to_all_scatter_gather_vs_torch(ctx):

@@ -22,7 +22,8 @@ def seed() -> int:
 
 
 def setup(ctx):
-    ctx.comm = cclx.new_comm("cclx", "cpu", name="grouped", timeout=60)
+    ctx.comm = cclx.new_comm("cclx", "cpu", name="grouped", timeout=60,
+                           abort_process_on_timeout_or_error=False)
 
 
 def teardown(ctx):

@@ -18,7 +18,8 @@ OpName = cclx.OpName
 
 
 def setup(ctx):
-    ctx.comm = cclx.new_comm("cclx", "cpu", name="hooks", timeout=60)
+    ctx.comm = cclx.new_comm("cclx", "cpu", name="hooks", timeout=60,
+                           abort_process_on_timeout_or_error=False)
 
 
 def teardown(ctx):
@@ -42,7 +43,7 @@ def case_properties_and_settings(ctx):
     o = c.get_options()
     assert o.name == "hooks" and o.backend == "cclx" and o.timeout.total_seconds() == 60
     assert o.hints == {} and o.enable_reconfigure is False
-    assert o.abort_process_on_timeout_or_error in (True, False)
+    assert o.abort_process_on_timeout_or_error is False
     v = c.get_backend_version()
     assert v.startswith("cclx " + cclx.__version__), v
     # Hints: the comm's, replaced by set_hints, overridden per call.
@@ -62,7 +63,8 @@ def case_properties_and_settings(ctx):
     assert (x == ctx.size).all()
     _expect(cclx.CclxInvalidArgument, lambda: c.set_timeout(0), "positive")
     # set_timeout: a barrier rank 0 never joins fails after the new timeout, naming rank 0.
-    t = cclx.new_comm("cclx", "cpu", name="settimeout", timeout=600)
+    t = cclx.new_comm("cclx", "cpu", name="settimeout", timeout=600,
+                           abort_process_on_timeout_or_error=False)
     t.set_timeout(1.5)
     assert abs(t.get_options().timeout.total_seconds() - 1.5) < 1e-9
     if ctx.rank != 0:
@@ -153,7 +155,8 @@ def _every_op(c, n, me):
 
 
 def case_every_op_fires_hooks(ctx):
-    c = cclx.new_comm("cclx", "cpu", name="allops", timeout=60)
+    c = cclx.new_comm("cclx", "cpu", name="allops", timeout=60,
+                           abort_process_on_timeout_or_error=False)
     n, me = ctx.size, ctx.rank
     seen = []
     c.register_pre_hook(lambda name, op_id, args: seen.append((name, op_id, args)))
@@ -191,7 +194,8 @@ def case_every_op_fires_hooks(ctx):
 
 
 def case_abort_hooks(ctx):
-    c = cclx.new_comm("cclx", "cpu", name="aborthooks", timeout=60)
+    c = cclx.new_comm("cclx", "cpu", name="aborthooks", timeout=60,
+                           abort_process_on_timeout_or_error=False)
     ran = []
     c.register_abort_hook(lambda: ran.append("first"))
     c.register_abort_hook(lambda: (_ for _ in ()).throw(RuntimeError("hook failure")))
@@ -210,7 +214,8 @@ def case_abort_hooks(ctx):
 
 def case_flight_recorder(ctx):
     n, me = ctx.size, ctx.rank
-    c = cclx.new_comm("cclx", "cpu", name="fr", timeout=60)
+    c = cclx.new_comm("cclx", "cpu", name="fr", timeout=60,
+                           abort_process_on_timeout_or_error=False)
     path = os.path.join(tempfile.gettempdir(), f"cclx_fr_test_{os.getpid()}_{{rank}}.json")
     fr = FlightRecorderHook(max_entries=6, dump_path=path)
     fr.register_with_comm(c)
@@ -246,7 +251,8 @@ def case_flight_recorder(ctx):
     assert [d["profiling_name"] for d in e[1:]] == ["cclx:barrier"] * 5
     assert fr.entries(include_completed=False) == [bad]
     # A timeout on a comm rank 0 does not join: failed, naming rank 0.
-    t = cclx.new_comm("cclx", "cpu", name="frt", timeout=60)
+    t = cclx.new_comm("cclx", "cpu", name="frt", timeout=60,
+                           abort_process_on_timeout_or_error=False)
     fr.register_with_comm(t)
     if me != 0:
         _expect(cclx.CclxTimeoutError, lambda: t.barrier(timeout=1.5))
