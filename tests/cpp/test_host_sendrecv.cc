@@ -342,18 +342,24 @@ TEST(HostSendRecv, LoweredCollectives) {
   }
 }
 
-// reduceScatterV: every dtype and op, uneven blocks (some empty), in and out of place; counts
-// that differ between ranks fail on every rank alike.
+// reduceScatterV: every dtype and op at 3 ranks, a few at 2, 5 and 8; uneven blocks (some
+// empty), in and out of place; counts that differ between ranks fail on every rank alike.
 TEST(HostSendRecv, ReduceScatterV) {
-  for (int n : {2, 3, 4, 7}) {
+  for (int n : {3, 2, 5, 8}) {
     auto res = runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
       auto comm = smallSlotComm(rank, size, store);
       const size_t N = size_t(size);
       uint64_t seed = 9000;
-      for (DataType t : allDtypes())
+      const bool all = size == 3;
+      const std::vector<DataType> types =
+          all ? allDtypes() : std::vector<DataType>{DataType::f32, DataType::bf16, DataType::i32};
+      for (DataType t : types)
         for (ReduceOp op : opsFor(t))
           for (size_t base : {0ul, 1ul, 1999ul})
             for (bool inPlace : {false, true}) {
+              if (!all && op.kind != RedOpKind::SUM && op.kind != RedOpKind::MAX &&
+                  op.kind != RedOpKind::AVG)
+                continue;
               const size_t es = esize(t);
               std::vector<size_t> counts(N), first(N + 1, 0);
               for (size_t r = 0; r < N; ++r) {
