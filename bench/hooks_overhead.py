@@ -1,7 +1,9 @@
 """Cost of the hook machinery on the eager path: a 1 KiB (256 x f32) CPU all_reduce, timed per
 call over many back-to-back calls, with no hooks registered, with one no-op pre and one no-op
 post hook, and with the flight recorder. Modes alternate within each repeat so drift hits all
-alike; the table gives the median and the minimum over repeats of the mean time per call.
+alike; the table gives the median and the minimum over repeats of the mean time per call, as
+wall time and as rank 0's CPU time (with --ranks 1 nothing waits for a peer, so the CPU time is
+the call path's cost even on a busy machine).
 
     python bench/hooks_overhead.py [--ranks 2] [--iters 10000] [--repeats 7] [--json out.json]
 
@@ -31,6 +33,7 @@ def _worker(iters: int, repeats: int, out: str) -> None:
     if hasattr(comm, "register_pre_hook"):
         modes += ["noop_hooks", "flight_recorder"]
     times = {m: [] for m in modes}
+    cpu = {m: [] for m in modes}
 
     def setup(mode):
         if mode == "noop_hooks":
@@ -54,17 +57,18 @@ def _worker(iters: int, repeats: int, out: str) -> None:
         for mode in modes:
             handles = setup(mode)
             comm.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(iters):
                 comm.all_reduce(x)
-            dt = time.perf_counter() - t0
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
             teardown(handles)
             times[mode].append(dt / iters * 1e6)
+            cpu[mode].append(dc / iters * 1e6)
     assert comm._hooks is None if hasattr(comm, "register_pre_hook") else True
     comm.finalize()
     if comm.get_rank() == 0:
         with open(out, "w") as f:
-            json.dump(times, f)
+            json.dump({"wall": times, "cpu": cpu}, f)
 
 
 def main() -> int:
@@ -93,21 +97,20 @@ def main() -> int:
     if rc:
         return rc
     with open(out) as f:
-        times = json.load(f)
+        res = json.load(f)
     os.remove(out)
-    base = statistics.median(times["none"])
     print(f"{a.ranks} CPU rank(s), all_reduce of 256 x f32 (1 KiB), {a.iters} calls x "
-          f"{a.repeats} repeats; median and minimum of the per-repeat means (on a busy machine "
-          "the minimum is the steadier figure)")
-    print(f"{'mode':<18}{'median us':>10}{'min us':>10}{'vs none':>10}   per repeat")
-    lo = min(times["none"])
-    for mode, v in times.items():
-        med = statistics.median(v)
-        print(f"{mode:<18}{med:>10.2f}{min(v):>10.2f}{min(v) / lo:>10.3f}   " +
-              " ".join(f"{t:.2f}" for t in v))
+          f"{a.repeats} repeats; median and minimum over repeats of the mean per call (us)")
+    print(f"{'mode':<18}{'wall med':>10}{'wall min':>10}{'cpu med':>10}{'cpu min':>10}"
+          f"{'cpu med vs none':>17}")
+    base = statistics.median(res["cpu"]["none"])
+    for mode in res["wall"]:
+        w, c = res["wall"][mode], res["cpu"][mode]
+        print(f"{mode:<18}{statistics.median(w):>10.2f}{min(w):>10.2f}"
+              f"{statistics.median(c):>10.2f}{min(c):>10.2f}{statistics.median(c) / base:>17.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"ranks": a.ranks, "iters": a.iters, "us_per_call": times}, f, indent=1)
+            json.dump({"ranks": a.ranks, "iters": a.iters, "us_per_call": res}, f, indent=1)
     return 0
 
 
