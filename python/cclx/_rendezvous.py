@@ -43,6 +43,16 @@ def rank_size() -> Tuple[int, int]:
     return rank, size
 
 
+def op_timeout_seconds(timeout: Any) -> float:
+    """A per-call timeout: None or 0 -> 0.0 (the comm's, as torchcomms); else timeout_seconds."""
+    if timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+                           and timeout == 0):
+        return 0.0
+    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() == 0:
+        return 0.0
+    return timeout_seconds(timeout)
+
+
 def timeout_seconds(timeout: Any) -> float:
     """None -> the default (CCLX_TIMEOUT_MS, CCLX_TIMEOUT, TORCHCOMM_TIMEOUT_SECONDS, else 600 s);
     timedelta or a number of seconds -> float seconds."""

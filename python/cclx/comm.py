@@ -74,8 +74,7 @@ class Work:
     def wait_blocking(self, timeout: Any = None) -> None:
         """Blocks the host until the operation completes. timeout (timedelta or seconds; None =
         the communicator's) expiring raises CclxTimeoutError."""
-        t = 0.0 if timeout is None else rdv.timeout_seconds(timeout)
-        self._w.wait_blocking(t)
+        self._w.wait_blocking(rdv.op_timeout_seconds(timeout))
 
     def is_completed(self) -> bool:
         """Non-blocking poll; raises if the operation failed."""
@@ -132,8 +131,7 @@ class Comm(CommOps):
     def _opts(self, fw: int, async_op: bool, hints: Any, timeout: Any):
         stream = _current_stream(fw, self._dev) if self._cuda else 0
         h = rdv.hints_dict(hints)
-        t = 0.0 if timeout is None else rdv.timeout_seconds(timeout)
-        return bool(async_op), stream, h, t
+        return bool(async_op), stream, h, rdv.op_timeout_seconds(timeout)
 
     def _work(self, w: Any, async_op: bool, fw: int, tensors: tuple) -> Work:
         work = Work(w, tensors, self._cuda, self._dev, fw)

@@ -159,3 +159,13 @@ def test_generic_dlpack_arrays(comm):
     assert (out == x).all()
     with pytest.raises(cclx.CclxInvalidArgument, match="unsupported element type"):
         comm.all_reduce(_DLPackOnly(np.ones(3, np.int16)))
+
+
+def test_per_call_timeout_zero_means_the_comms(comm):
+    """torchcomms: a per-op timeout of 0 (or None) is the communicator's; negative is an error."""
+    x = np.arange(5, dtype=np.float32)
+    comm.all_reduce(x, timeout=0).wait()
+    comm.all_reduce(x, timeout=datetime.timedelta(0)).wait_blocking(timeout=0)
+    with pytest.raises(cclx.CclxInvalidArgument):
+        comm.all_reduce(x, timeout=-1)
+    np.testing.assert_array_equal(x, np.arange(5, dtype=np.float32))
