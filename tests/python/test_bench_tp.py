@@ -218,9 +218,11 @@ def test_forward_into_given_buffers():
         seen.append(t.data_ptr())
         t.mul_(2.0)  # stands for the sum over two ranks holding the same values
 
+    # The given buffers live across both passes, so the reference pass's temporaries can never
+    # share their addresses (a freed temporary's address may be reused by a later allocation).
+    bufs = [torch.full((2 * 5 * 64 + 7,), float("nan")) for _ in range(2)]
     ref = mdl.forward(tokens, 0, mdl.new_cache(2, 16), reduce)
     ref_ptrs, seen[:] = list(seen), []
-    bufs = [torch.full((2 * 5 * 64 + 7,), float("nan")) for _ in range(2)]
     asked = []
 
     def out(slot, rows, cols):
