@@ -8,10 +8,28 @@
 #include "core/watchdog.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/select.h"
 
 namespace cclx {
 
 namespace {
+
+// The collective's name in messages: the Python API's (torchcomms') name.
+const char* apiName(CollType t) {
+  switch (t) {
+    case CollType::AllReduce: return "all_reduce";
+    case CollType::Reduce: return "reduce";
+    case CollType::Broadcast: return "broadcast";
+    case CollType::AllGather: return "all_gather";
+    case CollType::ReduceScatter: return "reduce_scatter";
+    case CollType::AllToAll: return "all_to_all";
+    case CollType::AllToAllV: return "all_to_all_v";
+    case CollType::Send: return "send";
+    case CollType::Recv: return "recv";
+    case CollType::Barrier: return "barrier";
+  }
+  return "collective";
+}
 
 bool isReduction(CollType t) {
   return t == CollType::AllReduce || t == CollType::Reduce || t == CollType::ReduceScatter;
@@ -44,7 +62,7 @@ void validate(const CollArgs& a, int rank, int size) {
   checkDtype(a.dtype);
   checkCount(a.count, a.dtype, size);
   if (isReduction(a.type)) checkOp(a.op, a.dtype);
-  const char* name = collName(a.type);
+  const char* name = apiName(a.type);
   switch (a.type) {
     case CollType::AllReduce:
     case CollType::AllToAll:
@@ -116,13 +134,14 @@ void validate(const CollArgs& a, int rank, int size) {
 }
 
 std::string describe(const CollArgs& a) {
-  std::string s = strFormat("%s count=%zu dtype=%s", collName(a.type), a.count, dtypeName(a.dtype));
+  std::string s = strFormat("%s count=%zu dtype=%s", apiName(a.type), a.count, dtypeName(a.dtype));
   if (isReduction(a.type)) s += strFormat(" op=%s", opName(a.op.kind));
   if (a.type == CollType::Reduce || a.type == CollType::Broadcast)
     s += strFormat(" root=%d", a.root);
   if (a.type == CollType::AllGather) s += a.recvList.empty() ? "" : " list";
   if (a.type == CollType::ReduceScatter) s += a.sendList.empty() ? "" : " list";
-  if (a.type == CollType::AllToAllV) s = strFormat("%s dtype=%s", collName(a.type), dtypeName(a.dtype));
+  if (a.type == CollType::AllToAllV)
+    s = strFormat("%s dtype=%s", apiName(a.type), dtypeName(a.dtype));
   return s;
 }
 
@@ -140,7 +159,7 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
   std::string key = strFormat("check/%llu", (unsigned long long)seq);
   auto all = storeAllGather(*i.store, key, mine, i.rank, i.size, a.opts.timeout,
                             strFormat("check mode, collective #%llu (%s) of comm '%s'",
-                                      (unsigned long long)seq, collName(a.type),
+                                      (unsigned long long)seq, apiName(a.type),
                                       i.opts.name.c_str()));
   if (seq > 0) {
     try {
@@ -168,7 +187,8 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
         size_t theirs = std::stoull(tok);
         if (theirs != a.recvCounts[size_t(r)])
           CCLX_THROW(cclxInvalidUsage,
-                     "check mode: AllToAllV: rank %d sends %zu elements to rank %d, which expects %zu",
+                     "check mode: all_to_all_v: rank %d sends %zu elements to rank %d, which "
+                     "expects %zu",
                      r, theirs, i.rank, a.recvCounts[size_t(r)]);
       }
     }
@@ -177,9 +197,10 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
 
 CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_t count,
                   DataType dtype, const CollOptions& o) {
-  requireUsable(st, collName(t));
-  CCLX_ARG_CHECK(o.timeout.count() >= 0, "timeout must not be negative (got %lld ms)",
-                 (long long)o.timeout.count());
+  requireUsable(st, apiName(t));
+  CCLX_ARG_CHECK(o.timeout.count() >= 0, "%s: timeout must not be negative (got %lld ms)",
+                 apiName(t), (long long)o.timeout.count());
+  checkHints(o.hints);
   CollArgs a;
   a.type = t;
   a.send = send;
@@ -194,7 +215,7 @@ CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_
 }
 
 std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a) {
-  requireUsable(st, collName(a.type));
+  requireUsable(st, apiName(a.type));
   validate(a, st.info.rank, st.info.size);
   const uint64_t seq = ++st.opSeq;
   st.lastOp.store(int(a.type));
@@ -242,7 +263,7 @@ std::shared_ptr<Work> Comm::allGather(const void* send, void* recv, size_t count
 std::shared_ptr<Work> Comm::allGatherList(const void* send, const std::vector<void*>& recvs,
                                           size_t count, DataType dtype, const CollOptions& o) {
   CollArgs a = baseArgs(*st_, CollType::AllGather, send, nullptr, count, dtype, o);
-  CCLX_ARG_CHECK(recvs.size() == size_t(size()), "AllGather: %zu receive buffers for %d ranks",
+  CCLX_ARG_CHECK(recvs.size() == size_t(size()), "all_gather: %zu receive buffers for %d ranks",
                  recvs.size(), size());
   a.recvList = recvs;
   return dispatch(*st_, a);
@@ -259,7 +280,7 @@ std::shared_ptr<Work> Comm::reduceScatterList(const std::vector<const void*>& se
                                               size_t count, DataType dtype, ReduceOp op,
                                               const CollOptions& o) {
   CollArgs a = baseArgs(*st_, CollType::ReduceScatter, nullptr, recv, count, dtype, o);
-  CCLX_ARG_CHECK(sends.size() == size_t(size()), "ReduceScatter: %zu send buffers for %d ranks",
+  CCLX_ARG_CHECK(sends.size() == size_t(size()), "reduce_scatter: %zu send buffers for %d ranks",
                  sends.size(), size());
   a.op = op;
   a.sendList = sends;
