@@ -37,7 +37,7 @@ def main() -> None:
         out["finalize_end"] = time.time()
         out["ok"] = True
     except Exception as e:  # noqa: BLE001 - reported to the test
-        out.update(ok=False, type=type(e).__name__, msg=str(e),
+        out.update(ok=False, type=type(e).__name__, msg=str(e), failed_at=time.time(),
                    isinstance={k: isinstance(e, getattr(cclx, k)) for k in
                                ("CclxTimeoutError", "CclxInvalidArgument", "CclxError")})
     out["s"] = time.monotonic() - t0
