@@ -1,7 +1,7 @@
 """Hello world on CPU processes with numpy (no GPU, no torch needed).
 
     torchrun --nproc-per-node 2 examples/hello_cpu.py
-    (or set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT yourself)
+    (or set RANK and WORLD_SIZE yourself; MASTER_ADDR:MASTER_PORT default to 127.0.0.1:29500)
 """
 import numpy as np
 

@@ -6,10 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/build_env.sh
-if [ "$have_python" != 1 ]; then
-  echo "run.sh: cclx-perf needs nanobind (pip install nanobind numpy)" >&2
+missing=()
+for pkg in nanobind numpy; do
+  "$PYTHON" -c "import $pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "run.sh: cclx-perf needs the Python packages ${missing[*]}, which $PYTHON cannot import;" \
+       "install them with: $PYTHON -m pip install ${missing[*]}" >&2
+  echo "run.sh: nothing was built" >&2
   exit 1
 fi
+echo "run.sh: building cclx and its Python extension in $BUILD_DIR (CUDA: $CCLX_ENABLE_CUDA)" >&2
 cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}"
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target _C
 CCLX_EXT_DIR="$PWD/$BUILD_DIR/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \

@@ -372,3 +372,18 @@ def nccl_version() -> tuple[int, int, int] | None:
 
 def nccl_path() -> str:
     """File the NCCL library was loaded from ('' if none)."""
+
+def _rendezvous_config() -> tuple[str, int, str]:
+    """(job id, CCLX_TIMEOUT_MS or -1, the error of a malformed setting or '')."""
+
+def _create_comm(device_type: int, device_index: int, name: str, backend: str, timeout: float, hints: Mapping[str, str], store: Store, rank: int, size: int) -> Comm:
+    """
+    Collective: a comm whose keys live in `store` itself (already this comm's namespace). A
+    failure is posted there for the other ranks.
+    """
+
+def _post_failure(store: Store, rank: int, size: int, code: int, message: str, timeout: float) -> None:
+    """Tells the other ranks of the comm whose namespace is `store` that this rank failed."""
+
+def _log_warn(msg: str) -> None:
+    """Writes a WARN line through cclx's logger (CCLX_DEBUG, CCLX_DEBUG_FILE)."""

@@ -5,13 +5,15 @@ import datetime
 import os
 import socket
 import sys
-from typing import Any, Dict, Optional, Tuple
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _C
 
 DEFAULT_TIMEOUT_S = 600.0
 _seq: Dict[str, int] = {}
-_env_stores: Dict[Tuple[str, int, int], Any] = {}
+_env_stores: Dict[Tuple[Any, ...], Any] = {}
+_torch_stores: List[Any] = []
 
 
 def bad(text: str) -> _C.CclxInvalidArgument:
@@ -144,53 +146,150 @@ def next_prefix(name: str) -> str:
     return f"cclx/{name}/{n}/"
 
 
-def _master() -> Tuple[Optional[str], Optional[int]]:
-    return os.environ.get("MASTER_ADDR") or None, env_int("MASTER_PORT")
+def settings(timeout: float) -> Tuple[str, float, str]:
+    """(job id, the comm's timeout in seconds for `timeout` (0: the default; CCLX_TIMEOUT_MS,
+    CCLX_TIMEOUT, TORCHCOMM_TIMEOUT_SECONDS applied), error of a malformed setting or ''), read
+    by the C++ core even when a setting is malformed, so that this rank can still reach the store
+    and report it."""
+    return _C._rendezvous_config(timeout)
 
 
-def _via_foreign(fstore: Any, rank: int, prefix: str, timeout: float) -> Any:
-    """Rank 0 serves a cclx TcpStore on a free port and publishes its address through
-    `fstore` (any object with set(key, value) / get(key), e.g. a torch.distributed.Store)."""
-    key = prefix + "tcpstore_addr"
-    job = "cclx-" + prefix
+def _has(fstore: Any, key: str) -> bool:
+    if isinstance(fstore, _C.Store):
+        return fstore.check(key)
+    return fstore.check([key])  # torch.distributed.Store
+
+
+def _master() -> Tuple[str, int]:
+    """MASTER_ADDR and MASTER_PORT, by default 127.0.0.1:29500 (as in the C++ core)."""
+    port = env_int("MASTER_PORT")
+    return os.environ.get("MASTER_ADDR") or "127.0.0.1", 29500 if port is None else port
+
+
+def _under_torchrun() -> bool:
+    """Launched by torchrun: MASTER_PORT belongs to torch's store (its agent's, or the one the
+    first rank-0 TCPStore of the program serves), so cclx must not listen there."""
+    return bool(os.environ.get("TORCHELASTIC_RUN_ID"))
+
+
+def _foreign_get(fstore: Any, key: str, timeout: float, what: str) -> str:
+    """fstore.get(key), waiting at most `timeout` s for rank 0 to publish it; logs a WARN line
+    every 10 s. Raises CclxTimeoutError naming rank 0."""
+    start = time.monotonic()
+    next_report = start + 10.0
+    while hasattr(fstore, "check"):
+        try:
+            if _has(fstore, key):
+                break
+        except Exception as e:  # noqa: BLE001 - the torch store's own errors
+            raise _C.CclxError(f"{what}: the store failed: {e}") from None
+        now = time.monotonic()
+        if now - start >= timeout:
+            raise _C.CclxTimeoutError(f"{what}: rank 0 did not publish the address of its cclx "
+                                      f"store within {timeout:g} s")
+        if now >= next_report:
+            _C._log_warn(f"{what}: waiting for rank 0, {now - start:.0f} s of {timeout:.0f} s")
+            next_report += 10.0
+        time.sleep(0.01)
+    value = fstore.get(key)
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def via_foreign(fstore: Any, rank: int, key: str, timeout: float, what: str) -> Any:
+    """Rank 0 serves a cclx TcpStore on a free port and publishes its address through `fstore`
+    (any object with set(key, value) / get(key), e.g. a torch.distributed.Store) under `key`;
+    the others connect to it."""
+    job, timeout, _ = settings(timeout)
     if rank == 0:
-        host = _master()[0] or "127.0.0.1"
+        host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
         store = _C.TcpStore(host, 0, True, job, timeout)
         fstore.set(key, f"{host}:{store.port}")
         return store
-    addr = fstore.get(key)
-    addr = addr.decode() if isinstance(addr, (bytes, bytearray)) else str(addr)
-    host, _, port = addr.rpartition(":")
+    host, _, port = _foreign_get(fstore, key, timeout, what).rpartition(":")
     return _C.TcpStore(host, int(port), False, job, timeout)
 
 
-def default_store(rank: int, size: int, prefix: str, timeout: float) -> Any:
-    """The store for a new_comm() without one. Under torchrun (whose agent already serves
-    MASTER_PORT) or with torch.distributed initialized, torch's store only carries the address
-    of a cclx TcpStore; otherwise rank 0 serves a cclx TcpStore on MASTER_ADDR:MASTER_PORT."""
-    torch = sys.modules.get("torch")
+def _via_foreign(fstore: Any, rank: int, prefix: str, timeout: float) -> Any:
+    return via_foreign(fstore, rank, prefix + "tcpstore_addr", timeout,
+                       "rendezvous through the given store")
+
+
+def _torchrun_store(rank: int, size: int, timeout: float) -> Any:
+    """Under torchrun: a cclx store whose address travels through torch's TCPStore on
+    MASTER_ADDR:MASTER_PORT (torch is imported here if the program has not done it). That is
+    the agent's store; where the agent serves none (TORCHELASTIC_USE_AGENT_STORE=False), rank 0
+    serves it as torch.distributed would, multi-tenant, so that a later init_process_group
+    shares it."""
+    try:
+        import torch.distributed as dist
+    except ImportError as e:
+        raise _C.CclxUnsupportedError(
+            "running under torchrun, whose store holds MASTER_PORT, needs torch.distributed "
+            f"to reach it ({e})") from None
     addr, port = _master()
-    if torch is not None and size > 1:
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    try:
+        fs = dist.TCPStore(addr, port, None if agent else size,
+                           is_master=rank == 0 and not agent,
+                           timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False,
+                           multi_tenant=True)
+        _torch_stores.append(fs)  # rank 0's may be the server: it lives as long as the process
+    except Exception as e:  # noqa: BLE001 - torch's own connection errors
+        raise _C.CclxTimeoutError(f"could not connect to torchrun's store at {addr}:{port} "
+                                  f"within {timeout:g} s: {e}") from None
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return via_foreign(fs, rank, f"cclx/{run}/{attempt}/store_addr", timeout,
+                       f"rendezvous through torchrun's store at {addr}:{port}")
+
+
+def default_store(rank: int, size: int, prefix: str, timeout: float) -> Any:
+    """The store for a new_comm() without one, whatever launched the ranks:
+
+    * torch.distributed initialized: rank 0 serves a cclx store on a free port and publishes
+      its address through torch's default store;
+    * under torchrun (its agent's store holds MASTER_PORT): the same through that store;
+    * otherwise rank 0 serves the cclx store on MASTER_ADDR:MASTER_PORT (default
+      127.0.0.1:29500), a single rank without them on a free local port.
+
+    Every rank presents the job id (CCLX_JOB_ID, else TORCHELASTIC_RUN_ID, else 'cclx'); the
+    timeout (CCLX_TIMEOUT_MS overrides it) bounds connecting. Stores are shared by the comms of
+    the process."""
+    job, timeout, _ = settings(timeout)
+    torch = sys.modules.get("torch")
+    if size > 1 and torch is not None:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            return _via_foreign(dist.distributed_c10d._get_default_store(), rank, prefix, timeout)
-        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true" and addr and port:
-            fs = dist.TCPStore(addr, port, is_master=False,
-                               timeout=datetime.timedelta(seconds=timeout))
-            return _via_foreign(fs, rank, prefix, timeout)
-    if size == 1 and (addr is None or port is None):
-        return _C.TcpStore("127.0.0.1", 0, True, "cclx-local", timeout)
-    if addr is None or port is None:
-        raise bad("set MASTER_ADDR and MASTER_PORT (or pass store=) to create a communicator "
-                  f"of {size} ranks")
+            return _via_foreign(dist.distributed_c10d._get_default_store(), rank, prefix,
+                                timeout)
+    if size > 1 and _under_torchrun():
+        key: Tuple[Any, ...] = ("torchrun", *_master(), rank)
+        if key not in _env_stores:
+            _env_stores[key] = _torchrun_store(rank, size, timeout)
+        return _env_stores[key]
+    if size == 1 and not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")):
+        return _C.TcpStore("127.0.0.1", 0, True, job, timeout)
+    addr, port = _master()
     key = (addr, port, rank)
     store = _env_stores.get(key)
     if store is None:
-        job = os.environ.get("TORCHELASTIC_RUN_ID") or f"cclx-{port}"
         store = _C.TcpStore(addr, port, rank == 0, job, timeout)
         _env_stores[key] = store
     return store
+
+
+def post_failure(store: Any, rank: int, size: int, error: BaseException, timeout: float) -> None:
+    """Tells the other ranks of the comm whose namespace is `store` that this rank failed (they
+    fail at once with the message instead of waiting for it until their timeout)."""
+    if isinstance(error, _C.CclxError):
+        code, text = int(getattr(error, "code", _C.Result.InternalError)), str(error)
+    else:
+        code, text = int(_C.Result.InternalError), f"{type(error).__name__}: {error}"
+    try:
+        _C._post_failure(store, rank, size, code, text, timeout)
+    except Exception:  # noqa: BLE001 - the original error is the one to raise
+        pass
 
 
 def hostname() -> str:

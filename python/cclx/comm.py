@@ -12,6 +12,26 @@ from ._comm_ops import CHECKED as _CHECKED_OPS, CommOps
 from ._tensor import CUPY, TORCH, adapt, rows, same_dtype
 
 ReduceOp = _C.ReduceOp
+_OP_NAMES = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR")
+
+
+def _reduce_op(op: Any, where: str) -> Any:
+    """`op` as a cclx.ReduceOp: a cclx.ReduceOp or RedOpType, or torch.distributed's ReduceOp
+    (SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR)."""
+    if isinstance(op, ReduceOp):
+        return op
+    if isinstance(op, _C.RedOpType) and op != _C.RedOpType.PREMUL_SUM:
+        return ReduceOp(op)
+    if type(op).__module__.startswith("torch"):
+        kind = getattr(op, "op", op)  # torch.distributed.ReduceOp(...) wraps a RedOpType
+        name = getattr(kind, "name", str(kind).rpartition(".")[2])
+        if name in _OP_NAMES:
+            return getattr(ReduceOp, name)
+        raise _C.CclxInvalidArgument(f"{where}: torch ReduceOp {name} has no cclx equivalent "
+                                     "(for a pre-multiplied sum use "
+                                     "cclx.ReduceOp.PREMUL_SUM(factor))")
+    raise _C.CclxInvalidArgument(f"{where}: op must be a cclx.ReduceOp (e.g. cclx.ReduceOp.SUM) "
+                                 f"or a torch.distributed.ReduceOp, not {op!r}")
 
 
 def _current_stream(framework: int, device_index: int) -> int:
@@ -162,7 +182,8 @@ class Comm(CommOps):
         """Reduces `tensor` over all ranks in place (or into `output` when given)."""
         a, code, fw = adapt(tensor, "all_reduce: tensor", writable=output is None)
         o = None if output is None else self._out(output, "all_reduce: output", code)
-        w = self._c.all_reduce(a, o, code, op, *self._opts(fw, async_op, hints, timeout))
+        w = self._c.all_reduce(a, o, code, _reduce_op(op, "all_reduce"),
+                               *self._opts(fw, async_op, hints, timeout))
         return self._work(w, async_op, fw, (tensor, output))
 
     allreduce = all_reduce
@@ -174,7 +195,8 @@ class Comm(CommOps):
         """Reduces `tensor` over all ranks into `tensor` (or `output`) on rank `root` only."""
         a, code, fw = adapt(tensor, "reduce: tensor", writable=output is None)
         o = None if output is None else self._out(output, "reduce: output", code)
-        w = self._c.reduce(a, o, code, op, root, *self._opts(fw, async_op, hints, timeout))
+        w = self._c.reduce(a, o, code, _reduce_op(op, "reduce"), root,
+                           *self._opts(fw, async_op, hints, timeout))
         return self._work(w, async_op, fw, (tensor, output))
 
     @_checked
@@ -216,7 +238,7 @@ class Comm(CommOps):
             obj, c2, _ = adapt(t, "reduce_scatter: input_list entry")
             same_dtype(code, c2, "reduce_scatter: input_list entry")
             ins.append(obj)
-        w = self._c.reduce_scatter_list(ins, o_obj, code, op,
+        w = self._c.reduce_scatter_list(ins, o_obj, code, _reduce_op(op, "reduce_scatter"),
                                         *self._opts(fw, async_op, hints, timeout))
         return self._work(w, async_op, fw, (output, list(input_list)))
 
@@ -227,7 +249,8 @@ class Comm(CommOps):
         """output = reduction over ranks of block `rank` of `input` (get_size() blocks)."""
         a, code, fw = adapt(input, "reduce_scatter_single: input")
         o = self._out(output, "reduce_scatter_single: output", code)
-        w = self._c.reduce_scatter(a, o, code, op, *self._opts(fw, async_op, hints, timeout))
+        w = self._c.reduce_scatter(a, o, code, _reduce_op(op, "reduce_scatter_single"),
+                                   *self._opts(fw, async_op, hints, timeout))
         return self._work(w, async_op, fw, (output, input))
 
     @_checked
@@ -310,7 +333,8 @@ class Comm(CommOps):
     def get_algo(self, count: int, dtype: Any, op: Any = ReduceOp.SUM,
                  hints: Optional[Dict[str, Any]] = None) -> str:
         """Algorithm an all_reduce of `count` elements of `dtype` would use (diagnostics)."""
-        return self._c.select_all_reduce_algo(int(count), int(dtype), op, rdv.hints_dict(hints))
+        return self._c.select_all_reduce_algo(int(count), int(dtype), _reduce_op(op, "get_algo"),
+                                             rdv.hints_dict(hints))
 
 
 for _name in _CHECKED_OPS:  # the collectives of _comm_ops.py get the same wrapper
@@ -326,27 +350,27 @@ def new_comm(backend: str, device: Any, *, name: Optional[str] = None, store: An
     device: torch.device or "cpu" / "cuda" / "cuda:N". Without an index the device is
       LOCAL_RANK (else rank) modulo the device count, and becomes torch's current device.
     Rank and size come from TORCHCOMM_RANK/TORCHCOMM_SIZE, else RANK/WORLD_SIZE; without a
-    `store` the ranks meet at MASTER_ADDR:MASTER_PORT (under torchrun through its store).
+    `store` the ranks meet at MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500; under torchrun
+    through torch's store).
     timeout: timedelta or seconds; None: CCLX_TIMEOUT (or TORCHCOMM_TIMEOUT_SECONDS; 0 = no
-      timeout), else 600 s. hints: e.g. {"algo": "tree"}.
+      timeout), else 600 s; CCLX_TIMEOUT_MS overrides it. It bounds all of the creation,
+      connecting to the store included. hints: e.g. {"algo": "tree"}.
     abort_process_on_timeout_or_error: on a timeout or error, print one line naming the comm, the
       op and the missing ranks, run the abort hooks and abort the process (as torchcomms); off:
       the comm fails and its next call and every Work method raise. None: CCLX_ABORT_ON_ERROR
       (or TORCHCOMM_ABORT_ON_ERROR), else on.
+    A rank that fails here (a bad argument or setting, no such device) tells the others, which
+    then fail at once with its message.
     """
-    if backend not in ("cclx", "nccl"):
-        raise rdv.bad(f"unknown backend {backend!r} (expected 'cclx' or 'nccl')")
-    dev_type, index = rdv.parse_device(device)
-    rank, size = rdv.rank_size()
-    t = rdv.timeout_seconds(timeout)
-    h = rdv.hints_dict(hints)
+    rank, size = rdv.rank_size()  # without a rank there is no one to tell
     name = "default" if name is None else str(name)
-    if dev_type == 1:
-        index = rdv.resolve_cuda_index(index, rank)
-        rdv.set_nccl_pip_dir()
-    else:
-        index = -1
     prefix = rdv.next_prefix(name)
+    early: Optional[BaseException] = None
+    try:
+        t = 0.0 if timeout is None else rdv.timeout_seconds(timeout)  # 0: the default
+    except _C.CclxError as e:
+        t, early = 0.0, e
+    t = rdv.settings(t)[1]  # read even when a setting is malformed: this rank must report it
     if store is None:
         base = rdv.default_store(rank, size, prefix, t)
     elif isinstance(store, _C.Store):
@@ -356,10 +380,26 @@ def new_comm(backend: str, device: Any, *, name: Optional[str] = None, store: An
     else:
         raise rdv.bad(f"store must be a cclx.Store or a torch.distributed.Store, got "
                       f"{type(store).__name__}")
+    cstore = _C.prefix_store(base, prefix)
+    try:
+        if early is not None:
+            raise early
+        if backend not in ("cclx", "nccl"):
+            raise rdv.bad(f"unknown backend {backend!r} (expected 'cclx' or 'nccl')")
+        dev_type, index = rdv.parse_device(device)
+        h = rdv.hints_dict(hints)
+        if dev_type == 1:
+            index = rdv.resolve_cuda_index(index, rank)
+            rdv.set_nccl_pip_dir()
+        else:
+            index = -1
+    except Exception as e:
+        rdv.post_failure(cstore, rank, size, e, t)
+        raise
+    # The C++ core reports its own failures (settings, hints, rendezvous, backend) to the others.
     abort = -1 if abort_process_on_timeout_or_error is None else int(
         bool(abort_process_on_timeout_or_error))
-    c = _C.Comm.create(dev_type, index, name, backend, t, h, _C.prefix_store(base, prefix),
-                       rank, size, abort)
+    c = _C._create_comm(dev_type, index, name, backend, t, h, cstore, rank, size, abort)
     torch = sys.modules.get("torch")
     if dev_type == 1:
         dev_obj: Any = f"cuda:{c.device_index}" if c.device_index >= 0 else "cuda"

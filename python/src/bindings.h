@@ -24,6 +24,7 @@ void bindErrors(nb::module_& m);
 void bindTypes(nb::module_& m);
 void bindStore(nb::module_& m);
 void bindComm(nb::module_& m);
+void bindRendezvous(nb::module_& m);
 
 /// Throws cclx::Error(cclxInvalidArgument, msg) (becomes cclx.CclxInvalidArgument).
 [[noreturn]] void argError(const std::string& msg);

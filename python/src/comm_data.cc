@@ -141,6 +141,7 @@ void bindDataMovement(CommClass& c) {
         const char* n = "send";
         DataType t = resolveDtype(dtc, buf, n);
         checkRank(n, "dst", peer, c);
+        if (peer == c.rank()) argError("send: dst " + std::to_string(peer) + " is this rank");
         View v = viewOf(buf, msg(n, "tensor").c_str(), t, c);
         CollOptions o = collOpts(async, stream, hints, timeout);
         nb::gil_scoped_release nogil;
@@ -156,6 +157,7 @@ void bindDataMovement(CommClass& c) {
         const char* n = "recv";
         DataType t = resolveDtype(dtc, buf, n);
         checkRank(n, "src", peer, c);
+        if (peer == c.rank()) argError("recv: src " + std::to_string(peer) + " is this rank");
         View v = viewOf(buf, msg(n, "tensor").c_str(), t, c);
         CollOptions o = collOpts(async, stream, hints, timeout);
         nb::gil_scoped_release nogil;

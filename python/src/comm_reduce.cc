@@ -58,7 +58,12 @@ void bindReductions(CommClass& c) {
         checkOp(n, op, t);
         View s = viewOf(send, msg(n, "input").c_str(), t, c);
         View r = viewOf(recv, msg(n, "output").c_str(), t, c);
-        checkNumel(n, "input", s.numel, r.numel * c.size());
+        if (s.numel % c.size() != 0) {
+          argError(std::string(n) + ": input has " + std::to_string(s.numel) +
+                   " elements, not a multiple of the communicator size " +
+                   std::to_string(c.size()));
+        }
+        checkNumel(n, "output", r.numel, s.numel / c.size());
         CollOptions o = collOpts(async, stream, hints, timeout);
         nb::gil_scoped_release nogil;
         return c.reduceScatter(s.ptr, r.ptr, r.numel, t, op, o);

@@ -41,4 +41,5 @@ NB_MODULE(_C, m) {
   bindTypes(m);
   bindStore(m);
   bindComm(m);
+  bindRendezvous(m);
 }

@@ -103,7 +103,11 @@ Options optionsFrom(const cclxConfig_t* c) {
   Options o;
   // NCCL's convention: errors are returned, the process is never aborted, unless
   // CCLX_ABORT_ON_ERROR / TORCHCOMM_ABORT_ON_ERROR ask for it.
-  o.abortOnError = config().abortOnErrorSet && config().abortOnError;
+  try {
+    o.abortOnError = config().abortOnErrorSet && config().abortOnError;
+  } catch (const Error&) {
+    // A malformed setting: Comm::create reports it, through the store, to every rank.
+  }
   if (!c) return o;
   CCLX_ARG_CHECK(c->size == sizeof(cclxConfig_t),
                  "cclxConfig_t.size is %zu, expected %zu (use CCLX_CONFIG_INITIALIZER)", c->size,
@@ -220,9 +224,6 @@ cclxResult_t cclxCommInitRankConfig(cclxComm_t* comm, int nranks, cclxUniqueId i
     CCLX_ARG_CHECK(rank >= 0 && rank < nranks, "rank %d is outside [0, %d)", rank, nranks);
     Options o = optionsFrom(config);
     DeviceSpec dev = deviceFrom(device);
-    Options resolved = o;
-    resolved.timeout = resolveCommTimeout(o);
-    checkCreateArgs(dev, resolved, rank, nranks);
     Uid u = decodeUid(id);
     std::shared_ptr<Store> store;
     {
@@ -230,7 +231,9 @@ cclxResult_t cclxCommInitRankConfig(cclxComm_t* comm, int nranks, cclxUniqueId i
       auto it = servers().find(u.job);
       if (it != servers().end() && it->second.pid == ::getpid()) store = it->second.store;
     }
-    if (!store) store = TcpStore::create(u.host, u.port, false, u.job, resolveCommTimeout(o));
+    // A malformed setting is reported through the store by Comm::create, so the other ranks
+    // fail with it at once: reach the store first.
+    if (!store) store = TcpStore::create(u.host, u.port, false, u.job, creationTimeout(o));
     setOut(comm, Comm::create(dev, o, store, rank, nranks));
   });
 }

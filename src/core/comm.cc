@@ -1,12 +1,16 @@
 // Comm life cycle: creation (from a store or the environment), split, finalize, abort.
 #include <cerrno>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "store/bootstrap.h"
 #include "core/comm_internal.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/select.h"
 #include "core/watchdog.h"
 
 namespace cclx {
@@ -25,6 +29,71 @@ int envInt(const char* name, const char* v, int lo, int hi) {
   if (end == v || *end != '\0' || errno == ERANGE || n < lo || n > hi)
     CCLX_THROW(cclxInvalidArgument, "%s='%s' is not an integer in [%d, %d]", name, v, lo, hi);
   return int(n);
+}
+
+// Comms alive in this process per TCP store (StoreFacts::id). The process that serves a store
+// may leave once its last comm on it is finalized: that finalize waits for the other ranks.
+std::mutex gLiveMu;
+std::map<const void*, int> gLive;
+
+void liveAdd(const void* id) {
+  std::lock_guard<std::mutex> lk(gLiveMu);
+  ++gLive[id];
+}
+
+// Returns how many comms on the store stay alive in this process.
+int liveRelease(const void* id) {
+  std::lock_guard<std::mutex> lk(gLiveMu);
+  auto it = gLive.find(id);
+  if (it == gLive.end()) return 0;
+  int left = --it->second;
+  if (left <= 0) gLive.erase(it);
+  return left;
+}
+
+// Finalize's part of the store teardown: every rank records that it is done with this comm's
+// keys; the process that serves the store, closing its last comm on it, waits (at most the comm's
+// timeout) until the other ranks have finalized too or left, so that none loses the store under
+// a request.
+void releaseStore(CommState& st, bool finalizing) {
+  StoreFacts f = storeFacts(*st.rootStore);
+  int left = liveRelease(f.id);
+  const BootstrapInfo& i = st.info;
+  if (!finalizing || i.size == 1) return;
+  Store& store = *i.store;
+  try {
+    store.set("finalized/" + std::to_string(i.rank), "1");
+  } catch (const Error& e) {
+    CCLX_INFO("finalize of comm '%s': store unreachable: %s", i.opts.name.c_str(), e.what());
+    return;
+  }
+  if (!f.serving || left > 0) return;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto nextReport = start + std::chrono::seconds(10);
+  for (;;) {
+    std::string pending;
+    for (int r = 0; r < i.size; ++r)
+      if (r != i.rank && !store.check("finalized/" + std::to_string(r)))
+        pending += (pending.empty() ? "" : ", ") + std::to_string(r);
+    if (pending.empty() || storeFacts(store).clients == 0) return;
+    auto now = Clock::now();
+    long long waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
+    if (now - start >= i.opts.timeout) {
+      CCLX_WARN("finalize of comm '%s': rank(s) %s did not finalize within %lld ms; this process "
+                "serves their store and leaves now", i.opts.name.c_str(), pending.c_str(),
+                (long long)i.opts.timeout.count());
+      return;
+    }
+    if (now >= nextReport) {
+      long long total = std::chrono::duration_cast<std::chrono::seconds>(i.opts.timeout).count();
+      CCLX_WARN("finalize of comm '%s': waiting for rank(s) %s to finalize (this process serves "
+                "their store), %lld s of %lld s", i.opts.name.c_str(), pending.c_str(), waited,
+                total);
+      nextReport += std::chrono::seconds(10);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 }  // namespace
@@ -47,6 +116,7 @@ void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size)
                    "unknown backend '%s' (use \"cclx\" or \"nccl\")", opts.backend.c_str());
     CCLX_ARG_CHECK(device.index >= -1, "CUDA device index %d is invalid", device.index);
   }
+  checkHints(opts.hints);
 }
 
 std::chrono::milliseconds resolveCommTimeout(const Options& opts) {
@@ -59,6 +129,19 @@ std::chrono::milliseconds resolveCommTimeout(const Options& opts) {
 
 std::chrono::milliseconds defaultTimeout() { return resolveCommTimeout(Options{}); }
 
+std::chrono::milliseconds creationTimeout(const Options& opts) {
+  try {
+    return resolveCommTimeout(opts);
+  } catch (const Error&) {
+  }
+  // A malformed setting: what the lenient reading gives (createComm reports the error).
+  RendezvousConfig rc = rendezvousConfig();
+  if (rc.timeoutMs > 0) return std::chrono::milliseconds(rc.timeoutMs);
+  if (opts.timeout.count() > 0) return std::min(opts.timeout, kInfiniteTimeout);
+  if (rc.defaultTimeoutMs == 0) return kInfiniteTimeout;
+  return std::chrono::milliseconds(rc.defaultTimeoutMs);
+}
+
 void requireUsable(const CommState& st, const char* what) {
   if (st.aborted)
     CCLX_THROW(cclxInvalidUsage, "%s on comm '%s' after abort()", what, st.info.opts.name.c_str());
@@ -70,34 +153,40 @@ void requireUsable(const CommState& st, const char* what) {
 std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& optsIn,
                                  std::shared_ptr<Store> rootStore, const std::string& prefix,
                                  int rank, int size) {
-  Options opts = optsIn;
-  opts.timeout = resolveCommTimeout(optsIn);
-  checkCreateArgs(device, opts, rank, size);
   CCLX_ARG_CHECK(rootStore != nullptr, "store is null");
-  logSetRank(rank);
-  auto st = std::make_unique<CommState>();
-  st->rootStore = rootStore;
-  st->info = bootstrap(device, opts, rootStore, prefix, rank, size);
-  st->backend = device.type == DeviceSpec::CPU ? makeHostBackend(st->info)
-                                               : makeCudaBackend(st->info);
-  CCLX_ARG_CHECK(st->backend != nullptr, "no backend for comm '%s'", opts.name.c_str());
-  st->abortOnError = opts.abortOnError.value_or(config().abortOnError);
-  if (config().watchdog) watchdogAdd(st.get());
-  const BootstrapInfo& i = st->info;
-  CCLX_INFO("comm '%s' rank %d/%d local %d/%d hosts %d device %s%s backend %s (%s) timeout %lld ms",
-            opts.name.c_str(), rank, size, i.localRank, i.localSize, i.numHosts,
-            device.type == DeviceSpec::CPU ? "cpu" : "cuda:",
-            device.type == DeviceSpec::CPU ? "" : std::to_string(device.index).c_str(),
-            opts.backend.c_str(), st->backend->name(), (long long)opts.timeout.count());
-  return std::make_shared<Comm>(std::move(st));
+  std::shared_ptr<Store> commStore = prefixStore(rootStore, prefix);
+  try {
+    Options opts = optsIn;
+    opts.timeout = resolveCommTimeout(optsIn);  // reads the config: a bad setting throws here
+    checkCreateArgs(device, opts, rank, size);
+    logSetRank(rank);
+    auto st = std::make_unique<CommState>();
+    st->rootStore = rootStore;
+    st->info = bootstrap(device, opts, commStore, rank, size);
+    st->backend = device.type == DeviceSpec::CPU ? makeHostBackend(st->info)
+                                                 : makeCudaBackend(st->info);
+    CCLX_ARG_CHECK(st->backend != nullptr, "no backend for comm '%s'", opts.name.c_str());
+    st->abortOnError = opts.abortOnError.value_or(config().abortOnError);
+    if (config().watchdog) watchdogAdd(st.get());
+    const BootstrapInfo& i = st->info;
+    CCLX_INFO("comm '%s' rank %d/%d local %d/%d hosts %d device %s%s backend %s (%s) timeout %lld ms",
+              opts.name.c_str(), rank, size, i.localRank, i.localSize, i.numHosts,
+              device.type == DeviceSpec::CPU ? "cpu" : "cuda:",
+              device.type == DeviceSpec::CPU ? "" : std::to_string(device.index).c_str(),
+              opts.backend.c_str(), st->backend->name(), (long long)opts.timeout.count());
+    liveAdd(storeFacts(*rootStore).id);
+    return std::make_shared<Comm>(std::move(st));
+  } catch (const Error& e) {
+    // Tell the other ranks, which would otherwise wait for this one until their timeout. A
+    // timeout names the ranks that did not arrive: wait only for those that did.
+    postFailure(*commStore, rank, size, e, creationTimeout(optsIn), e.code() != cclxTimeout);
+    throw;
+  }
 }
 
 std::shared_ptr<Comm> Comm::create(DeviceSpec device, const Options& opts,
                                    std::shared_ptr<Store> store, int rank, int size) {
   CCLX_ARG_CHECK(store != nullptr, "Comm::create: store is null");
-  Options o = opts;
-  o.timeout = resolveCommTimeout(opts);
-  checkCreateArgs(device, o, rank, size);
   return createComm(device, opts, std::move(store), nextCommPrefix(opts.name), rank, size);
 }
 
@@ -119,11 +208,22 @@ std::shared_ptr<Comm> Comm::fromEnv(DeviceSpec device, const Options& opts) {
   std::string host = addr ? addr : "127.0.0.1";
   const char* p = envOrNull("MASTER_PORT");
   int port = p ? envInt("MASTER_PORT", p, 1, 65535) : 29500;
-  Options o = opts;
-  o.timeout = resolveCommTimeout(opts);
-  checkCreateArgs(device, o, rank, size);
-  auto store = TcpStore::create(host, port, rank == 0, config().jobId, o.timeout);
-  auto comm = Comm::create(device, o, store, rank, size);
+  // A malformed setting must not stop this rank from reaching the store: createComm reports it
+  // there, so that the other ranks fail with it at once.
+  std::shared_ptr<TcpStore> store;
+  try {
+    store = TcpStore::create(host, port, rank == 0, rendezvousConfig().jobId,
+                             creationTimeout(opts));
+  } catch (const Error& e) {
+    const char* agent = envOrNull("TORCHELASTIC_USE_AGENT_STORE");
+    if (rank == 0 && agent && std::string(agent) == "True")
+      CCLX_THROW(e.code(),
+                 "%s: under torchrun the agent serves MASTER_PORT; create the comm with "
+                 "Comm::create and a store of your own, or through the Python package, which "
+                 "meets through torchrun's store", e.what());
+    throw;
+  }
+  auto comm = createComm(device, opts, store, nextCommPrefix(opts.name), rank, size);
   if (const char* lr = envOrNull("LOCAL_RANK")) {
     int want = envInt("LOCAL_RANK", lr, 0, 1 << 20);
     if (want != comm->localRank())
@@ -142,7 +242,9 @@ std::shared_ptr<Comm> Comm::fromEnv(DeviceSpec device, const Options& opts) {
 Comm::Comm(std::unique_ptr<CommState> st) : st_(std::move(st)) {}
 
 Comm::~Comm() {
-  if (st_) watchdogRemove(st_.get());
+  if (!st_) return;
+  watchdogRemove(st_.get());
+  if (!st_->finalized && !st_->aborted) liveRelease(storeFacts(*st_->rootStore).id);
 }
 
 int Comm::rank() const { return st_->info.rank; }
@@ -188,14 +290,17 @@ void Comm::finalize() {
   st_->finalized = true;
   watchdogRemove(st_.get());
   st_->backend->finalize();
+  releaseStore(*st_, true);
   CCLX_INFO("comm '%s' finalized", name().c_str());
 }
 
 void Comm::abort() {
   if (st_->aborted) return;
+  bool live = !st_->finalized;
   st_->aborted = true;
   watchdogRemove(st_.get());
   st_->backend->abort();
+  if (live) releaseStore(*st_, false);
   CCLX_WARN("comm '%s' aborted", name().c_str());
   runAbortHooks(*st_, strFormat("comm '%s' was aborted by rank %d", name().c_str(), rank()));
 }

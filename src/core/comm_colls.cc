@@ -8,10 +8,33 @@
 #include "core/watchdog.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/select.h"
 
 namespace cclx {
 
 namespace {
+
+// The collective's name in messages: the Python API's (torchcomms') name.
+const char* apiName(CollType t) {
+  switch (t) {
+    case CollType::AllReduce: return "all_reduce";
+    case CollType::Reduce: return "reduce";
+    case CollType::Broadcast: return "broadcast";
+    case CollType::AllGather: return "all_gather";
+    case CollType::ReduceScatter: return "reduce_scatter";
+    case CollType::AllToAll: return "all_to_all";
+    case CollType::AllToAllV: return "all_to_all_v";
+    case CollType::Send: return "send";
+    case CollType::Recv: return "recv";
+    case CollType::Barrier: return "barrier";
+    case CollType::SendRecv: return "batch";
+    case CollType::ReduceScatterV: return "reduce_scatter_v";
+  }
+  return "collective";
+}
+
+// The name of a call in messages: the lowered collective's (`what`) when set, else apiName.
+const char* apiLabel(const CollArgs& a) { return a.what ? a.what : apiName(a.type); }
 
 bool isReduction(CollType t) {
   return t == CollType::AllReduce || t == CollType::Reduce || t == CollType::ReduceScatter ||
@@ -35,7 +58,7 @@ void validate(const CollArgs& a, int rank, int size) {
   checkDtype(a.dtype);
   checkCount(a.count, a.dtype, size);
   if (isReduction(a.type)) checkOp(a.op, a.dtype);
-  const char* name = collName(a.type);
+  const char* name = apiName(a.type);
   switch (a.type) {
     case CollType::AllReduce:
     case CollType::AllToAll:
@@ -113,19 +136,19 @@ void validate(const CollArgs& a, int rank, int size) {
 }
 
 std::string describe(const CollArgs& a) {
-  std::string s = strFormat("%s count=%zu dtype=%s", collName(a.type), a.count, dtypeName(a.dtype));
+  std::string s = strFormat("%s count=%zu dtype=%s", apiName(a.type), a.count, dtypeName(a.dtype));
   if (isReduction(a.type)) s += strFormat(" op=%s", opName(a.op.kind));
   if (a.type == CollType::Reduce || a.type == CollType::Broadcast)
     s += strFormat(" root=%d", a.root);
   if (a.type == CollType::AllGather) s += a.recvList.empty() ? "" : " list";
   if (a.type == CollType::ReduceScatter) s += a.sendList.empty() ? "" : " list";
-  if (a.type == CollType::AllToAllV) s = strFormat("%s dtype=%s", collName(a.type), dtypeName(a.dtype));
+  if (a.type == CollType::AllToAllV) s = strFormat("%s dtype=%s", apiName(a.type), dtypeName(a.dtype));
   if (a.type == CollType::SendRecv) {  // a lowered collective: per-pair counts checked apart
-    s = strFormat("%s dtype=%s", collLabel(a), dtypeName(a.dtype));
+    s = strFormat("%s dtype=%s", apiLabel(a), dtypeName(a.dtype));
     if (a.root >= 0) s += strFormat(" root=%d", a.root);
   }
   if (a.type == CollType::ReduceScatterV)
-    s = strFormat("%s dtype=%s op=%s counts=%s", collName(a.type), dtypeName(a.dtype),
+    s = strFormat("%s dtype=%s op=%s counts=%s", apiName(a.type), dtypeName(a.dtype),
                   opName(a.op.kind), joinCounts(a.recvCounts).c_str());
   return s;
 }
@@ -153,7 +176,7 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
   std::string key = strFormat("check/%llu", (unsigned long long)seq);
   auto all = storeAllGather(*i.store, key, mine, i.rank, i.size, a.opts.timeout,
                             strFormat("check mode, collective #%llu (%s) of comm '%s'",
-                                      (unsigned long long)seq, collName(a.type),
+                                      (unsigned long long)seq, apiName(a.type),
                                       i.opts.name.c_str()));
   if (seq > 0) {
     try {
@@ -193,7 +216,7 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
         if (sent != wanted)
           CCLX_THROW(cclxInvalidUsage,
                      "check mode: %s: rank %d sends %zu elements to rank %d, which expects %zu",
-                     collLabel(a), p, sent, q, wanted);
+                     apiLabel(a), p, sent, q, wanted);
       }
   }
 }
@@ -217,9 +240,10 @@ std::string joinCounts(const std::vector<size_t>& v) {
 
 CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_t count,
                   DataType dtype, const CollOptions& o) {
-  requireUsable(st, collName(t));
-  CCLX_ARG_CHECK(o.timeout.count() >= 0, "timeout must not be negative (got %lld ms)",
-                 (long long)o.timeout.count());
+  requireUsable(st, apiName(t));
+  CCLX_ARG_CHECK(o.timeout.count() >= 0, "%s: timeout must not be negative (got %lld ms)",
+                 apiName(t), (long long)o.timeout.count());
+  checkHints(o.hints);
   CollArgs a;
   a.type = t;
   a.send = send;
@@ -234,7 +258,7 @@ CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_
 }
 
 std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a) {
-  requireUsable(st, collLabel(a));
+  requireUsable(st, apiLabel(a));
   validate(a, st.info.rank, st.info.size);
   // Point to point involves only the peers; a grouped call is collective when it is a lowered
   // collective (`what`).
@@ -244,11 +268,11 @@ std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a) {
   st.lastOp.store(int(a.type));
   try {
     if (st.info.cfg.checkMode && collective) checkModeExchange(st, a);
-    CCLX_TRACE("%s count=%zu dtype=%s", collLabel(a), a.count, dtypeName(a.dtype));
+    CCLX_TRACE("%s count=%zu dtype=%s", apiLabel(a), a.count, dtypeName(a.dtype));
     return st.backend->run(a);
   } catch (const Error& e) {
     // A timeout or error with abort-on-error ends the process here (core/watchdog.h).
-    commFailed(st, e.code(), e.what(), strFormat("%s #%llu", collLabel(a), (unsigned long long)seq));
+    commFailed(st, e.code(), e.what(), strFormat("%s #%llu", apiLabel(a), (unsigned long long)seq));
     throw;
   }
 }
@@ -283,7 +307,7 @@ std::shared_ptr<Work> Comm::allGather(const void* send, void* recv, size_t count
 std::shared_ptr<Work> Comm::allGatherList(const void* send, const std::vector<void*>& recvs,
                                           size_t count, DataType dtype, const CollOptions& o) {
   CollArgs a = baseArgs(*st_, CollType::AllGather, send, nullptr, count, dtype, o);
-  CCLX_ARG_CHECK(recvs.size() == size_t(size()), "AllGather: %zu receive buffers for %d ranks",
+  CCLX_ARG_CHECK(recvs.size() == size_t(size()), "all_gather: %zu receive buffers for %d ranks",
                  recvs.size(), size());
   a.recvList = recvs;
   return dispatch(*st_, a);
@@ -300,7 +324,7 @@ std::shared_ptr<Work> Comm::reduceScatterList(const std::vector<const void*>& se
                                               size_t count, DataType dtype, ReduceOp op,
                                               const CollOptions& o) {
   CollArgs a = baseArgs(*st_, CollType::ReduceScatter, nullptr, recv, count, dtype, o);
-  CCLX_ARG_CHECK(sends.size() == size_t(size()), "ReduceScatter: %zu send buffers for %d ranks",
+  CCLX_ARG_CHECK(sends.size() == size_t(size()), "reduce_scatter: %zu send buffers for %d ranks",
                  sends.size(), size());
   a.op = op;
   a.sendList = sends;

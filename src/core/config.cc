@@ -2,13 +2,20 @@
 // silently ignored.
 #include "core/config.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <set>
 
 #include "core/error.h"
+#include "core/log.h"
+
+extern char** environ;
 
 namespace cclx {
 
@@ -64,6 +71,26 @@ int64_t parseInt(const char* name, const char* v, int64_t lo, int64_t hi) {
   return n;
 }
 
+int64_t parseTimeoutMs(const char* v) {
+  return parseInt("CCLX_TIMEOUT_MS", v, 1, int64_t(1) << 40);
+}
+
+// CCLX_TIMEOUT, else TORCHCOMM_TIMEOUT_SECONDS, in ms (0 = no timeout); 600 s when unset.
+int64_t defaultTimeoutMsFromEnv() {
+  for (const char* name : {"CCLX_TIMEOUT", "TORCHCOMM_TIMEOUT_SECONDS"}) {
+    const char* v = envOrNull(name);
+    if (!v) continue;
+    char* end = nullptr;
+    errno = 0;
+    const double sec = std::strtod(v, &end);
+    if (end == v || *end != '\0' || errno == ERANGE || !(sec >= 0) || sec > 1e9)
+      CCLX_THROW(cclxInvalidArgument,
+                 "%s='%s' is not a number of seconds in [0, 1e9] (0 = no timeout)", name, v);
+    return sec == 0 ? 0 : std::max<int64_t>(1, int64_t(sec * 1000.0 + 0.5));
+  }
+  return Config().defaultTimeoutMs;
+}
+
 void readSize(const char* name, size_t& out) {
   if (const char* v = envOrNull(name)) out = size_t(parseSize(name, v));
 }
@@ -74,7 +101,75 @@ void readBool(const char* name, bool& out) {
 std::mutex gMu;
 Config* gConfig = nullptr;
 
+std::string jobIdFromEnv() {
+  if (const char* v = envOrNull("CCLX_JOB_ID")) return v;
+  if (const char* v = envOrNull("TORCHELASTIC_RUN_ID")) return v;
+  return "cclx";
+}
+
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// One warning per unknown CCLX_* name per process (a misspelled setting is otherwise ignored).
+void warnUnknownEnvNames() {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true)) return;
+  for (const std::string& w : unknownEnvNames(environ))
+    CCLX_WARN("unknown setting %s; it is ignored", w.c_str());
+}
+
 }  // namespace
+
+const std::vector<std::string>& knownEnvNames() {
+  static const std::vector<std::string> names = {
+      // Settings (Config::fromEnv, README's settings table).
+      "CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX_TIMEOUT_MS", "CCLX_TIMEOUT",
+      "CCLX_ABORT_ON_ERROR", "CCLX_WATCHDOG", "CCLX_JOB_ID",
+      "CCLX_SHM_FLAT_MAX_BYTES", "CCLX_SHM_CHUNK_BYTES", "CCLX_SPIN_ITERATIONS", "CCLX_NCCL_PATH",
+      "CCLX_NCCL_PIP_DIR", "CCLX_ALLREDUCE_ALGO", "CCLX_DDA_ENABLE", "CCLX_DDA_FLAT_MAX_BYTES",
+      "CCLX_DDA_LAMPORT_MAX_BYTES", "CCLX_DDA_TREE_MAX_BYTES", "CCLX_DDA_STAGING_BYTES",
+      "CCLX_DDA_MAX_BLOCKS", "CCLX_LOW_PRECISION_ENABLE", "CCLX_LOW_PRECISION_ALLREDUCE",
+      "CCLX_LOW_PRECISION_ALLGATHER", "CCLX_LOW_PRECISION_REDUCESCATTER",
+      "CCLX_LOW_PRECISION_ALLTOALL", "CCLX_LOW_PRECISION_MIN_BYTES", "CCLX_FP8_BLOCK_SIZE",
+      "CCLX_FP8_PRODUCER_WARPS", "CCLX_FP8_TILES_PER_CTA", "CCLX_FP8_ALLREDUCE_ALGO",
+      "CCLX_FP8_ONESHOT_MAX_BYTES", "CCLX_NCCL_INTERCEPT", "CCLX_NCCL_FORWARD",
+      // Read by the Python package, the build and test scripts and the tests.
+      "CCLX_EXT_DIR", "CCLX_DROPIN_LIB", "CCLX_GIT_COMMIT", "CCLX_ENABLE_CUDA", "CCLX_CUDA_ARCH",
+      "CCLX_TEST_ONLY", "CCLX_TEST_RANKS", "CCLX_TEST_PG_PORT"};
+  return names;
+}
+
+std::vector<std::string> unknownEnvNames(char** env) {
+  const auto& known = knownEnvNames();
+  std::vector<std::string> out;
+  for (char** e = env; e && *e; ++e) {
+    if (std::strncmp(*e, "CCLX_", 5) != 0) continue;
+    const char* eq = std::strchr(*e, '=');
+    std::string name(*e, eq ? size_t(eq - *e) : std::strlen(*e));
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    const std::string* best = &known[0];
+    size_t bestD = SIZE_MAX;
+    for (const auto& k : known) {
+      size_t d = editDistance(name, k);
+      if (d < bestD) bestD = d, best = &k;
+    }
+    out.push_back(name + " (did you mean " + *best + "?)");
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 Config Config::fromEnv() {
   Config c;
@@ -84,25 +179,14 @@ Config Config::fromEnv() {
     else if (s == "warn") c.logLevel = LogLevel::WARN;
     else if (s == "info") c.logLevel = LogLevel::INFO;
     else if (s == "trace") c.logLevel = LogLevel::TRACE;
-    else CCLX_THROW(cclxInvalidArgument, "CCLX_DEBUG='%s' is not one of WARN, INFO, TRACE", v);
+    else CCLX_THROW(cclxInvalidArgument, "CCLX_DEBUG='%s' is not one of NONE, WARN, INFO, TRACE", v);
   }
   if (const char* v = envOrNull("CCLX_DEBUG_FILE")) c.logFile = v;
 
   readBool("CCLX_CHECK_MODE", c.checkMode);
   if (const char* v = envOrNull("CCLX_TIMEOUT_MS"))
-    c.timeoutMs = parseInt("CCLX_TIMEOUT_MS", v, 1, int64_t(1) << 40);
-  for (const char* name : {"CCLX_TIMEOUT", "TORCHCOMM_TIMEOUT_SECONDS"}) {
-    const char* v = envOrNull(name);
-    if (!v) continue;
-    char* end = nullptr;
-    errno = 0;
-    const double sec = std::strtod(v, &end);
-    if (end == v || *end != '\0' || errno == ERANGE || !(sec >= 0) || sec > 1e9)
-      CCLX_THROW(cclxInvalidArgument,
-                 "%s='%s' is not a number of seconds in [0, 1e9] (0 = no timeout)", name, v);
-    c.defaultTimeoutMs = sec == 0 ? 0 : std::max<int64_t>(1, int64_t(sec * 1000.0 + 0.5));
-    break;
-  }
+    c.timeoutMs = parseTimeoutMs(v);
+  c.defaultTimeoutMs = defaultTimeoutMsFromEnv();
   for (const char* name : {"CCLX_ABORT_ON_ERROR", "TORCHCOMM_ABORT_ON_ERROR"}) {
     if (const char* v = envOrNull(name)) {
       c.abortOnError = parseBool(name, v);
@@ -111,9 +195,7 @@ Config Config::fromEnv() {
     }
   }
 
-  if (const char* v = envOrNull("CCLX_JOB_ID")) c.jobId = v;
-  else if (const char* v2 = envOrNull("TORCHELASTIC_RUN_ID")) c.jobId = v2;
-  else c.jobId = "cclx";
+  c.jobId = jobIdFromEnv();
 
   readBool("CCLX_WATCHDOG", c.watchdog);
 
@@ -194,8 +276,12 @@ Config Config::fromEnv() {
 }
 
 const Config& config() {
-  std::lock_guard<std::mutex> lk(gMu);
-  if (!gConfig) gConfig = new Config(Config::fromEnv());
+  {
+    std::lock_guard<std::mutex> lk(gMu);
+    if (gConfig) return *gConfig;
+    gConfig = new Config(Config::fromEnv());
+  }
+  warnUnknownEnvNames();  // after the lock: logging reads the config
   return *gConfig;
 }
 
@@ -204,6 +290,32 @@ void reloadConfig() {
   std::lock_guard<std::mutex> lk(gMu);
   if (!gConfig) gConfig = new Config(fresh);
   else *gConfig = fresh;
+}
+
+RendezvousConfig rendezvousConfig() {
+  RendezvousConfig r;
+  try {
+    Config c = Config::fromEnv();  // the environment as it is now, like config()'s first read
+    r.jobId = c.jobId;
+    r.timeoutMs = c.timeoutMs;
+    r.defaultTimeoutMs = c.defaultTimeoutMs;
+    return r;
+  } catch (const Error& e) {
+    r.error = e.what();
+  }
+  warnUnknownEnvNames();
+  r.jobId = jobIdFromEnv();
+  if (const char* v = envOrNull("CCLX_TIMEOUT_MS")) {
+    try {
+      r.timeoutMs = parseTimeoutMs(v);
+    } catch (const Error&) {
+    }
+  }
+  try {
+    r.defaultTimeoutMs = defaultTimeoutMsFromEnv();
+  } catch (const Error&) {
+  }
+  return r;
 }
 
 }  // namespace cclx

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cclx {
 
@@ -12,7 +13,7 @@ enum class LogLevel : int { NONE = 0, WARN = 1, INFO = 2, TRACE = 3 };
 
 struct Config {
   // Logging.
-  LogLevel logLevel = LogLevel::NONE;  // CCLX_DEBUG=WARN|INFO|TRACE
+  LogLevel logLevel = LogLevel::WARN;  // CCLX_DEBUG=NONE|WARN|INFO|TRACE
   std::string logFile;                 // CCLX_DEBUG_FILE (default stderr; %h host, %p pid)
 
   // Correctness aids.
@@ -80,5 +81,22 @@ enum : unsigned {
 const Config& config();
 /// Re-reads the environment (tests that change CCLX_* variables call this).
 void reloadConfig();
+
+/// What rendezvous needs even when a setting is malformed, so that this rank can still reach
+/// the store and tell the others why it fails: the job id, the timeouts that parse (else their
+/// defaults), and config()'s error ("" when the environment is fine).
+struct RendezvousConfig {
+  std::string jobId;
+  int64_t timeoutMs = -1;            // CCLX_TIMEOUT_MS
+  int64_t defaultTimeoutMs = 600000;  // CCLX_TIMEOUT / TORCHCOMM_TIMEOUT_SECONDS (0 = none)
+  std::string error;
+};
+RendezvousConfig rendezvousConfig();
+
+/// Every CCLX_* environment name that cclx, its Python package or its scripts read.
+const std::vector<std::string>& knownEnvNames();
+/// "CCLX_X (did you mean CCLX_Y?)" for each CCLX_* name in `env` (an environ-style array) that
+/// is not known.
+std::vector<std::string> unknownEnvNames(char** env);
 
 }  // namespace cclx

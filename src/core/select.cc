@@ -25,6 +25,30 @@ size_t fp8OneShotTable(int n) { return n == 2 ? (size_t(32) << 20) : kNever; }
 
 size_t pick(size_t setting, size_t table) { return setting ? setting : table; }
 
+// Every hint key and the values it takes ('|' between them), for every collective and both
+// backends. Adding a key or a value is one line here, plus the rule below that reads it.
+struct HintSpec {
+  const char* key;
+  const char* values;
+};
+constexpr HintSpec kHints[] = {
+    {"algo", "auto|flat|lamport|tree|nccl"},
+    {"low_precision", "fp8|off"},
+    {"fp8_algo", "auto|oneshot|twoshot"},
+};
+
+bool listed(const char* values, const std::string& v) {
+  std::string list = std::string("|") + values + "|";
+  return !v.empty() && v.find('|') == std::string::npos &&
+         list.find("|" + v + "|") != std::string::npos;
+}
+
+std::string spaced(const char* values) {
+  std::string s = values;
+  for (size_t at; (at = s.find('|')) != std::string::npos;) s.replace(at, 1, ", ");
+  return s;
+}
+
 const std::string* hint(const CollArgs& a, const char* key) {
   auto it = a.opts.hints.find(key);
   return it == a.opts.hints.end() ? nullptr : &it->second;
@@ -95,6 +119,22 @@ Algo selectAllReduce(const CollArgs& a, const Config& cfg, const Caps& c) {
 }
 
 }  // namespace
+
+void checkHints(const std::map<std::string, std::string>& hints) {
+  for (const auto& [key, value] : hints) {
+    const HintSpec* spec = nullptr;
+    for (const HintSpec& h : kHints)
+      if (key == h.key) spec = &h;
+    if (!spec) {
+      std::string keys;
+      for (const HintSpec& h : kHints) keys += std::string(keys.empty() ? "" : ", ") + h.key;
+      CCLX_THROW(cclxInvalidArgument, "unknown hint '%s' (valid hints: %s)", key.c_str(),
+                 keys.c_str());
+    }
+    CCLX_ARG_CHECK(listed(spec->values, value), "hint %s='%s' is not one of %s", key.c_str(),
+                   value.c_str(), spaced(spec->values).c_str());
+  }
+}
 
 const char* algoName(Algo a) {
   switch (a) {

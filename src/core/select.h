@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "core/backend.h"
 
@@ -39,6 +41,11 @@ struct Caps {
                            // fp8_oneshot); false on HIP builds, where that relies on a link
                            // property AMD does not document (forced choices still run them)
 };
+
+/// Checks hints (per call or per comm) against the table of every hint key and its values in
+/// select.cc: an unknown key or value is cclxInvalidArgument naming the valid ones. Comm calls it
+/// for every collective and at creation, before anything is enqueued.
+void checkHints(const std::map<std::string, std::string>& hints);
 
 /// The algorithm for one call. Throws cclxInvalidArgument for an unknown "algo" or "fp8_algo"
 /// hint or setting (on every backend alike).

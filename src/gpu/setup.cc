@@ -28,10 +28,11 @@ class StoreExchange final : public Exchange {
 // store timeout naming it, not a hang inside NCCL).
 nccl::ncclComm_t createNccl(const BootstrapInfo& info) {
   const NcclLib& L = ncclLib();
-  info.store->set(strFormat("cclx_nccl_arrive_%d", info.rank), "1");
-  std::vector<std::string> keys;
-  for (int r = 0; r < info.size; ++r) keys.push_back(strFormat("cclx_nccl_arrive_%d", r));
-  info.store->wait(keys, info.opts.timeout);
+  info.store->set(strFormat("cclx_nccl_arrive/%d", info.rank), "1");
+  std::vector<int> all(static_cast<size_t>(info.size));
+  for (int r = 0; r < info.size; ++r) all[size_t(r)] = r;
+  storeWaitRanks(*info.store, "cclx_nccl_arrive", all, info.opts.timeout,
+                 strFormat("NCCL setup of comm '%s'", info.opts.name.c_str()));
   nccl::ncclUniqueId uid;
   if (info.rank == 0) {
     ncclCheck(L.getUniqueId(&uid), "ncclGetUniqueId");

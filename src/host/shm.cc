@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "store/bootstrap.h"
 
 namespace cclx {
 
@@ -156,22 +157,14 @@ void HostCtx::setup(const BootstrapInfo& info) {
 
   auto& store = info.store;
   if (!store) CCLX_THROW(cclxInternalError, "host transport: no store in BootstrapInfo");
+  std::vector<int> all(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) all[size_t(r)] = r;
   auto waitKeys = [&](const std::string& prefix, const char* what) {
-    std::vector<std::string> keys;
-    for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
-    try {
-      store->wait(keys, timeout);
-    } catch (const Error& err) {
-      if (err.code() != cclxTimeout) throw;
-      std::string missing;
-      for (int r = 0; r < size; ++r)
-        if (!store->check(keys[size_t(r)])) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      CCLX_THROW(cclxTimeout, "host transport setup (rank %d of %d): ranks [%s] never %s within %lld ms",
-                 rank, size, missing.c_str(), what, static_cast<long long>(timeout.count()));
-    }
+    storeWaitRanks(*store, prefix.substr(0, prefix.size() - 1), all, timeout,
+                   strFormat("host transport setup (rank %d of %d): %s", rank, size, what));
   };
   store->set("shm/seg/" + std::to_string(rank), ownName);
-  waitKeys("shm/seg/", "published their segment");
+  waitKeys("shm/seg/", "publishing the segments");
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
     auto seg = std::make_unique<ShmSegment>();
@@ -204,7 +197,7 @@ void HostCtx::setup(const BootstrapInfo& info) {
     segs_[size_t(r)] = std::move(seg);
   }
   store->set("shm/mapped/" + std::to_string(rank), "1");
-  waitKeys("shm/mapped/", "mapped the peers' segments");
+  waitKeys("shm/mapped/", "mapping the peers' segments");
   // Every peer holds a mapping now: remove the name so nothing outlives the processes.
   if (shm_unlink(ownName.c_str()) != 0)
     CCLX_WARN("shm_unlink(%s) failed: %s", ownName.c_str(), strerror(errno));

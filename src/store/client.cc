@@ -54,6 +54,7 @@ class ClientStore final : public PollingStore {
   }
 
   int port() const override { return port_; }
+  std::string address() const override { return peer_; }
   void set(const std::string& k, const std::string& v) override {
     expectOk(call(store::Writer().u8(store::SET).str(k).str(v).data()), "set");
   }
@@ -155,9 +156,14 @@ class ClientStore final : public PollingStore {
     }
   }
 
+  // Retries until the deadline (the server may start later than its clients), logging every
+  // kWaitReportEvery that it still waits. The server is the rendezvous' rank 0 (or the process
+  // that made the unique id), so the messages name it.
   void connectWithRetry(const std::string& host, int port, Clock::time_point deadline) {
     auto backoff = std::chrono::milliseconds(10);
     std::string lastErr;
+    const auto start = Clock::now();
+    auto nextReport = start + kWaitReportEvery;
     for (;;) {
       addrinfo hints{};
       hints.ai_family = AF_INET;
@@ -191,8 +197,18 @@ class ClientStore final : public PollingStore {
       }
       auto now = Clock::now();
       if (now >= deadline)
-        CCLX_THROW(cclxTimeout, "could not connect to the store at %s within %lld ms: %s",
+        CCLX_THROW(cclxTimeout,
+                   "could not connect to the store at %s within %lld ms: rank 0, which serves it, "
+                   "has not started or cannot be reached (%s)",
                    peer_.c_str(), (long long)timeout_.count(), lastErr.c_str());
+      if (now >= nextReport) {
+        CCLX_WARN("waiting for rank 0 (the store's server) at %s, %lld s of %lld s: %s",
+                  peer_.c_str(),
+                  (long long)std::chrono::duration_cast<std::chrono::seconds>(now - start).count(),
+                  (long long)std::chrono::duration_cast<std::chrono::seconds>(timeout_).count(),
+                  lastErr.c_str());
+        nextReport += kWaitReportEvery;
+      }
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
       std::this_thread::sleep_for(std::min(backoff, left));
       backoff = std::min(backoff * 2, std::chrono::milliseconds(500));

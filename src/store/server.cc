@@ -1,5 +1,7 @@
 // TcpStore server: one thread poll()s the listening socket, every connection and a wake-up pipe,
-// and serves each complete request from the table. The destructor wakes and joins the thread.
+// and serves each complete request from the table. The destructor first lingers (bounded) while
+// clients are still connected and using the store, so that the process that owns the store does
+// not leave under a peer's request; then it wakes and joins the thread.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -27,7 +30,8 @@ namespace {
 
 class ServerStore final : public PollingStore {
  public:
-  ServerStore(const std::string& host, int port, const std::string& jobId) : jobId_(jobId) {
+  ServerStore(const std::string& host, int port, const std::string& jobId)
+      : jobId_(jobId), host_(host) {
     listenFd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listenFd_ < 0) CCLX_THROW(cclxSystemError, "socket() failed: %s", std::strerror(errno));
     int one = 1;
@@ -65,6 +69,7 @@ class ServerStore final : public PollingStore {
   }
 
   ~ServerStore() override {
+    linger();
     char c = 1;
     while (::write(wake_[1], &c, 1) < 0 && errno == EINTR) {
     }
@@ -76,6 +81,9 @@ class ServerStore final : public PollingStore {
   }
 
   int port() const override { return port_; }
+  std::string address() const override { return strFormat("%s:%d", host_.c_str(), port_); }
+  bool serving() const override { return true; }
+  int clients() const override { return nClients_.load(); }
   void set(const std::string& k, const std::string& v) override { table_.set(k, v); }
   int64_t add(const std::string& k, int64_t d) override { return table_.add(k, d); }
   bool check(const std::string& k) override { return table_.check(k); }
@@ -93,6 +101,18 @@ class ServerStore final : public PollingStore {
     bool greeted = false;
     std::string in;
   };
+
+  // A client that sent a request within kBusyWindow may be in the middle of a polling loop (a
+  // get() or wait() polls every few ms): wait until every client left or went quiet, at most
+  // kLingerMax.
+  static constexpr auto kBusyWindow = std::chrono::milliseconds(250);
+  static constexpr auto kLingerMax = std::chrono::seconds(5);
+  void linger() {
+    auto start = Clock::now();
+    while (nClients_.load() > 0 && Clock::now() - start < kLingerMax &&
+           Clock::now() - Clock::time_point(Clock::duration(lastRequest_.load())) < kBusyWindow)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 
   void serve() {
     for (;;) {
@@ -114,6 +134,7 @@ class ServerStore final : public PollingStore {
         ::close(clients_[dead[j]].fd);
         clients_.erase(clients_.begin() + long(dead[j]));
       }
+      nClients_.store(int(clients_.size()));
       if (fds[1].revents & POLLIN) acceptOne();
     }
   }
@@ -129,6 +150,7 @@ class ServerStore final : public PollingStore {
     Client c;
     c.fd = fd;
     clients_.push_back(std::move(c));
+    nClients_.store(int(clients_.size()));
   }
 
   // Reads what is available and serves every complete request. False: drop the connection.
@@ -154,6 +176,7 @@ class ServerStore final : public PollingStore {
       if (c.in.size() < 4 + size_t(len)) break;
       std::string req = c.in.substr(4, len);
       c.in.erase(0, 4 + size_t(len));
+      lastRequest_.store(Clock::now().time_since_epoch().count());
       bool keep = true;
       std::string reply = handle(c, req, keep);
       try {
@@ -186,6 +209,9 @@ class ServerStore final : public PollingStore {
   }
 
   std::string jobId_;
+  std::string host_;
+  std::atomic<int> nClients_{0};
+  std::atomic<Clock::rep> lastRequest_{0};  // steady-clock ticks of the last request served
   int listenFd_ = -1;
   int port_ = 0;
   int wake_[2] = {-1, -1};

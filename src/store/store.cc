@@ -71,6 +71,7 @@ class PrefixStore final : public Store {
  public:
   PrefixStore(std::shared_ptr<Store> base, std::string prefix)
       : base_(std::move(base)), prefix_(std::move(prefix)) {}
+  const Store& base() const { return *base_; }
   void set(const std::string& k, const std::string& v) override { base_->set(prefix_ + k, v); }
   std::string get(const std::string& k, std::chrono::milliseconds t) override {
     return base_->get(prefix_ + k, t);
@@ -102,6 +103,12 @@ std::shared_ptr<TcpStore> TcpStore::create(const std::string& host, int port, bo
   if (isServer) return store::makeServerStore(host, port, jobId);
   CCLX_ARG_CHECK(port != 0, "a store client needs the server's port (got 0)");
   return store::makeClientStore(host, port, jobId, timeout);
+}
+
+const store::PollingStore* store::tcpStoreUnder(const Store& s) {
+  const Store* p = &s;
+  while (auto* v = dynamic_cast<const PrefixStore*>(p)) p = &v->base();
+  return dynamic_cast<const PollingStore*>(p);
 }
 
 std::shared_ptr<Store> prefixStore(std::shared_ptr<Store> base, const std::string& prefix) {

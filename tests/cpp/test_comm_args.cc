@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "core/config.h"
@@ -117,6 +118,38 @@ void badCalls(cclx::Comm& c, int rank, int size) {
   EXPECT_CODE(cclxInvalidArgument, c.split({0}, ""));
   EXPECT_CODE(cclxInvalidArgument, c.selectAllReduceAlgo(n, f32, RedOpKind::BAND));
 
+  // Hints: an unknown key or value fails every collective before anything runs.
+  const std::map<std::string, std::string> badHints[] = {
+      {{"algoo", "tree"}}, {{"low_precision", "fp4"}}, {{"fp8_algo", "bogus"}},
+      {{"algo", "bogus"}}, {{"algo", "tree"}, {"note", "x"}}};
+  const int peer = (rank + 1) % size;
+  for (const auto& h : badHints) {
+    cclx::CollOptions o;
+    o.hints = h;
+    EXPECT_CODE(cclxInvalidArgument, c.allReduce(s, r, n, f32, RedOpKind::SUM, o));
+    EXPECT_CODE(cclxInvalidArgument, c.reduce(s, r, n, f32, RedOpKind::SUM, 0, o));
+    EXPECT_CODE(cclxInvalidArgument, c.broadcast(s, r, n, f32, 0, o));
+    EXPECT_CODE(cclxInvalidArgument, c.allGather(s, r, n, f32, o));
+    EXPECT_CODE(cclxInvalidArgument, c.reduceScatter(s, r, n, f32, RedOpKind::SUM, o));
+    EXPECT_CODE(cclxInvalidArgument, c.allToAll(s, r, n, f32, o));
+    EXPECT_CODE(cclxInvalidArgument, c.allToAllV(s, counts, r, counts, f32, o));
+    EXPECT_CODE(cclxInvalidArgument, c.send(s, n, f32, peer, o));
+    EXPECT_CODE(cclxInvalidArgument, c.recv(r, n, f32, peer, o));
+    EXPECT_CODE(cclxInvalidArgument, c.barrier(o));
+    EXPECT_CODE(cclxInvalidArgument, c.selectAllReduceAlgo(n, f32, RedOpKind::SUM, o));
+  }
+  std::string m;
+  cclx::CollOptions typo;
+  typo.hints = {{"algoo", "tree"}};
+  codeOf([&] { c.allGather(s, r, n, f32, typo); }, &m);
+  MP_CHECK(m == "unknown hint 'algoo' (valid hints: algo, low_precision, fp8_algo)", "%s",
+           m.c_str());
+  typo.hints = {{"low_precision", "fp4"}};
+  codeOf([&] { c.allReduce(s, r, n, f32, RedOpKind::SUM, typo); }, &m);
+  MP_CHECK(m == "hint low_precision='fp4' is not one of fp8, off", "%s", m.c_str());
+  codeOf([&] { c.send(s, n, f32, rank); }, &m);
+  MP_CHECK(m == "send: peer " + std::to_string(rank) + " is this rank", "%s", m.c_str());
+
   MP_CHECK(allPoison(recv), "a rejected call wrote to the output");
   MP_CHECK(send == sendCopy, "a rejected call wrote to the input");
 }
@@ -192,6 +225,13 @@ TEST(CommArgs, CreateRejectsBadArguments) {
   bad.backend = "nccl";
   EXPECT_EQ(codeOf([&] { cclx::Comm::create(cpu, bad, server, 0, 1); }, &msg), cclxInvalidArgument);
   EXPECT_NE(msg.find("the nccl backend needs a CUDA device"), std::string::npos) << msg;
+  bad.backend = "cclx";
+  bad.hints = {{"fp8_algo", "bogus"}};
+  EXPECT_EQ(codeOf([&] { cclx::Comm::create(cpu, bad, server, 0, 1); }, &msg), cclxInvalidArgument);
+  EXPECT_EQ(msg, "hint fp8_algo='bogus' is not one of auto, oneshot, twoshot");
+  bad.hints = {{"lowprecision", "fp8"}};
+  EXPECT_EQ(codeOf([&] { cclx::Comm::create(cpu, bad, server, 0, 1); }, &msg), cclxInvalidArgument);
+  bad.hints.clear();
   bad.backend = "gloo";
   EXPECT_EQ(codeOf([&] { cclx::Comm::create(cpu, bad, server, 0, 1); }, &msg), cclxInvalidArgument);
   EXPECT_NE(msg.find("gloo"), std::string::npos) << msg;

@@ -1,6 +1,7 @@
 // CCLX_* parsing: defaults, accepted spellings, and malformed values rejected with a clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -56,7 +57,7 @@ class ConfigTest : public ::testing::Test {
 TEST_F(ConfigTest, Defaults) {
   cclx::Config c = cclx::Config::fromEnv();
   cclx::Config d;
-  EXPECT_EQ(c.logLevel, cclx::LogLevel::NONE);
+  EXPECT_EQ(c.logLevel, cclx::LogLevel::WARN);  // warnings are shown unless CCLX_DEBUG=NONE
   EXPECT_FALSE(c.checkMode);
   EXPECT_EQ(c.timeoutMs, -1);
   EXPECT_EQ(c.jobId, "cclx");
@@ -172,7 +173,39 @@ TEST_F(ConfigTest, EmptyMeansUnset) {
   set("CCLX_DEBUG", "");
   cclx::Config c = cclx::Config::fromEnv();
   EXPECT_EQ(c.timeoutMs, -1);
-  EXPECT_EQ(c.logLevel, cclx::LogLevel::NONE);
+  EXPECT_EQ(c.logLevel, cclx::LogLevel::WARN);
+  set("CCLX_DEBUG", "none");
+  EXPECT_EQ(cclx::Config::fromEnv().logLevel, cclx::LogLevel::NONE);
+}
+
+TEST_F(ConfigTest, RendezvousSettingsSurviveAMalformedOne) {
+  set("CCLX_JOB_ID", "job-7");
+  set("CCLX_TIMEOUT_MS", "4000");
+  set("CCLX_SPIN_ITERATIONS", "many");
+  EXPECT_THROW(cclx::reloadConfig(), cclx::Error);
+  cclx::RendezvousConfig r = cclx::rendezvousConfig();
+  EXPECT_EQ(r.jobId, "job-7");
+  EXPECT_EQ(r.timeoutMs, 4000);
+  EXPECT_EQ(r.error, "CCLX_SPIN_ITERATIONS='many' is not an integer");
+  set("CCLX_TIMEOUT_MS", "abc");
+  r = cclx::rendezvousConfig();
+  EXPECT_EQ(r.timeoutMs, -1);
+  EXPECT_NE(r.error.find("CCLX_"), std::string::npos) << r.error;
+}
+
+TEST_F(ConfigTest, UnknownNamesSuggestTheClosestKnownOne) {
+  char a[] = "CCLX_TIMEOUTMS=5", b[] = "CCLX_DEBUG=INFO", c[] = "CCLX_LOW_PRECISON_ENABLE=1",
+       d[] = "PATH=/bin", e[] = "CCLX_EXT_DIR=/x", f[] = "CCLX_TEST_ONLY=a";
+  char* env[] = {a, b, c, d, e, f, nullptr};
+  auto w = cclx::unknownEnvNames(env);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0], "CCLX_LOW_PRECISON_ENABLE (did you mean CCLX_LOW_PRECISION_ENABLE?)");
+  EXPECT_EQ(w[1], "CCLX_TIMEOUTMS (did you mean CCLX_TIMEOUT_MS?)");
+  // Every name the sources read is known (settings, scripts, tests).
+  for (const char* n : kVars)
+    if (std::string(n).rfind("CCLX_", 0) == 0)
+      EXPECT_NE(std::find(cclx::knownEnvNames().begin(), cclx::knownEnvNames().end(), n),
+                cclx::knownEnvNames().end()) << n;
 }
 
 TEST_F(ConfigTest, ReloadPicksUpChangesAndKeepsOldOnError) {

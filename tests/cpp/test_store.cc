@@ -143,6 +143,30 @@ TEST(Store, ServerGoneIsAnErrorNotAHang) {
   EXPECT_NE(codeOf([&] { client->set("c", "d"); }), cclxSuccess);
 }
 
+// The process that owns the store does not take it away from a client that is still polling:
+// the server's destructor waits (at most 5 s) until its clients left or went quiet.
+TEST(Store, ServerLingersWhileClientsPoll) {
+  auto res = cclx::test::runRanks(2, [](int rank, int, std::shared_ptr<cclx::Store> parent) {
+    if (rank == 0) {
+      auto server = TcpStore::create("127.0.0.1", 0, true, "linger", 5s);
+      parent->set("port", std::to_string(server->port()));
+      parent->get("polling", 10s);
+      auto t0 = std::chrono::steady_clock::now();
+      server.reset();
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - t0).count();
+      MP_CHECK(ms >= 400 && ms < 4000, "the server left after %lld ms", (long long)ms);
+      return;
+    }
+    auto client = TcpStore::create("127.0.0.1", std::stoi(parent->get("port", 10s)), false,
+                                   "linger", 5s);
+    parent->set("polling", "1");
+    auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < 600ms) client->check("nothing");  // throws if lost
+  }, 60s);
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
 TEST(Store, ServerStartsAndStopsCleanly) {
   for (int i = 0; i < 20; ++i) {
     auto server = TcpStore::create("127.0.0.1", 0, true, "job", 5s);

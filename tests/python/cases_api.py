@@ -93,8 +93,11 @@ def case_timeout_names_missing_rank(ctx):
 
 
 def case_explicit_store(ctx):
-    port = int(os.environ["MASTER_PORT"]) + 1
-    store = cclx.TcpStore("127.0.0.1", port, ctx.rank == 0, "explicit", 30.0)
+    # Rank 0 serves on a free port and tells the others which one through ctx.comm.
+    server = cclx.TcpStore("127.0.0.1", 0, True, "explicit", 30.0) if ctx.rank == 0 else None
+    port = np.array([server.port if server else 0], np.int64)
+    ctx.comm.broadcast(port, 0)
+    store = server or cclx.TcpStore("127.0.0.1", int(port[0]), False, "explicit", 30.0)
     store.set(f"k{ctx.rank}", f"v{ctx.rank}".encode())
     store.wait([f"k{r}" for r in range(ctx.size)], 30.0)
     assert store.get(f"k{(ctx.rank + 1) % ctx.size}") == f"v{(ctx.rank + 1) % ctx.size}".encode()

@@ -239,7 +239,7 @@ def case_hints_and_timeout(ctx):
     x = gen("f64", (64,), ctx.rank, seed())
     ref, scale = reduce_ref([gen("f64", (64,), r, _seed[0]) for r in range(ctx.size)],
                             "SUM", "f64")
-    ctx.comm.all_reduce(x, cclx.ReduceOp.SUM, False, {"note": "x"}, 30.0)
+    ctx.comm.all_reduce(x, cclx.ReduceOp.SUM, False, {"algo": "tree"}, 30.0)
     assert_close(x, ref, scale, "f64", "all_reduce with hints")
 
 

@@ -169,3 +169,85 @@ def test_per_call_timeout_zero_means_the_comms(comm):
     with pytest.raises(cclx.CclxInvalidArgument):
         comm.all_reduce(x, timeout=-1)
     np.testing.assert_array_equal(x, np.arange(5, dtype=np.float32))
+
+
+@pytest.mark.parametrize("hints,text", [
+    ({"algoo": "tree"}, "unknown hint 'algoo' (valid hints: algo, low_precision, fp8_algo)"),
+    ({"low_precision": "fp4"}, "hint low_precision='fp4' is not one of fp8, off"),
+    ({"fp8_algo": "bogus"}, "hint fp8_algo='bogus' is not one of auto, oneshot, twoshot"),
+    ({"algo": "bogus"}, "hint algo='bogus' is not one of auto, flat, lamport, tree, nccl"),
+])
+def test_bad_hints_rejected_everywhere(comm, monkeypatch_module, hints, text):
+    """Every collective and new_comm check hints against one table, before anything runs."""
+    x = np.arange(1, 9, dtype=np.float32)
+    out = np.full(8, -3.0, np.float32)
+    calls = [
+        lambda: comm.all_reduce(x, hints=hints, output=out),
+        lambda: comm.reduce(x, 0, hints=hints, output=out),
+        lambda: comm.broadcast(x, 0, hints=hints, output=out),
+        lambda: comm.all_gather_single(out, x, hints=hints),
+        lambda: comm.all_gather([out], x, hints=hints),
+        lambda: comm.reduce_scatter_single(out, x, hints=hints),
+        lambda: comm.reduce_scatter(out, [x], hints=hints),
+        lambda: comm.all_to_all_single(out, x, hints=hints),
+        lambda: comm.all_to_all_v_single(out, x, [8], [8], hints=hints),
+        lambda: comm.barrier(hints=hints),
+        lambda: comm.get_algo(8, cclx.DataType.f32, hints=hints),
+    ]
+    for call in calls:
+        with pytest.raises(cclx.CclxInvalidArgument) as e:
+            call()
+        assert str(e.value) == text
+    assert (out == -3.0).all() and (x == np.arange(1, 9)).all()
+    with pytest.raises(cclx.CclxInvalidArgument) as e:
+        cclx.new_comm("cclx", "cpu", name="bad_hints", hints=hints)
+    assert str(e.value) == text
+    comm.all_reduce(x, hints={"algo": "tree", "low_precision": "off", "fp8_algo": "auto"})
+
+
+def test_messages_name_the_python_arguments(comm):
+    x = np.ones(4, np.float32)
+    with pytest.raises(cclx.CclxInvalidArgument) as e:
+        comm.send(x, 0)
+    assert str(e.value) == "send: dst 0 is this rank"
+    with pytest.raises(cclx.CclxInvalidArgument) as e:
+        comm.recv(x, 0)
+    assert str(e.value) == "recv: src 0 is this rank"
+    # A wrong output size is the output's fault; an input that does not split is the input's.
+    with pytest.raises(cclx.CclxInvalidArgument) as e:
+        comm.reduce_scatter_single(np.ones(3, np.float32), x)
+    assert str(e.value) == "reduce_scatter_single: output has 3 elements, expected 4"
+    with pytest.raises(cclx.CclxInvalidArgument) as e:
+        comm.all_gather_single(np.ones(5, np.float32), x)
+    assert str(e.value) == "all_gather_single: output has 5 elements, expected 4"
+
+
+def test_torch_reduce_op_accepted(comm):
+    dist = pytest.importorskip("torch.distributed")
+    x = np.array([3, 5, 6], np.int32)
+    for op in ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR"):
+        y = x.copy()
+        if op == "AVG":
+            y = y.astype(np.float32)
+        comm.all_reduce(y, getattr(dist.ReduceOp, op))  # one rank: the identity
+        assert (y == x).all(), op
+    comm.all_reduce(x, dist.ReduceOp(dist.ReduceOp.MAX))
+    comm.reduce_scatter_single(np.empty(3, np.int32), x, dist.ReduceOp.SUM)
+    assert comm.get_algo(16, cclx.DataType.f32, dist.ReduceOp.SUM) == comm.get_algo(
+        16, cclx.DataType.f32)
+    with pytest.raises(cclx.CclxInvalidArgument) as e:
+        comm.all_reduce(x, "sum")
+    assert str(e.value) == ("all_reduce: op must be a cclx.ReduceOp (e.g. cclx.ReduceOp.SUM) or a "
+                            "torch.distributed.ReduceOp, not 'sum'")
+    with pytest.raises(cclx.CclxInvalidArgument, match="PREMUL_SUM"):
+        comm.all_reduce(x.astype(np.float32), dist._make_nccl_premul_sum(2.0))
+
+
+def test_master_defaults(monkeypatch_module):
+    """MASTER_ADDR/MASTER_PORT default to 127.0.0.1:29500 (README), as in the C++ core."""
+    from cclx import _rendezvous as rdv
+
+    assert rdv._master() == ("127.0.0.1", 29500)
+    monkeypatch_module.setenv("MASTER_PORT", "1234")
+    assert rdv._master() == ("127.0.0.1", 1234)
+    monkeypatch_module.delenv("MASTER_PORT")
