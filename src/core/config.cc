@@ -101,6 +101,7 @@ Config Config::fromEnv() {
       CCLX_THROW(cclxInvalidArgument,
                  "%s='%s' is not a number of seconds in [0, 1e9] (0 = no timeout)", name, v);
     c.defaultTimeoutMs = sec == 0 ? 0 : std::max<int64_t>(1, int64_t(sec * 1000.0 + 0.5));
+    c.defaultTimeoutSet = true;
     break;
   }
   for (const char* name : {"CCLX_ABORT_ON_ERROR", "TORCHCOMM_ABORT_ON_ERROR"}) {
@@ -189,6 +190,19 @@ Config Config::fromEnv() {
                    "reducescatter, alltoall, all",
                    v, name.c_str());
     }
+  }
+  if (const char* v = envOrNull("CCLX_TEST_SETUP_FAIL")) {
+    const std::string s(v);
+    const size_t colon = s.find(':');
+    const std::string stage = colon == std::string::npos ? "" : s.substr(colon + 1);
+    if (stage != "device" && stage != "who" && stage != "alloc" && stage != "open")
+      CCLX_THROW(cclxInvalidArgument,
+                 "CCLX_TEST_SETUP_FAIL='%s' is not <rank>:<stage> with a stage of device, who, "
+                 "alloc, open",
+                 v);
+    c.testSetupFailRank =
+        int(parseInt("CCLX_TEST_SETUP_FAIL", s.substr(0, colon).c_str(), 0, 1 << 20));
+    c.testSetupFailStage = stage;
   }
   return c;
 }
