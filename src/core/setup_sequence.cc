@@ -29,8 +29,14 @@ std::optional<std::vector<std::string>> SetupSequence::step(
       fail(cclxInternalError, strFormat("rank %d: %s", rank_, e.what()));
     }
   }
-  const std::string rec =
-      failed_ ? "0" + std::to_string(int(code_)) + ":" + why_ : "1" + body;
+  std::string rec(1, failed_ ? '0' : '1');
+  if (failed_) {
+    rec += std::to_string(int(code_));
+    rec += ':';
+    rec += why_;
+  } else {
+    rec += body;
+  }
   if (broken_) {
     ex_.contribute(tag, rec);
     return std::nullopt;
@@ -69,7 +75,9 @@ std::optional<std::vector<std::string>> SetupSequence::step(
       if (colon != std::string::npos) why = v.substr(colon + 1);
     }
     if (r == rank_) continue;  // this rank's own failure is already recorded
-    if (++npeers <= 4) peers += (peers.empty() ? "" : "; ") + why;
+    if (++npeers > 4) continue;
+    if (!peers.empty()) peers += "; ";
+    peers += why;
   }
   if (npeers > 4) peers += strFormat("; and %d more rank(s)", npeers - 4);
   if (npeers) fail(cclxRemoteError, peers);

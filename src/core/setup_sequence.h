@@ -1,4 +1,5 @@
-// Collective setup that every rank finishes alike (docs/DESIGN.md "Failure model: setup").
+// Collective setup that every rank finishes alike (docs/DESIGN.md "Failure model: setup,
+// teardown and the drop-in").
 //
 // A setup is a fixed sequence of exchanges (all-gathers of one record per rank) that every rank
 // runs to the end, in the same order, whatever happened before: a rank that failed locally still

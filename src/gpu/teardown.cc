@@ -1,5 +1,5 @@
-// Teardown of the GPU backend (docs/DESIGN.md "Failure model: teardown"): finalize waits for
-// this comm's own work only (never the whole device), then makes sure that no peer will write
+// Teardown of the GPU backend (docs/DESIGN.md "Failure model: setup, teardown and the drop-in"):
+// finalize waits for this comm's own work only (never the whole device), then makes sure that no peer will write
 // into this rank's peer memory any more (a last peer barrier) before freeing it; abort and a
 // failed or timed-out teardown free nothing a kernel or a peer may still use (counted in a log
 // line) and never wait.
@@ -13,10 +13,12 @@ namespace cclx {
 
 namespace {
 
-// The teardown barrier's bound when the comm's timeout is longer (or infinite): a peer that exits
-// without finalizing must not hold finalize for long, and what a bounded wait gives up on is only
-// left allocated, never freed under a peer.
-constexpr std::chrono::milliseconds kTeardownBound{60000};
+// The teardown barrier's bound when the comm's timeout is longer (or infinite). A peer that has
+// finished its last kernel writes nothing more into this rank's memory but the tail of that
+// kernel (a last flag or "consumed" signal), so the barrier only has to outlast that tail and the
+// ranks' skew in calling finalize; a peer that exits without finalizing must not hold finalize
+// for long, and what a bounded wait gives up on is only left allocated, never freed under a peer.
+constexpr std::chrono::milliseconds kTeardownBound{10000};
 
 }  // namespace
 
@@ -109,7 +111,9 @@ void CudaBackend::finalizeLocked() {
   };
   bool ok = healthy();
   try {
-    if (ok) ok = waitOwnWork(gpurt::deadlineAfter(bound));
+    // This comm's calls may legitimately wait for late peers: up to the comm's timeout (none for
+    // the drop-in, as NCCL's destroy); an abort from another thread ends the wait.
+    if (ok) ok = waitOwnWork(gpurt::deadlineAfter(sh_->timeout));
     if (ok) ok = quiesce(bound) && healthy();
   } catch (const Error& e) {
     CCLX_WARN("rank %d: comm '%s' teardown: %s", ctx_.rank, sh_->name.c_str(), e.what());

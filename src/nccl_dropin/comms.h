@@ -72,8 +72,9 @@ DropinComm::Snapshot prepare(DropinComm& dc, ncclStream_t stream, int groupDepth
 void stopComm(ncclComm_t comm);
 
 /// Forgets `comm`. graceful (finalize, destroy): waits for this comm's own work, a last peer
-/// barrier, then frees (docs/DESIGN.md "Failure model: teardown"); otherwise (abort, revoke)
-/// releases it without waiting and without freeing what a kernel may still use.
+/// barrier, then frees (docs/DESIGN.md "Failure model: setup, teardown and the drop-in");
+/// otherwise (abort, revoke) releases it without waiting and without freeing what a kernel may
+/// still use.
 void dropComm(ncclComm_t comm, bool graceful);
 
 /// The comm's timeout as NCCL has it: none (kInfiniteTimeout), unless CCLX_TIMEOUT_MS,

@@ -125,7 +125,7 @@ std::vector<std::string> NcclExchange::allGather(const std::string& tag, const s
     CCLX_THROW(cclxNcclError, "drop-in setup ('%s'): %s", tag.c_str(),
                ncclMessage(q != nccl::ncclSuccess ? q : st, comm_).c_str());
   const char* recv = static_cast<const char*>(pinned_.get()) + kRecord * kMaxSteps;
-  std::vector<std::string> out(size_t(size_));
+  std::vector<std::string> out(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
     uint32_t l = 0;
     std::memcpy(&l, recv + kRecord * size_t(r), 4);
