@@ -119,7 +119,8 @@ std::string compareSettings(const std::vector<std::string>& records) {
     std::string line = k + " differs:";
     bool first = true;
     for (const auto& [v, ranks] : values) {
-      line += strFormat("%s %s on rank(s) %s", first ? "" : ";", v.c_str(), rankList(ranks).c_str());
+      line += strFormat("%s %s on rank(s) %s", first ? "" : ";", v.c_str(),
+                        rankList(ranks).c_str());
       first = false;
     }
     if (int(holders) < valid) line += "; unset on the other rank(s) (an older cclx?)";

@@ -139,10 +139,12 @@ std::string makeBuffer(const PeerSetup& s, size_t staging, gpures::DeviceMem& bu
   lay.stagingBytes = staging;
   CCLX_CUDA_CHECK(cudaMemsetAsync(base, 0, total, st.get()));
   for (StagingRegion r : {StagingRegion::kLamport, StagingRegion::kFp8OneShot})
-    CCLX_CUDA_CHECK(cudaMemsetAsync(base + lay.regionOffset(r), 0xFF, lay.regionBytes(r), st.get()));
+    CCLX_CUDA_CHECK(
+        cudaMemsetAsync(base + lay.regionOffset(r), 0xFF, lay.regionBytes(r), st.get()));
   if (!gpurt::waitStream(st.get(), deadline)) {
     leak = true;
-    return strFormat("initializing peer memory on rank %d did not finish within the timeout", s.rank);
+    return strFormat("initializing peer memory on rank %d did not finish within the timeout",
+                     s.rank);
   }
   CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&handle, base));
   return "";

@@ -48,7 +48,7 @@ struct PeerSetup {
   int size = 1;
   int device = -1;  // this rank's CUDA device (current when peerMemOpen is called)
   Config cfg;       // ddaEnable, ddaStagingBytes
-  std::chrono::milliseconds timeout{600000};  // bounds this rank's local waits (kInfiniteTimeout: none)
+  std::chrono::milliseconds timeout{600000};  // bounds local waits (kInfiniteTimeout: none)
   std::string settings;  // the settings every rank must share (core/settings_check.h), encoded
   int smCount = 0;       // this rank's SM count (the ranks agree on the smallest)
 };

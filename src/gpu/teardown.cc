@@ -1,8 +1,8 @@
 // Teardown of the GPU backend (docs/DESIGN.md "Failure model: setup, teardown and the drop-in"):
-// finalize waits for this comm's own work only (never the whole device), then makes sure that no peer will write
-// into this rank's peer memory any more (a last peer barrier) before freeing it; abort and a
-// failed or timed-out teardown free nothing a kernel or a peer may still use (counted in a log
-// line) and never wait.
+// finalize waits for this comm's own work only (never the whole device), then makes sure that no
+// peer will write into this rank's peer memory any more (a last peer barrier) before freeing it;
+// abort and a failed or timed-out teardown free nothing a kernel or a peer may still use (counted
+// in a log line) and never wait.
 #include <algorithm>
 
 #include "core/error.h"

@@ -113,7 +113,8 @@ std::vector<std::string> NcclExchange::allGather(const std::string& tag, const s
   enqueue(tag, mine, /*gather=*/true);
   if (!gpurt::waitEvent(done_.get(), deadline_, cancel_)) {
     if (cancel_ && cancel_->load())
-      CCLX_THROW(cclxAborted, "the comm was aborted during the drop-in's setup ('%s')", tag.c_str());
+      CCLX_THROW(cclxAborted, "the comm was aborted during the drop-in's setup ('%s')",
+                 tag.c_str());
     CCLX_THROW(cclxTimeout, "drop-in setup ('%s'): not every rank took part within the timeout",
                tag.c_str());
   }

@@ -39,7 +39,8 @@ struct Board {
 
 class FakeExchange final : public cclx::Exchange {
  public:
-  FakeExchange(Board& b, int rank, std::chrono::milliseconds wait) : b_(b), rank_(rank), wait_(wait) {}
+  FakeExchange(Board& b, int rank, std::chrono::milliseconds wait)
+      : b_(b), rank_(rank), wait_(wait) {}
   // Called before the exchange with this tag is entered (a rank that is late there sleeps).
   std::function<void(const std::string&)> before;
 
@@ -98,7 +99,8 @@ const char* kTags[] = {"peer/who", "peer/handle", "peer/vote"};
 // sleeps where a rank is late.
 std::vector<Seen> runSequence(
     int n, std::function<std::string(int, int)> local,
-    std::function<void(int, int, const std::vector<std::string>&, cclx::SetupSequence&)> between = {},
+    std::function<void(int, int, const std::vector<std::string>&, cclx::SetupSequence&)> between =
+        {},
     std::function<void(int, const std::string&)> late = {},
     std::chrono::milliseconds wait = 2000ms) {
   Board board(n);

@@ -71,7 +71,8 @@ struct Stream {
 // Rank r's input: small integers as floats (sums are exact in any order).
 std::vector<float> input(int rank, size_t n, int call) {
   std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = float(int((i * 7 + size_t(rank) * 13 + size_t(call) * 29) % 61) - 30);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = float(int((i * 7 + size_t(rank) * 13 + size_t(call) * 29) % 61) - 30);
   return v;
 }
 float expectedSum(int size, size_t i, int call) {
@@ -235,7 +236,8 @@ TEST(GpuFaults, AbortWithDeadPeerReturnsAtOnce) {
     comm->allReduce(buf.base, buf.base, count, DataType::f32, RedOpKind::SUM, co);
     CK(cudaStreamSynchronize(st.s));
     store->set("warm/" + std::to_string(rank), "1");
-    for (int r = 0; r < size; ++r) store->get("warm/" + std::to_string(r), std::chrono::seconds(60));
+    for (int r = 0; r < size; ++r)
+      store->get("warm/" + std::to_string(r), std::chrono::seconds(60));
     if (rank == size - 1) _exit(0);  // dead: no finalize, no destructors
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     comm->allReduce(buf.base, buf.base, count, DataType::f32, RedOpKind::SUM, co);
@@ -276,7 +278,8 @@ TEST(GpuFaults, FinalizeWithoutPeerReturnsWithinTheBound) {
     comm->allReduce(buf.base, buf.base, count, DataType::f32, RedOpKind::SUM, co)
         ->waitBlocking(std::chrono::seconds(30));
     store->set("done/" + std::to_string(rank), "1");
-    for (int r = 0; r < size; ++r) store->get("done/" + std::to_string(r), std::chrono::seconds(60));
+    for (int r = 0; r < size; ++r)
+      store->get("done/" + std::to_string(r), std::chrono::seconds(60));
     if (rank == size - 1) _exit(0);
     const auto t0 = Clock::now();
     comm->finalize();
@@ -309,7 +312,8 @@ TEST(GpuFaults, FinalizeWaitsForTheCommsOwnWork) {
     std::vector<float> out(count);
     CK(cudaMemcpy(out.data(), buf.base, count * 4, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < count; i += 101)
-      MP_CHECK(out[i] == expectedSum(size, i, 3), "rank %d element %zu: %f", rank, i, double(out[i]));
+      MP_CHECK(out[i] == expectedSum(size, i, 3), "rank %d element %zu: %f", rank, i,
+               double(out[i]));
     std::printf("[own] rank %d: finalize %.3f s\n", rank, secondsSince(t0));
   }, std::chrono::seconds(120));
   ASSERT_TRUE(res.ok()) << res.log;
