@@ -462,8 +462,12 @@ cclxResult_t CudaBackend::asyncError() {
   } catch (const Error& e) {
     return e.code();
   }
-  nccl::ncclComm_t c = sh_->comm;
-  if (!c || !sh_->ownsComm) return cclxSuccess;
+  nccl::ncclComm_t c = nullptr;
+  {
+    std::lock_guard<std::mutex> g(sh_->mu);  // teardown on another thread clears it
+    if (sh_->ownsComm) c = sh_->comm;
+  }
+  if (!c) return cclxSuccess;
   nccl::ncclResult_t r = nccl::ncclSuccess;
   if (ncclLib().commGetAsyncError(c, &r) != nccl::ncclSuccess) return cclxNcclError;
   if (r == nccl::ncclInProgress) return cclxInProgress;

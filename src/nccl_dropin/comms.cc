@@ -3,6 +3,7 @@
 #include "nccl_dropin/comms.h"
 
 #include <chrono>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -208,9 +209,19 @@ DropinComm::Snapshot prepare(DropinComm& dc, ncclStream_t stream, int groupDepth
     return snap;
   }
   if (cs != cudaStreamCaptureStatusNone) return snap;
-  ncclResult_t st = nccl::ncclSuccess;
-  if (real().ncclCommGetAsyncError(dc.comm, &st) != nccl::ncclSuccess || st != nccl::ncclSuccess)
-    return snap;
+  // A nonblocking comm still in progress (its creation or its last call being enqueued): wait for
+  // it rather than forward, so that every rank sets up at the same call. An error: NCCL's to
+  // report, on this call.
+  const auto deadline = gpurt::deadlineAfter(dropinTimeout(config()));
+  for (;;) {
+    ncclResult_t st = nccl::ncclSuccess;
+    if (real().ncclCommGetAsyncError(dc.comm, &st) != nccl::ncclSuccess) return snap;
+    if (st == nccl::ncclSuccess) break;
+    if (st != nccl::ncclInProgress || dc.aborting.load() ||
+        std::chrono::steady_clock::now() > deadline)
+      return snap;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   std::lock_guard<std::mutex> g(dc.setupMu);
   if (dc.snapshot().state == DropinComm::State::Pending && !dc.aborting.load())
     r = setUpAndPublish(dc);

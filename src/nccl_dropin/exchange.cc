@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "core/error.h"
@@ -24,28 +25,58 @@ std::string ncclMessage(ncclResult_t r, ncclComm_t comm) {
                    last && *last ? ": " : "", last ? last : "");
 }
 
+std::mutex gPoolMu;  // NcclExchange::pool()
+
 }  // namespace
 
-NcclExchange::NcclExchange(int device) : device_(device) {
-  DeviceGuard guard(device);
-  gpures::createStream(stream_);
-  gpures::createEvent(done_);
-  gpures::allocDevice(dev_, kRecord * kMaxRanks);
-  gpures::allocPinned(pinned_, kRecord * (kMaxSteps + kMaxRanks), cudaHostAllocDefault);
+// Never destroyed: the process may exit while the pool holds buffers.
+std::vector<std::unique_ptr<NcclExchange::Buffers>>& NcclExchange::pool() {
+  static auto* p = new std::vector<std::unique_ptr<Buffers>>();
+  return *p;
 }
 
+std::unique_ptr<NcclExchange::Buffers> NcclExchange::takeBuffers(int device) {
+  {
+    std::lock_guard<std::mutex> g(gPoolMu);
+    auto& p = pool();
+    for (auto it = p.begin(); it != p.end(); ++it)
+      if ((*it)->device == device) {
+        std::unique_ptr<Buffers> b = std::move(*it);
+        p.erase(it);
+        return b;
+      }
+  }
+  auto b = std::make_unique<Buffers>();
+  b->device = device;
+  DeviceGuard guard(device);
+  gpures::createStream(b->stream);
+  gpures::createEvent(b->done);
+  gpures::allocDevice(b->dev, kRecord * kMaxRanks);
+  gpures::allocPinned(b->pinned, kRecord * (kMaxSteps + kMaxRanks), cudaHostAllocDefault);
+  return b;
+}
+
+void NcclExchange::giveBack(std::unique_ptr<Buffers> b) {
+  std::lock_guard<std::mutex> g(gPoolMu);
+  pool().push_back(std::move(b));
+}
+
+NcclExchange::NcclExchange(int device) : device_(device), b_(takeBuffers(device)) {}
+
 NcclExchange::~NcclExchange() {
-  if (!pending_) return;  // the members free everything
-  const cudaError_t e = cudaEventQuery(done_.get());
-  if (e == cudaSuccess) return;
-  if (e != cudaErrorNotReady) (void)cudaGetLastError();
-  // An all-gather of the application's comm may still read and write these.
-  const size_t dev = dev_.leak(), pinned = pinned_.leak();
-  (void)stream_.leak();
-  (void)done_.leak();
-  CCLX_WARN("NCCL drop-in: a setup all-gather of comm %p is still pending: %zu bytes of device "
-            "memory and %zu bytes of pinned host memory stay allocated",
-            static_cast<void*>(comm_), dev, pinned);
+  if (pending_) {
+    const cudaError_t e = cudaEventQuery(b_->done.get());
+    if (e != cudaSuccess) {
+      if (e != cudaErrorNotReady) (void)cudaGetLastError();
+      // An all-gather of the application's comm may still read and write these.
+      Buffers* left = b_.release();
+      CCLX_WARN("NCCL drop-in: a setup all-gather of comm %p is still pending: %zu bytes of "
+                "device memory and %zu bytes of pinned host memory stay allocated",
+                static_cast<void*>(comm_), left->dev.bytes(), left->pinned.bytes());
+      return;
+    }
+  }
+  giveBack(std::move(b_));
 }
 
 void NcclExchange::begin(ncclComm_t comm, int rank, int size, gpurt::Deadline deadline,
@@ -83,18 +114,18 @@ void NcclExchange::enqueue(const std::string& tag, const std::string& mine, bool
                kMaxSteps);
   CCLX_REQUIRE(mine.size() + 4 <= kRecord, cclxInternalError, "setup record '%s' too long",
                tag.c_str());
-  char* send = static_cast<char*>(pinned_.get()) + kRecord * size_t(steps_++);
+  char* send = static_cast<char*>(b_->pinned.get()) + kRecord * size_t(steps_++);
   std::memset(send, 0, kRecord);
   const uint32_t len = uint32_t(mine.size());
   std::memcpy(send, &len, 4);
   std::memcpy(send + 4, mine.data(), mine.size());
   DeviceGuard guard(device_);
-  char* dev = static_cast<char*>(dev_.get());
+  char* dev = static_cast<char*>(b_->dev.get());
   char* slot = dev + kRecord * size_t(rank_);
   pending_ = true;
-  CCLX_CUDA_CHECK(cudaMemcpyAsync(slot, send, kRecord, cudaMemcpyHostToDevice, stream_.get()));
+  CCLX_CUDA_CHECK(cudaMemcpyAsync(slot, send, kRecord, cudaMemcpyHostToDevice, b_->stream.get()));
   const ncclResult_t r =
-      real().ncclAllGather(slot, dev, kRecord, nccl::ncclUint8, comm_, stream_.get());
+      real().ncclAllGather(slot, dev, kRecord, nccl::ncclUint8, comm_, b_->stream.get());
   if (r == nccl::ncclInProgress) {
     const auto late = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     settle(std::max(deadline_, late));
@@ -103,15 +134,15 @@ void NcclExchange::enqueue(const std::string& tag, const std::string& mine, bool
                ncclMessage(r, comm_).c_str());
   }
   if (gather)
-    CCLX_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(pinned_.get()) + kRecord * kMaxSteps, dev,
+    CCLX_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(b_->pinned.get()) + kRecord * kMaxSteps, dev,
                                     kRecord * size_t(size_), cudaMemcpyDeviceToHost,
-                                    stream_.get()));
-  CCLX_CUDA_CHECK(cudaEventRecord(done_.get(), stream_.get()));
+                                    b_->stream.get()));
+  CCLX_CUDA_CHECK(cudaEventRecord(b_->done.get(), b_->stream.get()));
 }
 
 std::vector<std::string> NcclExchange::allGather(const std::string& tag, const std::string& mine) {
   enqueue(tag, mine, /*gather=*/true);
-  if (!gpurt::waitEvent(done_.get(), deadline_, cancel_)) {
+  if (!gpurt::waitEvent(b_->done.get(), deadline_, cancel_)) {
     if (cancel_ && cancel_->load())
       CCLX_THROW(cclxAborted, "the comm was aborted during the drop-in's setup ('%s')",
                  tag.c_str());
@@ -125,7 +156,7 @@ std::vector<std::string> NcclExchange::allGather(const std::string& tag, const s
   if (q != nccl::ncclSuccess || (st != nccl::ncclSuccess && st != nccl::ncclInProgress))
     CCLX_THROW(cclxNcclError, "drop-in setup ('%s'): %s", tag.c_str(),
                ncclMessage(q != nccl::ncclSuccess ? q : st, comm_).c_str());
-  const char* recv = static_cast<const char*>(pinned_.get()) + kRecord * kMaxSteps;
+  const char* recv = static_cast<const char*>(b_->pinned.get()) + kRecord * kMaxSteps;
   std::vector<std::string> out(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
     uint32_t l = 0;

@@ -9,11 +9,14 @@
 // * a wait that passes its deadline (or sees the comm aborted) leaves the all-gather pending:
 //   contribute() then still enqueues the remaining exchanges, so this rank's sequence of NCCL
 //   operations stays that of its peers, and the application's next call pairs with theirs;
-// * memory an operation may still use is never freed: the destructor frees it once every
-//   enqueued operation completed, else leaves it allocated (counted in a log line).
+// * memory an operation may still use is never reused or freed: the destructor hands the
+//   buffers back to a per-device pool for the next comm's setup once every enqueued operation
+//   completed (no free, so no wait for the device while the application runs), else leaves them
+//   allocated (counted in a log line).
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,7 +32,7 @@ class NcclExchange final : public Exchange {
   static constexpr size_t kRecord = 4096;  // bytes per rank and exchange
   static constexpr int kMaxSteps = 4;      // exchanges of one setup (gpu/peer_mem.h has 3)
 
-  /// Allocates the buffers on `device` (throws cclx::Error).
+  /// Takes the buffers on `device` from the pool, or allocates them (throws cclx::Error).
   explicit NcclExchange(int device);
   ~NcclExchange() override;
 
@@ -45,17 +48,25 @@ class NcclExchange final : public Exchange {
   void enqueue(const std::string& tag, const std::string& mine, bool gather);
   void settle(gpurt::Deadline deadline);
 
+  struct Buffers {
+    int device = -1;
+    gpures::Stream stream;
+    gpures::DeviceMem dev;     // kMaxRanks records
+    gpures::PinnedMem pinned;  // kMaxSteps send records, then kMaxRanks received records
+    gpures::Event done;        // after the last enqueued operation
+  };
+  static std::vector<std::unique_ptr<Buffers>>& pool();  // guarded by a mutex in exchange.cc
+  static std::unique_ptr<Buffers> takeBuffers(int device);
+  static void giveBack(std::unique_ptr<Buffers> b);
+
   int device_;
+  std::unique_ptr<Buffers> b_;
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
   gpurt::Deadline deadline_ = gpurt::Deadline::max();
   const std::atomic<bool>* cancel_ = nullptr;
   int steps_ = 0;
   bool pending_ = false;  // enqueued work whose completion was not observed
-  gpures::Stream stream_;
-  gpures::DeviceMem dev_;     // kMaxRanks records
-  gpures::PinnedMem pinned_;  // kMaxSteps send records, then kMaxRanks received records
-  gpures::Event done_;        // after the last enqueued operation
 };
 
 }  // namespace dropin
