@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/select.h"
+#include "core/settings_check.h"
 #include "core/watchdog.h"
 
 namespace cclx {
@@ -163,6 +164,16 @@ std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& optsIn,
     auto st = std::make_unique<CommState>();
     st->rootStore = rootStore;
     st->info = bootstrap(device, opts, commStore, rank, size);
+    if (device.type == DeviceSpec::CPU && size > 1) {  // GPU comms check theirs in peer_mem.cc
+      const auto all = storeAllGather(
+          *st->info.store, "cclx_settings",
+          encodeSettings(layoutSettings(st->info.cfg, SettingsScope::kHost)), rank, size,
+          opts.timeout, strFormat("settings check of comm '%s'", opts.name.c_str()));
+      const std::string diff = compareSettings(all);
+      CCLX_REQUIRE(diff.empty(), cclxInvalidUsage,
+                   "comm '%s': the ranks disagree on settings that must be the same on every "
+                   "rank: %s", opts.name.c_str(), diff.c_str());
+    }
     st->backend = device.type == DeviceSpec::CPU ? makeHostBackend(st->info)
                                                  : makeCudaBackend(st->info);
     CCLX_ARG_CHECK(st->backend != nullptr, "no backend for comm '%s'", opts.name.c_str());

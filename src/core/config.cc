@@ -187,6 +187,7 @@ Config Config::fromEnv() {
   if (const char* v = envOrNull("CCLX_TIMEOUT_MS"))
     c.timeoutMs = parseTimeoutMs(v);
   c.defaultTimeoutMs = defaultTimeoutMsFromEnv();
+  c.defaultTimeoutSet = envOrNull("CCLX_TIMEOUT") || envOrNull("TORCHCOMM_TIMEOUT_SECONDS");
   for (const char* name : {"CCLX_ABORT_ON_ERROR", "TORCHCOMM_ABORT_ON_ERROR"}) {
     if (const char* v = envOrNull(name)) {
       c.abortOnError = parseBool(name, v);
@@ -271,6 +272,19 @@ Config Config::fromEnv() {
                    "reducescatter, alltoall, all",
                    v, name.c_str());
     }
+  }
+  if (const char* v = envOrNull("CCLX_TEST_SETUP_FAIL")) {
+    const std::string s(v);
+    const size_t colon = s.find(':');
+    const std::string stage = colon == std::string::npos ? "" : s.substr(colon + 1);
+    if (stage != "device" && stage != "who" && stage != "alloc" && stage != "open")
+      CCLX_THROW(cclxInvalidArgument,
+                 "CCLX_TEST_SETUP_FAIL='%s' is not <rank>:<stage> with a stage of device, who, "
+                 "alloc, open",
+                 v);
+    c.testSetupFailRank =
+        int(parseInt("CCLX_TEST_SETUP_FAIL", s.substr(0, colon).c_str(), 0, 1 << 20));
+    c.testSetupFailStage = stage;
   }
   return c;
 }

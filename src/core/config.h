@@ -22,6 +22,8 @@ struct Config {
   // CCLX_TIMEOUT, else TORCHCOMM_TIMEOUT_SECONDS (seconds, fractions allowed; 0 = infinite): the
   // timeout of comms whose Options leave it 0.
   int64_t defaultTimeoutMs = 600000;
+  bool defaultTimeoutSet = false;  // one of the two variables is set (the NCCL drop-in's default
+                                   // is no device deadline, as NCCL's)
   // CCLX_ABORT_ON_ERROR, else TORCHCOMM_ABORT_ON_ERROR: abort the process on a comm's timeout or
   // error, for comms whose Options leave abortOnError unset.
   bool abortOnError = true;
@@ -64,6 +66,11 @@ struct Config {
   // NCCL drop-in (libnccl.so.2 built by cclx).
   bool ncclIntercept = true;     // CCLX_NCCL_INTERCEPT=0: forward every call to the real NCCL
   unsigned ncclForward = 0;      // CCLX_NCCL_FORWARD=allreduce,allgather,...: kForward* bits
+
+  // Tests only: CCLX_TEST_SETUP_FAIL=<rank>:<stage> makes that rank's collective setup fail at
+  // that stage (device, who, alloc, open; core/setup_sequence.h).
+  int testSetupFailRank = -1;
+  std::string testSetupFailStage;
 
   /// Reads the environment. Throws cclx::Error(cclxInvalidArgument) on a malformed value.
   static Config fromEnv();

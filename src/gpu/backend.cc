@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/settings_check.h"
 #include "gpu/runtime.h"
 #include "gpu/dda/dda.h"
 #include "gpu/fp8/fp8.h"
@@ -36,10 +37,26 @@ class RelaxedCapture {
 
 }  // namespace
 
+// Every rank runs the whole sequence (core/setup_sequence.h): a rank whose device setup failed
+// still takes part in the peer-memory exchanges, sending its error, so that every rank throws.
 CudaBackend::CudaBackend(const GpuSetup& setup, Exchange& ex) : cfg_(setup.cfg) {
   plainNccl_ = setup.plainNccl;
-  setupDevice(setup);
-  setupPeers(setup, ex);
+  SetupSequence seq(ex, setup.rank, setup.size);
+  try {
+    injectSetupFailure(setup.cfg, setup.rank, "device");
+    setupDevice(setup);
+  } catch (const Error& e) {
+    seq.fail(e.code(), strFormat("rank %d: %s", setup.rank, e.what()));
+  } catch (const std::exception& e) {
+    seq.fail(cclxInternalError, strFormat("rank %d: %s", setup.rank, e.what()));
+  }
+  setupPeers(setup, seq);
+  if (seq.failed()) {
+    // Members free what they own; peer memory a peer may have mapped stays (gpu/peer_mem.h).
+    if (pm_.abandoned) leakAll("setup failed");
+    finalized_ = true;
+    throw seq.error();
+  }
   setupAlgorithms();
 }
 
@@ -75,18 +92,24 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   ctx_.cfg = s.cfg;
   CCLX_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.smCount, cudaDevAttrMultiProcessorCount, dev));
   ctx_.timerScale = gpurt::timerScale(dev);
-  CCLX_CUDA_CHECK(cudaStreamCreateWithFlags(&internal_, cudaStreamNonBlocking));
-  CCLX_CUDA_CHECK(cudaEventCreateWithFlags(&forkEv_, cudaEventDisableTiming));
-  CCLX_CUDA_CHECK(cudaEventCreateWithFlags(&orderEv_, cudaEventDisableTiming));
-  {  // warm the event pool
-    cudaEvent_t evs[8];
-    for (auto& ev : evs) ev = sh_->takeEvent();
-    for (auto ev : evs) sh_->returnEvent(ev);
+  gpures::createStream(internal_);
+  gpures::createEvent(forkEv_);
+  gpures::createEvent(orderEv_);
+  gpures::createEvent(captureEv_);
+  for (int i = 0; i < 8; ++i) sh_->returnEvent(sh_->takeEvent());  // warm the event pool
+  gpures::allocDevice(counters_, kNumCounters * sizeof(uint64_t));
+  gpures::allocDevice(scratch_, 16);
+  ctx_.counters = static_cast<uint64_t*>(counters_.get());
+  // Zeroed on the internal stream (a memset on the legacy stream would wait for the whole
+  // device), done before the backend exists.
+  CCLX_CUDA_CHECK(cudaMemsetAsync(counters_.get(), 0, counters_.bytes(), internal_.get()));
+  CCLX_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch_.bytes(), internal_.get()));
+  if (!gpurt::waitStream(internal_.get(), gpurt::deadlineAfter(s.timeout))) {
+    (void)counters_.leak();  // the memsets are still queued
+    (void)scratch_.leak();
+    CCLX_THROW(cclxTimeout, "initializing the comm's device state on cuda:%d did not finish "
+               "within %lld ms", dev, (long long)s.timeout.count());
   }
-  CCLX_CUDA_CHECK(cudaMalloc(&ctx_.counters, kNumCounters * sizeof(uint64_t)));
-  CCLX_CUDA_CHECK(cudaMemset(ctx_.counters, 0, kNumCounters * sizeof(uint64_t)));
-  CCLX_CUDA_CHECK(cudaMalloc(&scratch_, 16));
-  CCLX_CUDA_CHECK(cudaMemset(scratch_, 0, 16));
   uint32_t* eh = nullptr;
   CCLX_CUDA_CHECK(cudaHostAlloc(&eh, kErrorWords * sizeof(uint32_t), cudaHostAllocMapped));
   std::memset(eh, 0, kErrorWords * sizeof(uint32_t));
@@ -98,13 +121,29 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, sizeof(uint32_t), cudaHostAllocDefault));
 }
 
-// Peer memory (collective). Ranks that share a GPU keep it, but then no NCCL comm may exist.
-void CudaBackend::setupPeers(const GpuSetup& s, Exchange& ex) {
-  peerMemOpen(pm_, PeerSetup{s.rank, s.size, sh_->device, s.cfg, s.timeout}, ex);
+// Peer memory (collective, gpu/peer_mem.h; never throws). Ranks that share a GPU keep it, but
+// then no NCCL comm may exist.
+void CudaBackend::setupPeers(const GpuSetup& s, SetupSequence& seq) {
+  PeerSetup ps;
+  ps.rank = s.rank;
+  ps.size = s.size;
+  ps.device = sh_->device;
+  ps.cfg = s.cfg;
+  ps.timeout = s.timeout;
+  ps.settings = encodeSettings(
+      layoutSettings(s.cfg, s.dropin ? SettingsScope::kDropin : SettingsScope::kGpu));
+  ps.smCount = ctx_.smCount;
+  peerMemOpen(pm_, ps, seq);
   ctx_.peer = &pm_;
-  if (pm_.usable)
+  if (pm_.usable || pm_.abortPeers) {
+    std::lock_guard<std::mutex> g(sh_->ctlMu);
     for (int r = 0; r < s.size && r < kMaxRanks; ++r)
       sh_->ctl[r] = reinterpret_cast<uint32_t*>(pm_.signalRegion(r, SignalRegion::kControl));
+  }
+  if (pm_.usable) ctx_.smCount = pm_.smCount;  // grids that index shared slots: the same on all
+  // This rank gave up after voting for peer memory: peers that finished setup fail their first
+  // peer kernel (at entry) instead of waiting for this rank.
+  if (pm_.abortPeers) sh_->requestAbort();
   if (!pm_.sharing.empty())
     ncclRefusal_ = pm_.sharing + "; NCCL needs one GPU per rank; the direct-access and FP8 "
                    "collectives run";
@@ -237,13 +276,34 @@ void CudaBackend::requireNccl(const CollArgs& a) const {
 
 // Peer-memory kernels of one rank must run in launch order (their slot-reuse arguments rely on
 // it): when the stream changes between eager calls, the new stream waits for the last one.
-// Inside CUDA-graph capture the caller's stream order is the graph's, and nothing is added.
+// Inside CUDA-graph capture the same holds within one capture: a peer kernel captured on another
+// stream of the capture than the previous one waits for it (an edge in the graph), so two calls
+// never become parallel nodes sharing counters and slots. Captures of different graphs, and
+// eager calls against graph replays, follow the application's stream order.
 void CudaBackend::orderPeerKernel(cudaStream_t s, bool capturing) {
-  if (!capturing && orderValid_ && orderStream_ != s) CCLX_CUDA_CHECK(cudaStreamWaitEvent(s, orderEv_, 0));
+  if (!capturing) {
+    if (orderValid_ && orderStream_ != s)
+      CCLX_CUDA_CHECK(cudaStreamWaitEvent(s, orderEv_.get(), 0));
+    return;
+  }
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  CCLX_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &st, &id));
+  if (captureValid_ && captureId_ == id && captureStream_ != s)
+    CCLX_CUDA_CHECK(cudaStreamWaitEvent(s, captureEv_.get(), 0));
 }
 void CudaBackend::peerKernelDone(cudaStream_t s, bool capturing) {
-  if (capturing) return;
-  CCLX_CUDA_CHECK(cudaEventRecord(orderEv_, s));
+  if (capturing) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    CCLX_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &st, &id));
+    CCLX_CUDA_CHECK(cudaEventRecord(captureEv_.get(), s));
+    captureId_ = id;
+    captureStream_ = s;
+    captureValid_ = true;
+    return;
+  }
+  CCLX_CUDA_CHECK(cudaEventRecord(orderEv_.get(), s));
   orderStream_ = s;
   orderValid_ = true;
 }
@@ -260,7 +320,7 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
   if (a.type == CollType::Barrier) {  // a 1-element NCCL allreduce
     CollArgs b;
     b.type = CollType::AllReduce;
-    b.send = b.recv = scratch_;
+    b.send = b.recv = scratch_.get();
     b.count = 1;
     b.dtype = DataType::i32;
     return ncclRunCollective(b, sh_->comm, ctx_.rank, ctx_.size, s);
@@ -364,9 +424,9 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
   checkPointers(a);
   cudaStream_t s = user;
   if (a.opts.async) {
-    CCLX_CUDA_CHECK(cudaEventRecord(forkEv_, user));
-    CCLX_CUDA_CHECK(cudaStreamWaitEvent(internal_, forkEv_, 0));
-    s = internal_;
+    CCLX_CUDA_CHECK(cudaEventRecord(forkEv_.get(), user));
+    CCLX_CUDA_CHECK(cudaStreamWaitEvent(internal_.get(), forkEv_.get(), 0));
+    s = internal_.get();
   }
   // NCCL operations of eager calls are watched (core/watchdog.h): a start event before, the
   // Work's event after.
@@ -395,50 +455,6 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
   return makeCudaWork(sh_, std::move(ev), capturing, a.opts.timeout);
 }
 
-void CudaBackend::finalize() {
-  std::lock_guard<std::mutex> lock(runMu_);
-  if (finalized_) return;
-  finalized_ = true;
-  DeviceGuard guard(sh_->device);
-  const bool healthy = !sh_->failed.load();
-  if (healthy) {
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) CCLX_WARN("finalize: cudaDeviceSynchronize: %s", cudaGetErrorString(e));
-  }
-  nccl::ncclComm_t c = nullptr;
-  bool owned = true;
-  {
-    std::lock_guard<std::mutex> g(sh_->mu);
-    std::swap(c, sh_->comm);
-    owned = sh_->ownsComm;
-  }
-  if (c && owned) {
-    nccl::ncclResult_t r = healthy ? ncclLib().commDestroy(c) : ncclLib().commAbort(c);
-    if (r != nccl::ncclSuccess) CCLX_WARN("NCCL comm teardown returned %d", int(r));
-  }
-  if (!healthy) return;  // kernels may still be spinning: leave device memory alone
-  {
-    std::lock_guard<std::mutex> g(opsMu_);
-    for (const NcclOp& op : ncclOps_) sh_->returnEvent(op.start);
-    ncclOps_.clear();
-  }
-  for (uint32_t*& c : sh_->ctl) c = nullptr;  // requestAbort must not write into freed memory
-  peerMemClose(pm_);
-  (void)cudaFree(ctx_.counters);
-  (void)cudaFree(scratch_);
-  (void)cudaEventDestroy(forkEv_);
-  (void)cudaEventDestroy(orderEv_);
-  (void)cudaStreamDestroy(internal_);
-  ctx_.counters = nullptr;
-  scratch_ = nullptr;
-}
-
-void CudaBackend::abort() {
-  sh_->requestAbort();
-  sh_->abortNccl();
-  sh_->fail(cclxAborted, strFormat("rank %d: comm '%s' was aborted", ctx_.rank, sh_->name.c_str()));
-}
-
 cclxResult_t CudaBackend::asyncError() {
   if (sh_->failed.load()) {
     std::lock_guard<std::mutex> g(sh_->mu);
@@ -449,8 +465,12 @@ cclxResult_t CudaBackend::asyncError() {
   } catch (const Error& e) {
     return e.code();
   }
-  nccl::ncclComm_t c = sh_->comm;
-  if (!c || !sh_->ownsComm) return cclxSuccess;
+  nccl::ncclComm_t c = nullptr;
+  {
+    std::lock_guard<std::mutex> g(sh_->mu);  // teardown on another thread clears it
+    if (sh_->ownsComm) c = sh_->comm;
+  }
+  if (!c) return cclxSuccess;
   nccl::ncclResult_t r = nccl::ncclSuccess;
   if (ncclLib().commGetAsyncError(c, &r) != nccl::ncclSuccess) return cclxNcclError;
   if (r == nccl::ncclInProgress) return cclxInProgress;

@@ -18,6 +18,7 @@
 #include "gpu/algo.h"
 #include "gpu/nccl/loader.h"
 #include "gpu/peer_mem.h"
+#include "gpu/resources.h"
 #include "gpu/runtime.h"
 
 namespace cclx {
@@ -37,9 +38,13 @@ struct CudaShared {
   volatile uint32_t* errHost = nullptr;  // host-mapped error words (gpu/algo.h)
   uint32_t* errDev = nullptr;
   uint32_t* ctl[kMaxRanks] = {};         // every rank's control words (peer memory; null if off)
+  std::mutex ctlMu;                      // ctl[] and requestAbort's copies (teardown clears ctl)
   cudaStream_t abortStream = nullptr;    // requestAbort's copies (never waits on other work)
   uint32_t* abortValue = nullptr;        // pinned: the abort word requestAbort writes
   std::atomic<bool> abortRequested{false};
+  // Set when the comm is released after a failure or an abort: kernels may still read the error
+  // words and the abort value, so the destructor leaves the pinned memory (and streams) alone.
+  std::atomic<bool> leak{false};
 
   std::mutex mu;
   std::atomic<bool> failed{false};
@@ -94,12 +99,16 @@ struct GpuSetup {
   std::chrono::milliseconds timeout{600000};
   std::string name = "nccl";  // the comm's name (messages)
   bool plainNccl = false;  // backend "nccl": the peer kernels only for what NCCL cannot do
+  bool dropin = false;     // made by the NCCL drop-in (its settings must match too)
 };
 
 class CudaBackend final : public Backend {
  public:
-  /// Collective: device, peer memory (through `ex`) and algorithms. NCCL comes next, from
-  /// attachNccl(), unless ncclRefusal() says why it must not be created.
+  /// Collective: device, peer memory (through `ex`) and algorithms, as a fixed sequence of
+  /// exchanges that every rank runs to the end (core/setup_sequence.h, gpu/peer_mem.h). Throws
+  /// on every rank alike when setup failed on any rank (cclxInvalidUsage for settings that differ
+  /// between ranks); whatever was allocated is released (or, where a peer may use it, kept).
+  /// NCCL comes next, from attachNccl(), unless ncclRefusal() says why it must not be created.
   CudaBackend(const GpuSetup& setup, Exchange& ex);
   ~CudaBackend() override;
 
@@ -129,10 +138,18 @@ class CudaBackend final : public Backend {
   void enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
   /// The message of the failure that made the comm unusable ("" while healthy).
   std::string failureMessage() const;
+  /// Stops this comm's peer kernels here and on every peer (CudaShared::requestAbort). Never
+  /// blocks.
+  void requestAbort() { sh_->requestAbort(); }
+  /// Release after an abort (the NCCL drop-in's ncclCommAbort / ncclCommRevoke): marks the comm
+  /// aborted, stops its kernels and forgets every device resource without freeing or waiting for
+  /// anything (kernels of this comm, or of NCCL, may still be running); the bytes left allocated
+  /// are counted in one log line. The destructor does nothing afterwards.
+  void abandon();
 
  private:
   void setupDevice(const GpuSetup& setup);
-  void setupPeers(const GpuSetup& setup, Exchange& ex);
+  void setupPeers(const GpuSetup& setup, SetupSequence& seq);
   void setupAlgorithms();
   Caps caps(const CollArgs& a) const;
   DeviceAlgo* algoFor(const CollArgs& a, Algo algo) const;
@@ -144,6 +161,10 @@ class CudaBackend final : public Backend {
   void orderPeerKernel(cudaStream_t s, bool capturing);
   void peerKernelDone(cudaStream_t s, bool capturing);
   void ncclOpsPoll();
+  void finalizeLocked();
+  bool waitOwnWork(std::chrono::steady_clock::time_point deadline);
+  bool quiesce(std::chrono::milliseconds bound);
+  void leakAll(const char* why);
 
   // NCCL operations in flight (eager only), for the watchdog: an operation's clock starts when
   // its start event has completed, i.e. when it started on the device.
@@ -163,16 +184,24 @@ class CudaBackend final : public Backend {
   Config cfg_;
   bool plainNccl_ = false;
   std::string ncclRefusal_;
-  cudaStream_t internal_ = nullptr;
-  cudaEvent_t forkEv_ = nullptr;
-  cudaEvent_t orderEv_ = nullptr;  // recorded after the last eager peer-memory kernel
+  gpures::Stream internal_;
+  gpures::Event forkEv_;
+  gpures::Event orderEv_;  // recorded after the last eager peer-memory kernel
   cudaStream_t orderStream_ = nullptr;
   bool orderValid_ = false;
-  int* scratch_ = nullptr;  // 1-element NCCL barrier buffer
+  // CUDA-graph capture: recorded after the last captured peer kernel, in capture captureId_ on
+  // captureStream_; a peer kernel captured on another stream of the same capture waits for it.
+  gpures::Event captureEv_;
+  unsigned long long captureId_ = 0;
+  cudaStream_t captureStream_ = nullptr;
+  bool captureValid_ = false;
+  gpures::DeviceMem counters_;  // ctx_.counters
+  gpures::DeviceMem scratch_;   // 1-element NCCL barrier buffer
   std::unique_ptr<DeviceAlgo> flat_, lamport_, tree_, barrier_;
   std::unique_ptr<DeviceAlgo> fp8Ar_, fp8Os_, fp8Ag_, fp8Rs_, fp8A2a_;
   std::mutex runMu_;
   bool finalized_ = false;
+  std::atomic<bool> abandoned_{false};  // abandon() was called: teardown leaks instead of freeing
 };
 
 }  // namespace cclx

@@ -4,10 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/settings_check.h"
+#include "gpu/resources.h"
 #include "gpu/runtime.h"
 #include "store/bootstrap.h"
 
@@ -29,18 +34,35 @@ size_t PeerMem::regionBytes(StagingRegion r) const {
 
 namespace {
 
-// Who a rank is: host identity, process and GPU. One record per rank, exchanged first.
+// Who a rank is: host identity, process, GPU, its SM count and the settings every rank must
+// share. One record per rank, exchanged first.
 struct Who {
-  std::string host, pid, bus;
+  std::string host, pid, bus, settings;
+  int smCount = 0;
+  bool ok = false;
 };
+
+std::string encodeWho(const std::string& bus, int smCount, const std::string& settings) {
+  return hostIdentity() + "\n" + std::to_string(::getpid()) + "\n" + bus + "\n" +
+         std::to_string(smCount) + "\n" + settings;
+}
 
 Who parseWho(const std::string& v) {
   Who w;
-  size_t a = v.find('\n'), b = a == std::string::npos ? a : v.find('\n', a + 1);
-  if (b == std::string::npos) return w;
-  w.host = v.substr(0, a);
-  w.pid = v.substr(a + 1, b - a - 1);
-  w.bus = v.substr(b + 1);
+  size_t at = 0;
+  std::string f[4];
+  for (std::string& x : f) {
+    const size_t nl = v.find('\n', at);
+    if (nl == std::string::npos) return w;
+    x = v.substr(at, nl - at);
+    at = nl + 1;
+  }
+  w.host = f[0];
+  w.pid = f[1];
+  w.bus = f[2];
+  w.smCount = std::atoi(f[3].c_str());
+  w.settings = v.substr(at);
+  w.ok = !w.bus.empty();
   return w;
 }
 
@@ -70,12 +92,10 @@ void judge(PeerMem& pm, const PeerSetup& s, const std::vector<Who>& who) {
         pm.sharing = strFormat("ranks %d and %d share GPU %s", a, b, who[size_t(a)].bus.c_str());
         break;
       }
-  if (!s.cfg.ddaEnable) {
+  pm.smCount = who[0].smCount;
+  for (const Who& w : who) pm.smCount = std::min(pm.smCount, w.smCount);
+  if (!s.cfg.ddaEnable) {  // the same on every rank: the settings check passed
     pm.whyNot = "CCLX_DDA_ENABLE=0";
-    return;
-  }
-  if (s.size < 2 || s.size > kMaxRanks) {
-    pm.whyNot = strFormat("world size %d is outside 2..%d", s.size, kMaxRanks);
     return;
   }
   for (int r = 1; r < s.size; ++r)
@@ -91,96 +111,190 @@ void judge(PeerMem& pm, const PeerSetup& s, const std::vector<Who>& who) {
       }
 }
 
+using gpurt::Deadline;
+
+// This rank's buffer (staging + signal area): allocated, initialized on a stream of its own
+// (flags 0, LL slots without a valid epoch, Lamport inboxes empty: all ones) and exported. ""
+// when done; otherwise why not (peer memory then goes off on every rank). `leak`: the
+// initialization did not finish in time, so the buffer may not be freed.
+std::string makeBuffer(const PeerSetup& s, size_t staging, gpures::DeviceMem& buf,
+                       cudaIpcMemHandle_t& handle, Deadline deadline, bool& leak) {
+  try {
+    injectSetupFailure(s.cfg, s.rank, "alloc");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  const size_t total = staging + kSignalBytes;
+  char* base = nullptr;
+  cudaError_t e = gpurt::mallocPeerVisible(&base, total);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return strFormat("allocating %zu bytes of peer memory failed on rank %d: %s", total, s.rank,
+                     cudaGetErrorString(e));
+  }
+  buf.adopt(base, total);
+  gpures::Stream st;
+  gpures::createStream(st);
+  PeerMem lay;
+  lay.stagingBytes = staging;
+  CCLX_CUDA_CHECK(cudaMemsetAsync(base, 0, total, st.get()));
+  for (StagingRegion r : {StagingRegion::kLamport, StagingRegion::kFp8OneShot})
+    CCLX_CUDA_CHECK(
+        cudaMemsetAsync(base + lay.regionOffset(r), 0xFF, lay.regionBytes(r), st.get()));
+  if (!gpurt::waitStream(st.get(), deadline)) {
+    leak = true;
+    return strFormat("initializing peer memory on rank %d did not finish within the timeout",
+                     s.rank);
+  }
+  CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&handle, base));
+  return "";
+}
+
+void closePeers(PeerMem& pm) {
+  for (int r = 0; r < pm.size && r < kMaxRanks; ++r) {
+    if (r == pm.rank || !pm.staging[r]) continue;
+    if (cudaIpcCloseMemHandle(pm.staging[r]) != cudaSuccess) (void)cudaGetLastError();
+    pm.staging[r] = pm.signal[r] = nullptr;
+  }
+}
+
 }  // namespace
 
-void peerMemOpen(PeerMem& pm, const PeerSetup& s, Exchange& ex) {
+void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
   pm = PeerMem{};
   pm.rank = s.rank;
   pm.size = s.size;
   pm.device = s.device;
-  if (s.size < 2) {
+  if (s.size < 2 || s.size > kMaxRanks) {  // every rank knows the size: nothing to exchange
     pm.whyNot = strFormat("world size %d is outside 2..%d", s.size, kMaxRanks);
     return;
   }
-  char bus[64] = {};
-  CCLX_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), s.device));
-  const std::vector<std::string> recs =
-      ex.allGather("peer/who", hostIdentity() + "\n" + std::to_string(::getpid()) + "\n" + bus);
+  const Deadline deadline = gpurt::deadlineAfter(s.timeout);
+
+  // 1. Who everyone is, and the settings that must match (before any memory is shared).
   std::vector<Who> who;
-  for (const std::string& r : recs) who.push_back(parseWho(r));
-  judge(pm, s, who);
+  if (auto recs = seq.step("peer/who", [&] {
+        injectSetupFailure(s.cfg, s.rank, "who");
+        char bus[64] = {};
+        CCLX_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), s.device));
+        return encodeWho(bus, s.smCount, s.settings);
+      })) {
+    std::vector<std::string> settings;
+    for (int r = 0; r < s.size; ++r) {
+      who.push_back(parseWho((*recs)[size_t(r)]));
+      settings.push_back(who.back().settings);
+      if (!who.back().ok)
+        seq.fail(cclxRemoteError, strFormat("rank %d sent a malformed identity record", r));
+    }
+    const std::string diff = seq.failed() ? "" : compareSettings(settings);
+    if (!diff.empty())
+      seq.fail(cclxInvalidUsage,
+               "the ranks disagree on settings that must be the same on every rank: " + diff);
+    if (!seq.failed()) judge(pm, s, who);
+  }
+  const bool want = !seq.failed() && pm.whyNot.empty();
   if (!pm.sharing.empty()) CCLX_INFO("%s", pm.sharing.c_str());
-  if (!pm.whyNot.empty()) {
-    CCLX_INFO("peer memory off: %s", pm.whyNot.c_str());
-    return;
+
+  // 2. Every rank's buffer, or why it has none.
+  const size_t staging = (std::max<size_t>(s.cfg.ddaStagingBytes, 1u << 20) + 4095) & ~size_t(4095);
+  gpures::DeviceMem buf;
+  bool initPending = false, published = false;
+  std::string offWhy;
+  const auto handles = seq.step("peer/handle", [&]() -> std::string {
+    if (!want) return "-";
+    cudaIpcMemHandle_t h;
+    std::string why = checkPeers(s, who);
+    if (why.empty()) why = makeBuffer(s, staging, buf, h, deadline, initPending);
+    if (!why.empty()) return "N" + why;
+    published = true;
+    return "H" + std::string(reinterpret_cast<const char*>(&h), sizeof(h));
+  });
+  if (handles && want) {
+    for (int r = 0; r < s.size && offWhy.empty(); ++r) {
+      const std::string& v = (*handles)[size_t(r)];
+      if (!v.empty() && v[0] == 'N') offWhy = strFormat("rank %d: %s", r, v.c_str() + 1);
+      else if (v.size() != 1 + sizeof(cudaIpcMemHandle_t) || v[0] != 'H')
+        offWhy = strFormat("rank %d published a malformed IPC handle (%zu bytes)", r, v.size());
+    }
+  }
+  if (published) {
+    pm.stagingBytes = staging;
+    pm.staging[s.rank] = static_cast<char*>(buf.get());
+    pm.signal[s.rank] = pm.staging[s.rank] + staging;
   }
 
-  std::string why = checkPeers(s, who);
-  size_t staging = (std::max<size_t>(s.cfg.ddaStagingBytes, 1u << 20) + 4095) & ~size_t(4095);
-  char* base = nullptr;
-  if (why.empty()) {
-    cudaError_t e = gpurt::mallocPeerVisible(&base, staging + kSignalBytes);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      why = strFormat("allocating %zu bytes of peer memory failed on rank %d: %s", staging + kSignalBytes,
-                      s.rank, cudaGetErrorString(e));
-      base = nullptr;
-    } else {
-      // Before publishing: flags start at 0, LL slots hold no valid epoch, and the Lamport
-      // inboxes (DDA and FP8 one-shot) are empty (all ones).
-      CCLX_CUDA_CHECK(cudaMemset(base, 0, staging + kSignalBytes));
-      PeerMem lay;
-      lay.stagingBytes = staging;
-      for (StagingRegion r : {StagingRegion::kLamport, StagingRegion::kFp8OneShot})
-        CCLX_CUDA_CHECK(cudaMemset(base + lay.regionOffset(r), 0xFF, lay.regionBytes(r)));
-      CCLX_CUDA_CHECK(cudaDeviceSynchronize());
+  // 3. Every rank opened every peer's buffer: the vote.
+  bool votedYes = false;
+  const auto votes = seq.step("peer/vote", [&]() -> std::string {
+    if (!want || !offWhy.empty()) return "-";  // the same on every rank: all skip the mapping
+    for (int r = 0; r < s.size; ++r) {
+      if (r == s.rank) continue;
+      try {
+        injectSetupFailure(s.cfg, s.rank, "open");
+      } catch (const Error& e) {
+        closePeers(pm);
+        return std::string("N") + e.what();
+      }
+      cudaIpcMemHandle_t ph;
+      std::memcpy(&ph, (*handles)[size_t(r)].data() + 1, sizeof(ph));
+      void* p = nullptr;
+      const cudaError_t e = cudaIpcOpenMemHandle(&p, ph, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        closePeers(pm);
+        return strFormat("NcudaIpcOpenMemHandle of rank %d's buffer failed on rank %d: %s", r,
+                         s.rank, cudaGetErrorString(e));
+      }
+      pm.staging[r] = static_cast<char*>(p);
+      pm.signal[r] = static_cast<char*>(p) + staging;
     }
-  }
-  const std::vector<std::string> oks = ex.allGather("peer/ok", why.empty() ? "1" : "0:" + why);
-  for (int r = 0; r < s.size && why.empty(); ++r) {
-    const std::string& v = oks[size_t(r)];
-    if (v != "1") why = strFormat("rank %d: %s", r, v.size() > 2 ? v.c_str() + 2 : "unusable");
-  }
-  if (!why.empty()) {
-    if (base) CCLX_CUDA_CHECK(cudaFree(base));
-    pm.whyNot = why;
-    CCLX_INFO("peer memory off: %s", why.c_str());
-    return;
+    votedYes = true;
+    return "Y";
+  });
+  if (votes && want && offWhy.empty()) {
+    for (int r = 0; r < s.size && offWhy.empty(); ++r) {
+      const std::string& v = (*votes)[size_t(r)];
+      if (v != "Y") offWhy = strFormat("rank %d: %s", r, v.size() > 1 ? v.c_str() + 1 : "no vote");
+    }
   }
 
-  pm.stagingBytes = staging;
-  cudaIpcMemHandle_t h;
-  CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&h, base));
-  pm.staging[s.rank] = base;
-  pm.signal[s.rank] = base + staging;
-  const std::vector<std::string> handles =
-      ex.allGather("peer/handle", std::string(reinterpret_cast<char*>(&h), sizeof(h)));
-  for (int r = 0; r < s.size; ++r) {
-    if (r == s.rank) continue;
-    const std::string& v = handles[size_t(r)];
-    if (v.size() != sizeof(cudaIpcMemHandle_t)) {
-      peerMemClose(pm);
-      CCLX_THROW(cclxRemoteError, "rank %d published a malformed IPC handle (%zu bytes)", r, v.size());
+  if (seq.failed()) {
+    pm.whyNot = seq.why();
+    if (seq.broken() && published) {
+      // Peers may have mapped this buffer (and, after our vote, finished setup): keep it.
+      pm.abandoned = true;
+      pm.abortPeers = votedYes;
+      (void)buf.leak();
+      CCLX_WARN("peer memory setup broke on rank %d (%s): its %zu-byte buffer stays allocated%s",
+                s.rank, seq.why().c_str(), staging + kSignalBytes,
+                votedYes ? "; the comm's abort word is raised on every rank" : "");
+      if (!votedYes) closePeers(pm);
+      return;
     }
-    cudaIpcMemHandle_t ph;
-    std::memcpy(&ph, v.data(), sizeof(ph));
-    void* p = nullptr;
-    cudaError_t e = cudaIpcOpenMemHandle(&p, ph, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      peerMemClose(pm);
-      CCLX_THROW(cclxCudaError, "cudaIpcOpenMemHandle of rank %d's buffer failed on rank %d: %s", r,
-                 s.rank, cudaGetErrorString(e));
-    }
-    pm.staging[r] = static_cast<char*>(p);
-    pm.signal[r] = static_cast<char*>(p) + staging;
+  } else if (want && offWhy.empty()) {
+    pm.usable = true;
+    (void)buf.leak();  // owned by pm from here on (peerMemClose)
+    CCLX_INFO("peer memory on: %d ranks, staging %zu bytes per rank%s", s.size, staging,
+              pm.sharing.empty() ? "" : " (some ranks share a GPU)");
+    return;
+  } else if (!offWhy.empty()) {
+    pm.whyNot = offWhy;
   }
-  pm.usable = true;
-  CCLX_INFO("peer memory on: %d ranks, staging %zu bytes per rank%s", s.size, staging,
-            pm.sharing.empty() ? "" : " (some ranks share a GPU)");
+  // Off on every rank: nothing was written into any buffer.
+  closePeers(pm);
+  pm.staging[s.rank] = pm.signal[s.rank] = nullptr;
+  pm.stagingBytes = 0;
+  if (initPending) (void)buf.leak();  // an initialization still queued may write into it
+  CCLX_INFO("peer memory off: %s", pm.whyNot.c_str());
 }
 
 void peerMemClose(PeerMem& pm) {
+  if (pm.abandoned) {
+    const size_t n = peerMemLeak(pm);
+    if (n) CCLX_WARN("rank %d: %zu bytes of peer memory left allocated (peers may still map it)",
+                     pm.rank, n);
+    return;
+  }
   for (int r = 0; r < pm.size && r < kMaxRanks; ++r) {
     if (!pm.staging[r]) continue;
     cudaError_t e = (r == pm.rank) ? cudaFree(pm.staging[r]) : cudaIpcCloseMemHandle(pm.staging[r]);
@@ -192,6 +306,13 @@ void peerMemClose(PeerMem& pm) {
     pm.signal[r] = nullptr;
   }
   pm.usable = false;
+}
+
+size_t peerMemLeak(PeerMem& pm) {
+  const size_t n = pm.rank < kMaxRanks && pm.staging[pm.rank] ? pm.stagingBytes + kSignalBytes : 0;
+  for (int r = 0; r < kMaxRanks; ++r) pm.staging[r] = pm.signal[r] = nullptr;
+  pm.usable = false;
+  return n;
 }
 
 }  // namespace cclx

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/setup_sequence.h"
 
 namespace cclx {
 
@@ -42,28 +43,27 @@ constexpr size_t kSignalBytes = 1u << 20;
 enum class StagingRegion : int { kFlat = 0, kTree = 1, kLamport = 2, kFp8 = 3, kFp8OneShot = 4 };
 enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2, kControl = 3 };
 
-/// How ranks trade setup records: every rank calls allGather() with the same tag and gets every
-/// rank's value (index = rank). Comms made by cclx go through their store, the NCCL drop-in
-/// through the application's NCCL comm. Throws (cclxTimeout naming the missing ranks, or the
-/// transport's error) when a rank does not take part.
-class Exchange {
- public:
-  virtual ~Exchange() = default;
-  virtual std::vector<std::string> allGather(const std::string& tag, const std::string& mine) = 0;
-};
-
 struct PeerSetup {
   int rank = 0;
   int size = 1;
   int device = -1;  // this rank's CUDA device (current when peerMemOpen is called)
   Config cfg;       // ddaEnable, ddaStagingBytes
-  std::chrono::milliseconds timeout{600000};
+  std::chrono::milliseconds timeout{600000};  // bounds local waits (kInfiniteTimeout: none)
+  std::string settings;  // the settings every rank must share (core/settings_check.h), encoded
+  int smCount = 0;       // this rank's SM count (the ranks agree on the smallest)
 };
 
 struct PeerMem {
   bool usable = false;      // false: DDA/FP8 peer kernels must not run (NCCL for everything)
   std::string whyNot;       // reason when !usable (logged at INFO)
   std::string sharing;      // "ranks 0 and 3 share GPU <bus id>" when some ranks share a GPU
+  int smCount = 0;          // the smallest SM count of the ranks (grids that index shared slots)
+  // The setup sequence broke on this rank after it published its buffer: peers may have mapped
+  // it, so it is never freed (peerMemClose leaks it). `abortPeers`: this rank also opened every
+  // peer's buffer and voted for it, so peers may have finished setup believing it succeeded; the
+  // caller raises the comm's abort word on every rank (peer pointers below stay set for that).
+  bool abandoned = false;
+  bool abortPeers = false;
   int rank = 0;             // this rank (global rank == index below)
   int size = 1;
   int device = -1;
@@ -96,14 +96,22 @@ struct PeerMem {
   char* signalRegion(int peer, SignalRegion r) const { return signal[peer] + signalOffset(r); }
 };
 
-/// Collective over the comm: finds which ranks share a host, a process or a GPU (from host
-/// identity, pid and PCI bus id, exchanged first), decides whether peer memory is usable (one
-/// host, 2..kMaxRanks ranks, one process per rank, P2P between every pair of distinct GPUs,
-/// cfg.ddaEnable), allocates and initializes this rank's buffers, exchanges IPC handles and opens
-/// the peers'. Every rank reaches the same verdicts. Must be called with the comm's device
-/// current. Throws cclx::Error on CUDA failures.
-void peerMemOpen(PeerMem& pm, const PeerSetup& setup, Exchange& ex);
-/// Unmaps the peers' buffers and frees this rank's. Safe on a PeerMem that was never opened.
+/// Collective over the comm, a fixed sequence of three exchanges that every rank runs to the end
+/// (core/setup_sequence.h): "peer/who" (host identity, pid, PCI bus id, SM count and the
+/// settings every rank must share: a mismatch fails `seq` on every rank, naming the settings and
+/// ranks), "peer/handle" (each rank's buffer allocated, initialized and exported, or why not) and
+/// "peer/vote" (every peer's buffer opened, or why not). Peer memory is usable when every rank
+/// voted for it (one host, 2..kMaxRanks ranks, one process per rank, P2P between every pair of
+/// distinct GPUs, cfg.ddaEnable, every allocation and mapping done); every rank that completes
+/// the sequence reaches the same verdict. Failures that only turn peer memory off (allocation,
+/// IPC) leave pm.whyNot; the others fail `seq` (the caller throws). Sizes outside 2..kMaxRanks
+/// exchange nothing. Must be called with the comm's device current. Never throws.
+void peerMemOpen(PeerMem& pm, const PeerSetup& setup, SetupSequence& seq);
+/// Unmaps the peers' buffers and frees this rank's (nothing when pm.abandoned: what was mapped
+/// stays, counted in a log line). Safe on a PeerMem that was never opened.
 void peerMemClose(PeerMem& pm);
+/// Forgets the buffers without unmapping or freeing anything (kernels or peers may still use
+/// them); returns the bytes of this rank's buffer left allocated.
+size_t peerMemLeak(PeerMem& pm);
 
 }  // namespace cclx

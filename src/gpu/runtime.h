@@ -30,6 +30,8 @@ constexpr hipError_t cudaErrorNotReady = hipErrorNotReady;
 constexpr hipStreamCaptureMode cudaStreamCaptureModeRelaxed = hipStreamCaptureModeRelaxed;
 constexpr hipStreamCaptureStatus cudaStreamCaptureStatusNone = hipStreamCaptureStatusNone;
 constexpr hipMemcpyKind cudaMemcpyDeviceToDevice = hipMemcpyDeviceToDevice;
+constexpr hipMemcpyKind cudaMemcpyHostToDevice = hipMemcpyHostToDevice;
+constexpr unsigned cudaHostAllocDefault = hipHostMallocDefault;
 constexpr hipDeviceAttribute_t cudaDevAttrMultiProcessorCount =
     hipDeviceAttributeMultiprocessorCount;
 constexpr unsigned cudaStreamNonBlocking = hipStreamNonBlocking;
@@ -42,6 +44,7 @@ constexpr unsigned cudaHostAllocMapped = hipHostMallocMapped | hipHostMallocCohe
 #define cudaGetErrorName hipGetErrorName
 #define cudaGetErrorString hipGetErrorString
 #define cudaGetLastError hipGetLastError
+#define cudaPeekAtLastError hipPeekAtLastError
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaGetDevice hipGetDevice
 #define cudaSetDevice hipSetDevice
@@ -53,6 +56,7 @@ constexpr unsigned cudaHostAllocMapped = hipHostMallocMapped | hipHostMallocCohe
 #define cudaMalloc hipMalloc
 #define cudaFree hipFree
 #define cudaMemset hipMemset
+#define cudaMemsetAsync hipMemsetAsync
 #define cudaMallocAsync hipMallocAsync
 #define cudaFreeAsync hipFreeAsync
 #define cudaMemcpyAsync hipMemcpyAsync
@@ -63,6 +67,8 @@ constexpr unsigned cudaHostAllocMapped = hipHostMallocMapped | hipHostMallocCohe
 #define cudaStreamDestroy hipStreamDestroy
 #define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaStreamIsCapturing hipStreamIsCapturing
+#define cudaStreamGetCaptureInfo hipStreamGetCaptureInfo
+#define cudaStreamQuery hipStreamQuery
 #define cudaThreadExchangeStreamCaptureMode hipThreadExchangeStreamCaptureMode
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDestroy hipEventDestroy

@@ -19,6 +19,15 @@ class StoreExchange final : public Exchange {
                           info_.opts.timeout,
                           strFormat("GPU setup (%s) of comm '%s'", tag.c_str(), info_.opts.name.c_str()));
   }
+  // Published where allGather reads it, so that the ranks still waiting learn of this rank's
+  // failure at once; never waits.
+  void contribute(const std::string& tag, const std::string& mine) override {
+    try {
+      info_.store->set("cclx_" + tag + "/" + std::to_string(info_.rank), mine);
+    } catch (const std::exception& e) {
+      CCLX_WARN("GPU setup (%s) of comm '%s': %s", tag.c_str(), info_.opts.name.c_str(), e.what());
+    }
+  }
 
  private:
   const BootstrapInfo& info_;

@@ -11,6 +11,7 @@ namespace cclx {
 CudaShared::~CudaShared() {
   for (cudaEvent_t e : freeEvents) (void)cudaEventDestroy(e);
   if (abortStream) (void)cudaStreamDestroy(abortStream);
+  if (leak.load()) return;  // kernels or queued copies may still use them (teardown.cc)
   if (abortValue) (void)cudaFreeHost(abortValue);
   if (errHost) (void)cudaFreeHost(const_cast<uint32_t*>(errHost));
 }
@@ -85,6 +86,7 @@ void CudaShared::checkDeviceError() {
 void CudaShared::requestAbort() {
   if (abortRequested.exchange(true)) return;
   if (errHost) errHost[kErrHostAbort] = 1u;  // spinning kernels stop and raise the abort word
+  std::lock_guard<std::mutex> g(ctlMu);  // teardown clears ctl[] once no peer may be written
   if (!abortStream || !abortValue || !ctl[rank]) return;
   // Kernels not yet started read the abort word at entry: write it on every rank (async copies on
   // a stream of our own: nothing waits for other work; errors are ignored, a dead peer's memory

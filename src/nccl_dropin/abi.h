@@ -160,7 +160,7 @@ struct ncclMultimemHandle_t {  // by value: one pointer
     (nDesc, descs, comm, stream))                                                                  \
   I(ncclGroupStart, (), ())                                                                        \
   I(ncclGroupEnd, (), ())                                                                          \
-  R(ncclGroupSimulateEnd, (void* simInfo), (simInfo))                                              \
+  I(ncclGroupSimulateEnd, (void* simInfo), (simInfo))                                              \
   R(ncclParamBind, (ncclParamHandle_t * out, const char* key), (out, key))                         \
   R(ncclParamGetI8, (ncclParamHandle_t h, int8_t* out), (h, out))                                  \
   R(ncclParamGetI16, (ncclParamHandle_t h, int16_t* out), (h, out))                                \

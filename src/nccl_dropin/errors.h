@@ -8,6 +8,11 @@
 #include "nccl_dropin/abi.h"
 
 #define CCLX_DROPIN_EXPORT extern "C" __attribute__((visibility("default")))
+// NCCL's profiling names (as libnccl exports them, after MPI's PMPI): pnccl<X> is an alias of
+// the drop-in's nccl<X>, so a tool that defines nccl<X> itself and calls pnccl<X> reaches the
+// drop-in. Must follow the definition of `name` in the same file.
+#define CCLX_DROPIN_ALIAS(type, name, params) \
+  extern "C" __attribute__((visibility("default"), alias(#name))) type p##name params;
 
 namespace cclx {
 namespace dropin {

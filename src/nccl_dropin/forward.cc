@@ -10,7 +10,8 @@ using namespace cclx::dropin;
     clearError();                                                 \
     auto fn = real().name;                                        \
     return fn ? fn args : missing(#name);                         \
-  }
+  }                                                               \
+  CCLX_DROPIN_ALIAS(ncclResult_t, name, params)
 #define CCLX_SKIP(...)
 CCLX_NCCL_RESULT_FUNCTIONS(CCLX_FORWARD, CCLX_SKIP)
 #undef CCLX_FORWARD
@@ -21,7 +22,8 @@ CCLX_NCCL_RESULT_FUNCTIONS(CCLX_FORWARD, CCLX_SKIP)
     if (fn) return fn args;                                       \
     (void)missing(#name);                                         \
     return fallback;                                              \
-  }
+  }                                                               \
+  CCLX_DROPIN_ALIAS(type, name, params)
 CCLX_NCCL_OTHER_FUNCTIONS(CCLX_FORWARD_OTHER, CCLX_SKIP)
 #undef CCLX_FORWARD_OTHER
 #undef CCLX_SKIP

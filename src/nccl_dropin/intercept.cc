@@ -90,14 +90,30 @@ bool toCclx(ncclRedOp_t op, RedOpKind& out) {
   }
 }
 
+// Why a collective goes to NCCL (CCLX_DEBUG=TRACE).
+bool forwarded(CollType type, const char* why) {
+  CCLX_TRACE("NCCL drop-in: %s forwarded: %s", collName(type), why);
+  return false;
+}
+
 // Runs `a` on cclx when its comm is set up and the selection picks a peer algorithm. Returns
 // false when the call should go to NCCL; `r` holds the result otherwise.
 bool tryRun(CollType type, const void* send, void* recv, size_t count, ncclDataType_t t,
             RedOpKind op, ncclComm_t comm, ncclStream_t stream, ncclResult_t& r) {
   DataType dt;
-  if (count == 0 || !send || !recv || tDepth > 0 || !toCclx(t, dt)) return false;
+  if (count == 0 || !send || !recv) return forwarded(type, "empty or null buffers");
+  if (tDepth > 0) return forwarded(type, "inside ncclGroupStart/End");
+  if (!toCclx(t, dt)) return forwarded(type, "a data type cclx does not reduce");
   std::shared_ptr<DropinComm> dc = findComm(comm);
-  if (!dc || prepare(*dc, stream, tDepth) != DropinComm::State::Ready) return false;
+  if (!dc) return forwarded(type, "a comm the drop-in does not know");
+  ncclResult_t setupErr = nccl::ncclSuccess;
+  const DropinComm::Snapshot snap = prepare(*dc, stream, tDepth, setupErr);
+  if (setupErr != nccl::ncclSuccess) {  // the ranks' settings differ: every rank reports it
+    r = setupErr;
+    return true;
+  }
+  if (snap.state != DropinComm::State::Ready) return forwarded(type, "the comm is not set up");
+  CudaBackend& backend = *snap.backend;  // alive while `snap` holds it
   CollArgs a;
   a.type = type;
   a.send = send;
@@ -106,10 +122,10 @@ bool tryRun(CollType type, const void* send, void* recv, size_t count, ncclDataT
   a.dtype = dt;
   a.op = ReduceOp(op);
   a.opts.stream = stream;
-  a.opts.timeout = dc->timeout;
+  a.opts.timeout = snap.timeout;
   try {
-    const Algo algo = dc->backend->select(a);
-    if (algo == Algo::Base) return false;
+    const Algo algo = backend.select(a);
+    if (algo == Algo::Base) return forwarded(type, "the selection picks NCCL");
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     cudaError_t e = cudaStreamIsCapturing(static_cast<::cudaStream_t>(stream), &cs);
     if (e != cudaSuccess) {
@@ -117,8 +133,8 @@ bool tryRun(CollType type, const void* send, void* recv, size_t count, ncclDataT
       r = fail(nccl::ncclUnhandledCudaError, strFormat("cudaStreamIsCapturing: %s", cudaGetErrorString(e)));
       return true;
     }
-    dc->backend->enqueueSelected(a, algo, static_cast<::cudaStream_t>(stream),
-                                 cs != cudaStreamCaptureStatusNone);
+    backend.enqueueSelected(a, algo, static_cast<::cudaStream_t>(stream),
+                            cs != cudaStreamCaptureStatusNone);
     r = nccl::ncclSuccess;
   } catch (const Error& e) {
     r = fail(e);
@@ -126,10 +142,17 @@ bool tryRun(CollType type, const void* send, void* recv, size_t count, ncclDataT
   return true;
 }
 
-// After a call that creates `*comm`: register it, set up now when the call completed.
+// After a call that creates `*comm`: register it, set up now when the call completed. A setup
+// that must fail the call (no setup buffers, settings that differ between ranks) has aborted the
+// new comm: the call returns its error and no comm.
 ncclResult_t created(ncclResult_t r, ncclComm_t* comm) {
-  if ((r == nccl::ncclSuccess || r == nccl::ncclInProgress) && comm && *comm)
-    addComm(*comm, r == nccl::ncclSuccess && tDepth == 0);
+  if ((r == nccl::ncclSuccess || r == nccl::ncclInProgress) && comm && *comm) {
+    const ncclResult_t mine = addComm(*comm, r == nccl::ncclSuccess && tDepth == 0);
+    if (mine != nccl::ncclSuccess) {
+      *comm = nullptr;
+      return mine;
+    }
+  }
   return r;
 }
 
@@ -246,6 +269,16 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclGroupEnd() {
   return fn();
 }
 
+// Ends the group as ncclGroupEnd does (after estimating its cost instead of running it), so the
+// depth closes too (torch's cost estimator calls it).
+CCLX_DROPIN_EXPORT ncclResult_t ncclGroupSimulateEnd(void* simInfo) {
+  clearError();
+  auto fn = real().ncclGroupSimulateEnd;
+  if (!fn) return missing("ncclGroupSimulateEnd");
+  if (tDepth > 0) --tDepth;
+  return fn(simInfo);
+}
+
 // ---- creation ----
 
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id,
@@ -322,20 +355,27 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return fn(comm);
 }
 
+// Abort never blocks: cclx's kernels of the comm are told to stop (here and on its peers: host
+// words and asynchronous copies only), NCCL's abort runs (it releases NCCL's own stuck kernels),
+// then cclx's state is released without waiting for or freeing anything still in use.
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   clearError();
   auto fn = real().ncclCommAbort;
   if (!fn) return missing("ncclCommAbort");
+  stopComm(comm);
+  const ncclResult_t r = fn(comm);
   dropComm(comm, /*graceful=*/false);
-  return fn(comm);
+  return r;
 }
 
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags) {
   clearError();
   auto fn = real().ncclCommRevoke;
   if (!fn) return missing("ncclCommRevoke");
+  stopComm(comm);
+  const ncclResult_t r = fn(comm, flags);
   dropComm(comm, /*graceful=*/false);
-  return fn(comm, flags);
+  return r;
 }
 
 // cclx's device-side failures (a peer that never arrived) first, then NCCL's own.
@@ -345,11 +385,11 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResul
   if (!fn) return missing("ncclCommGetAsyncError");
   if (err) {
     if (std::shared_ptr<DropinComm> dc = findComm(comm)) {
-      if (dc->backend) {
-        cclxResult_t mine = dc->backend->asyncError();
+      if (std::shared_ptr<CudaBackend> b = dc->snapshot().backend) {
+        cclxResult_t mine = b->asyncError();
         if (mine != cclxSuccess && mine != cclxInProgress) {
           *err = nccl::ncclRemoteError;
-          (void)fail(nccl::ncclRemoteError, dc->backend->failureMessage());
+          (void)fail(nccl::ncclRemoteError, b->failureMessage());
           return nccl::ncclSuccess;
         }
       }
@@ -363,6 +403,17 @@ CCLX_DROPIN_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
   auto fn = real().ncclGetLastError;
   return fn ? fn(comm) : "";
 }
+
+// ---- NCCL's profiling names of the functions above ----
+
+#define CCLX_ALIAS_R(name, params, args) CCLX_DROPIN_ALIAS(ncclResult_t, name, params)
+#define CCLX_ALIAS_O(type, name, params, args, fallback) CCLX_DROPIN_ALIAS(type, name, params)
+#define CCLX_SKIP(...)
+CCLX_NCCL_RESULT_FUNCTIONS(CCLX_SKIP, CCLX_ALIAS_R)
+CCLX_NCCL_OTHER_FUNCTIONS(CCLX_SKIP, CCLX_ALIAS_O)
+#undef CCLX_ALIAS_R
+#undef CCLX_ALIAS_O
+#undef CCLX_SKIP
 
 // ---- the drop-in's own entry points ----
 

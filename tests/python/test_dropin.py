@@ -123,10 +123,33 @@ def test_exports_every_real_nccl_function():
 
 def test_exports_nothing_else():
     _need("nm")
-    extra = sorted(n for n in _functions(LIB) if not n.startswith(("nccl", "cclxDropin")))
-    assert not extra, f"the drop-in exports more than nccl*/cclxDropin*: {extra[:40]}"
+    extra = sorted(n for n in _functions(LIB) if not n.startswith(("nccl", "pnccl", "cclxDropin")))
+    assert not extra, f"the drop-in exports more than nccl*/pnccl*/cclxDropin*: {extra[:40]}"
     assert {"cclxDropinSetIntercept", "cclxDropinGroupDepth",
             "cclxDropinRealNccl"} <= _functions(LIB)
+
+
+def _addresses(path):
+    """name -> address of the defined dynamic function symbols of a shared library."""
+    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    return {p[2].split("@")[0]: p[0] for p in (ln.split() for ln in out.splitlines())
+            if len(p) == 3 and p[1] in ("T", "W", "i")}
+
+
+def test_exports_profiling_aliases():
+    """NCCL's pnccl* names: every one the machine's NCCL exports, each the same function as the
+    drop-in's nccl* (an alias, so a profiling tool's pnccl call still reaches the drop-in)."""
+    _need("nm")
+    mine = _addresses(LIB)
+    pn = {n for n in mine if n.startswith("pnccl")}
+    assert "pncclAllReduce" in pn and "pncclGroupSimulateEnd" in pn and "pncclCommAbort" in pn
+    for n in pn:
+        assert n[1:] in mine and mine[n] == mine[n[1:]], f"{n} is not an alias of {n[1:]}"
+    for real in _real_nccl_files():
+        theirs = {n for n in _functions(real) if n.startswith("pnccl")}
+        missing = sorted(theirs - pn)
+        assert not missing, f"{real} exports profiling names the drop-in lacks: {missing}"
 
 
 def test_soname():
@@ -147,6 +170,10 @@ int ncclCommInitRank(void** comm, int nranks, ncclUniqueId id, int rank) { retur
 #ifdef GROUP_RESULT
 int ncclGroupStart(void) { return GROUP_RESULT; }
 int ncclGroupEnd(void) { return 0; }
+int ncclGroupSimulateEnd(void* info) { return 0; }
+int ncclAllReduce(const void* s, void* r, unsigned long n, int t, int op, void* c, void* st) {
+  return 0;
+}
 #endif
 """
 
@@ -459,6 +486,48 @@ def test_group_depth_fakes(fakes):
     assert [s[1] for s in bad[:2]] == [3, 3] and [s[2] for s in bad] == [0] * 5, bad
     none = _group(_pyenv(CCLX_NCCL_PATH=fakes["path"]))  # no group functions at all
     assert [s[1] for s in none] == [5] * 5 and [s[2] for s in none] == [0] * 5, none
+
+
+_SIMULATE_PY = """
+import ctypes, json, os, sys
+lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL)
+buf = ctypes.create_string_buffer(64)
+out = {}
+def allreduce():  # a float32 sum on a comm the drop-in does not know: forwarded either way
+    return lib.ncclAllReduce(buf, buf, 4, 7, 0, ctypes.c_void_p(0x10), None)
+out["start"] = lib.ncclGroupStart()
+out["depth_in_group"] = lib.cclxDropinGroupDepth()
+if sys.argv[2] == "simulate":
+    out["simulate"] = lib.ncclGroupSimulateEnd(None)
+out["depth_after"] = lib.cclxDropinGroupDepth()
+sys.stderr.write("--- allreduce\\n")
+sys.stderr.flush()
+out["allreduce"] = allreduce()
+print(json.dumps(out))
+"""
+
+
+def _simulate(fakes, mode):
+    env = _pyenv(CCLX_NCCL_PATH=fakes["group_ok"], CCLX_DEBUG="TRACE")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(_SIMULATE_PY), LIB, mode], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    trace = r.stderr.split("--- allreduce", 1)[1]
+    return json.loads(r.stdout.strip().splitlines()[-1]), trace
+
+
+def test_group_simulate_end_closes_the_depth(fakes):
+    """torch's cost estimator ends a group with ncclGroupSimulateEnd: the depth returns to 0 and
+    the next collective is considered for interception (not forwarded as "inside a group")."""
+    got, trace = _simulate(fakes, "simulate")
+    assert got == {"start": 0, "depth_in_group": 1, "simulate": 0, "depth_after": 0,
+                   "allreduce": 0}, got
+    assert "forwarded: a comm the drop-in does not know" in trace, trace
+    assert "inside ncclGroupStart/End" not in trace, trace
+    # Without it, the same call is still inside the group (what the trace line tells apart).
+    got, trace = _simulate(fakes, "none")
+    assert got["depth_after"] == 1 and got["allreduce"] == 0, got
+    assert "forwarded: inside ncclGroupStart/End" in trace, trace
 
 
 # ---- (e) the cclx-nccl launcher ----

@@ -31,9 +31,10 @@ class DdaBarrier final : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     dev::PeerPtrs p{};
     for (int r = 0; r < ctx.size; ++r) p.signal[r] = ctx.peer->signalRegion(r, SignalRegion::kBarrier);
+    const gpurt::LaunchCheck launched;
     ddaBarrierKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(
         p, ctx.counters + kCounterBarrier, failParams(a, ctx));
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    launched.check("peer barrier");
   }
 };
 

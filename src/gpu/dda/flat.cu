@@ -147,9 +147,10 @@ class DdaFlat final : public DeviceAlgo {
     p.per = (units + kFlatBlocks - 1) / kFlatBlocks;
     p.slotBytes = flatSlotBytes(ctx);
     int threads = int(std::min<size_t>(512, std::max<size_t>(32, (p.per + 31) / 32 * 32)));
+    const gpurt::LaunchCheck launched;
     auto s = static_cast<cudaStream_t>(stream);
     dev::dispatchType(a.dtype, [&]<class T>() { ddaFlatKernel<T><<<kFlatBlocks, threads, 0, s>>>(p); });
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    launched.check("DDA flat allreduce");
   }
 };
 

@@ -258,6 +258,7 @@ class DdaLamport final : public DeviceAlgo {
     int threads = int(std::min<size_t>(512, std::max<size_t>(64, (want + 31) / 32 * 32)));
     p.teams = bytes > kTeamsMinBytes;
     if (p.teams) threads = 512;
+    const gpurt::LaunchCheck launched;
     auto s = static_cast<cudaStream_t>(stream);
     auto go = [&]<class T>() { ddaLamportKernel<T><<<G, threads, 0, s>>>(p); };
     switch (a.dtype) {
@@ -266,7 +267,7 @@ class DdaLamport final : public DeviceAlgo {
       case DataType::f16: go.template operator()<f16_t>(); break;
       default: go.template operator()<bf16_t>(); break;
     }
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    launched.check("DDA Lamport allreduce");
   }
 };
 

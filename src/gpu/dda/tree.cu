@@ -315,9 +315,10 @@ class DdaTree final : public DeviceAlgo {
     size_t totalV = (p.bytes + 15) / 16;
     size_t perBlock = std::min(totalV, size_t(ctx.size) * G * p.capV) / (size_t(ctx.size) * G) + 1;
     int threads = int(std::min<size_t>(512, std::max<size_t>(64, (perBlock + 31) / 32 * 32)));
+    const gpurt::LaunchCheck launched;
     auto s = static_cast<cudaStream_t>(stream);
     dev::dispatchType(a.dtype, [&]<class T>() { ddaTreeKernel<T><<<G, threads, 0, s>>>(p); });
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    launched.check("DDA tree allreduce");
   }
 };
 

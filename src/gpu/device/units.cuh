@@ -11,6 +11,7 @@
 #include "gpu/device/sync.cuh"
 #include "core/dtype_math.h"
 #include "core/error.h"
+#include "gpu/resources.h"
 #include "gpu/runtime.h"
 
 namespace cclx {

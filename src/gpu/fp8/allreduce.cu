@@ -239,6 +239,7 @@ class Fp8AllReduce : public DeviceAlgo {
     CCLX_REQUIRE(makeParams(a, ctx, AllReduceNeed{ctx.size}, p, false), cclxInternalError,
                  "fp8 allreduce launched without usable peer memory");
     if (p.nTiles == 0) return;
+    const gpurt::LaunchCheck launched;
     auto st = static_cast<cudaStream_t>(stream);
     int B = ctx.cfg.fp8BlockSize, grid = gridFor(p, ctx);
     switch (a.dtype) {
@@ -246,9 +247,7 @@ class Fp8AllReduce : public DeviceAlgo {
       case DataType::bf16: launchT<bf16_t>(p, grid, B, st); break;
       default: launchT<f16_t>(p, grid, B, st); break;
     }
-    cudaError_t e = cudaGetLastError();
-    CCLX_REQUIRE(e == cudaSuccess, cclxCudaError, "fp8 allreduce launch failed: %s",
-                 cudaGetErrorString(e));
+    launched.check("fp8 allreduce");
   }
 };
 

@@ -22,6 +22,7 @@
 
 #include "gpu/device/sync.cuh"
 #include "core/fp8_codec.h"
+#include "gpu/resources.h"
 
 namespace cclx {
 namespace fp8dev {

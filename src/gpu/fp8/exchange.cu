@@ -250,6 +250,7 @@ class Fp8Exchange : public DeviceAlgo {
     CCLX_REQUIRE(makeParams(a, ctx, ExchangeNeed{ctx.size}, p, true), cclxInternalError,
                  "fp8 %s launched without usable peer memory", collName(a.type));
     if (p.nTiles == 0) return;
+    const gpurt::LaunchCheck launched;
     auto st = static_cast<cudaStream_t>(stream);
     int B = ctx.cfg.fp8BlockSize, grid = gridFor(p, ctx);
     switch (a.dtype) {
@@ -257,9 +258,7 @@ class Fp8Exchange : public DeviceAlgo {
       case DataType::bf16: launchT<bf16_t, M>(p, grid, B, st); break;
       default: launchT<f16_t, M>(p, grid, B, st); break;
     }
-    cudaError_t e = cudaGetLastError();
-    CCLX_REQUIRE(e == cudaSuccess, cclxCudaError, "fp8 %s launch failed: %s", collName(a.type),
-                 cudaGetErrorString(e));
+    launched.check(strFormat("fp8 %s", collName(a.type)).c_str());
   }
 };
 

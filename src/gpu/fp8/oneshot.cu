@@ -272,6 +272,7 @@ class Fp8OneShotAllReduce : public DeviceAlgo {
     p.rank = ctx.rank;
     p.size = ctx.size;
     p.avg = a.op.kind == RedOpKind::AVG ? 1 : 0;
+    const gpurt::LaunchCheck launched;
     auto st = static_cast<cudaStream_t>(stream);
     const int B = ctx.cfg.fp8BlockSize, grid = ctaCap(ctx);
     switch (a.dtype) {
@@ -279,9 +280,7 @@ class Fp8OneShotAllReduce : public DeviceAlgo {
       case DataType::bf16: launchT<bf16_t>(p, grid, B, st); break;
       default: launchT<f16_t>(p, grid, B, st); break;
     }
-    cudaError_t e = cudaGetLastError();
-    CCLX_REQUIRE(e == cudaSuccess, cclxCudaError, "fp8 one-shot allreduce launch failed: %s",
-                 cudaGetErrorString(e));
+    launched.check("fp8 one-shot allreduce");
   }
 };
 
