@@ -125,8 +125,14 @@ class CudaBackend final : public Backend {
   static bool onPeers(Algo algo) { return algo != Algo::Base; }
   /// Enqueues a call already validated and selected on `s`, without a Work: the drop-in's path,
   /// which checks what NCCL checks (no pointer attributes). run() adds pointer checks, stream
-  /// forking and the Work.
+  /// forking and the Work. Allocates the staging the algorithm needs first (collective:
+  /// peerMemGrow), which may change the algorithm (an allocation failed on some rank).
   void enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
+  /// True when `algo` needs no staging that is not allocated yet (the drop-in never grows staging
+  /// inside graph capture: such a call goes to NCCL).
+  bool stagingReady(const CollArgs& a, Algo algo) const;
+  /// Bytes of peer staging this rank holds.
+  size_t stagingBytesHeld() const { return pm_.allocatedBytes(); }
   /// The message of the failure that made the comm unusable ("" while healthy).
   std::string failureMessage() const;
 
@@ -141,6 +147,8 @@ class CudaBackend final : public Backend {
   void checkUsable(const CollArgs& a) const;
   void requireNccl(const CollArgs& a) const;
   void enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
+  bool runs(const DeviceAlgo& alg, const CollArgs& a) const;
+  Algo growStaging(const CollArgs& a, Algo algo, bool capturing);
   void orderPeerKernel(cudaStream_t s, bool capturing);
   void peerKernelDone(cudaStream_t s, bool capturing);
   void ncclOpsPoll();
@@ -164,12 +172,13 @@ class CudaBackend final : public Backend {
   bool plainNccl_ = false;
   std::string ncclRefusal_;
   cudaStream_t internal_ = nullptr;
+  cudaStream_t growStream_ = nullptr;  // staging growth: host copies of the growth records
   cudaEvent_t forkEv_ = nullptr;
   cudaEvent_t orderEv_ = nullptr;  // recorded after the last eager peer-memory kernel
   cudaStream_t orderStream_ = nullptr;
   bool orderValid_ = false;
   int* scratch_ = nullptr;  // 1-element NCCL barrier buffer
-  std::unique_ptr<DeviceAlgo> flat_, lamport_, tree_, barrier_;
+  std::unique_ptr<DeviceAlgo> flat_, lamport_, tree_, barrier_, xchgLL_, xchgPipe_;
   std::unique_ptr<DeviceAlgo> fp8Ar_, fp8Os_, fp8Ag_, fp8Rs_, fp8A2a_;
   std::mutex runMu_;
   bool finalized_ = false;

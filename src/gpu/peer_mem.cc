@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -14,17 +16,43 @@
 namespace cclx {
 
 namespace {
-// Region r spans [bound(r), bound(r + 1)) (see ipc.h).
-size_t regionBound(size_t S, int r) {
-  static constexpr size_t kNum[] = {0, 1, 4, 8, 12};  // 22nds of S
-  return r >= 5 ? S : (S / 22 * kNum[r] + S % 22 * kNum[r] / 22) & ~size_t(255);
+
+// Shares of S (22nds) per StagingRegion, in enum order.
+constexpr size_t kShare[kNumStagingRegions] = {1, 3, 4, 4, 7, 3};
+
+// Regions whose inboxes start "empty" as all-ones bytes (the data-as-flag protocols).
+bool filledWithOnes(int r) {
+  return r == int(StagingRegion::kLamport) || r == int(StagingRegion::kFp8OneShot);
 }
+
+// Growth record of region r in a signal area: [0, 8) state, [16, 80) the IPC handle.
+constexpr size_t kGrowRecord = 128;
+enum : uint64_t { kGrowNone = 0, kGrowPublished = 1, kGrowFailed = 2 };
+size_t growOffset(int r) { return PeerMem::signalOffset(SignalRegion::kGrow) + size_t(r) * kGrowRecord; }
+
 }  // namespace
 
-size_t PeerMem::regionOffset(StagingRegion r) const { return regionBound(stagingBytes, int(r)); }
+const char* regionName(StagingRegion r) {
+  switch (r) {
+    case StagingRegion::kFlat: return "flat/LL";
+    case StagingRegion::kTree: return "tree";
+    case StagingRegion::kLamport: return "lamport";
+    case StagingRegion::kFp8: return "fp8";
+    case StagingRegion::kFp8OneShot: return "fp8-oneshot";
+    case StagingRegion::kXchg: return "exchange";
+  }
+  return "?";
+}
 
 size_t PeerMem::regionBytes(StagingRegion r) const {
-  return regionBound(stagingBytes, int(r) + 1) - regionBound(stagingBytes, int(r));
+  return (stagingBytes / 22 * kShare[int(r)] + stagingBytes % 22 * kShare[int(r)] / 22) & ~size_t(255);
+}
+
+size_t PeerMem::allocatedBytes() const {
+  size_t n = 0;
+  for (int r = 0; r < kNumStagingRegions; ++r)
+    if (allocated & (1u << r)) n += regionBytes(StagingRegion(r));
+  return n;
 }
 
 namespace {
@@ -116,23 +144,17 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, Exchange& ex) {
   }
 
   std::string why = checkPeers(s, who);
-  size_t staging = (std::max<size_t>(s.cfg.ddaStagingBytes, 1u << 20) + 4095) & ~size_t(4095);
   char* base = nullptr;
   if (why.empty()) {
-    cudaError_t e = gpurt::mallocPeerVisible(&base, staging + kSignalBytes);
+    cudaError_t e = gpurt::mallocPeerVisible(&base, kSignalBytes);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      why = strFormat("allocating %zu bytes of peer memory failed on rank %d: %s", staging + kSignalBytes,
+      why = strFormat("allocating %zu bytes of peer memory failed on rank %d: %s", kSignalBytes,
                       s.rank, cudaGetErrorString(e));
       base = nullptr;
     } else {
-      // Before publishing: flags start at 0, LL slots hold no valid epoch, and the Lamport
-      // inboxes (DDA and FP8 one-shot) are empty (all ones).
-      CCLX_CUDA_CHECK(cudaMemset(base, 0, staging + kSignalBytes));
-      PeerMem lay;
-      lay.stagingBytes = staging;
-      for (StagingRegion r : {StagingRegion::kLamport, StagingRegion::kFp8OneShot})
-        CCLX_CUDA_CHECK(cudaMemset(base + lay.regionOffset(r), 0xFF, lay.regionBytes(r)));
+      // Before publishing: flags start at 0 and no growth record is published.
+      CCLX_CUDA_CHECK(cudaMemset(base, 0, kSignalBytes));
       CCLX_CUDA_CHECK(cudaDeviceSynchronize());
     }
   }
@@ -148,11 +170,10 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, Exchange& ex) {
     return;
   }
 
-  pm.stagingBytes = staging;
+  pm.stagingBytes = (std::max<size_t>(s.cfg.ddaStagingBytes, 1u << 20) + 4095) & ~size_t(4095);
   cudaIpcMemHandle_t h;
   CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&h, base));
-  pm.staging[s.rank] = base;
-  pm.signal[s.rank] = base + staging;
+  pm.signal[s.rank] = base;
   const std::vector<std::string> handles =
       ex.allGather("peer/handle", std::string(reinterpret_cast<char*>(&h), sizeof(h)));
   for (int r = 0; r < s.size; ++r) {
@@ -169,28 +190,143 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, Exchange& ex) {
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       peerMemClose(pm);
-      CCLX_THROW(cclxCudaError, "cudaIpcOpenMemHandle of rank %d's buffer failed on rank %d: %s", r,
-                 s.rank, cudaGetErrorString(e));
+      CCLX_THROW(cclxCudaError, "cudaIpcOpenMemHandle of rank %d's signal area failed on rank %d: %s",
+                 r, s.rank, cudaGetErrorString(e));
     }
-    pm.staging[r] = static_cast<char*>(p);
-    pm.signal[r] = static_cast<char*>(p) + staging;
+    pm.signal[r] = static_cast<char*>(p);
   }
   pm.usable = true;
-  CCLX_INFO("peer memory on: %d ranks, staging %zu bytes per rank%s", s.size, staging,
+  CCLX_INFO("peer memory on: %d ranks, %zu-byte signal area, staging up to %zu bytes per rank "
+            "allocated on first use%s",
+            s.size, kSignalBytes, pm.stagingBytes,
             pm.sharing.empty() ? "" : " (some ranks share a GPU)");
 }
 
+namespace {
+
+// Synchronous host <-> device copies on the growth stream (a non-blocking stream of the comm's
+// device: never ordered after the application's work, legal while another stream captures).
+void copyOn(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t st) {
+  CCLX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, st));
+  CCLX_CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+}  // namespace
+
+bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream) {
+  want &= ~pm.allocated & ((1u << kNumStagingRegions) - 1);
+  if (!pm.usable || want == 0) return true;
+  CCLX_REQUIRE(!(want & pm.failed), cclxInternalError, "growth of a failed staging region");
+  auto st = static_cast<cudaStream_t>(stream);
+  const int me = pm.rank;
+  // 1. Allocate, initialize and publish this rank's regions (ascending, as every rank does).
+  char* mine[kNumStagingRegions] = {};
+  std::string allocError;
+  for (int r = 0; r < kNumStagingRegions; ++r) {
+    if (!(want & (1u << r))) continue;
+    const size_t bytes = pm.regionBytes(StagingRegion(r));
+    uint64_t state = kGrowFailed;
+    cudaIpcMemHandle_t h{};
+    if (bytes > 0 && gpurt::mallocPeerVisible(&mine[r], bytes) == cudaSuccess) {
+      CCLX_CUDA_CHECK(cudaMemsetAsync(mine[r], filledWithOnes(r) ? 0xFF : 0, bytes, st));
+      CCLX_CUDA_CHECK(cudaStreamSynchronize(st));
+      CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&h, mine[r]));
+      state = kGrowPublished;
+    } else {
+      (void)cudaGetLastError();
+      mine[r] = nullptr;
+      allocError = strFormat("allocating %zu bytes for the %s staging region failed on rank %d", bytes,
+                             regionName(StagingRegion(r)), me);
+    }
+    char* rec = pm.signal[me] + growOffset(r);
+    copyOn(rec + 16, &h, sizeof(h), cudaMemcpyHostToDevice, st);  // the handle before the state
+    copyOn(rec, &state, sizeof(state), cudaMemcpyHostToDevice, st);
+  }
+  // 2. Every peer's records: all published (or one failed) before any handle is opened, so that a
+  //    failed region is opened by nobody and every rank frees its own copy.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  uint64_t states[kMaxRanks][kNumStagingRegions] = {};
+  for (;;) {
+    uint32_t missing = 0;
+    for (int p = 0; p < pm.size; ++p) {
+      if (p == me) continue;
+      for (int r = 0; r < kNumStagingRegions; ++r) {
+        if (!(want & (1u << r)) || states[p][r] != kGrowNone) continue;
+        copyOn(&states[p][r], pm.signal[p] + growOffset(r), sizeof(uint64_t), cudaMemcpyDeviceToHost, st);
+        if (states[p][r] == kGrowNone) missing |= 1u << p;
+      }
+    }
+    if (!missing) break;
+    uint32_t abortWord = 0;  // a rank that failed raised the abort word here: stop waiting for it
+    copyOn(&abortWord, pm.signalRegion(me, SignalRegion::kControl), sizeof(abortWord),
+           cudaMemcpyDeviceToHost, st);
+    if (abortWord != 0)
+      CCLX_THROW(cclxRemoteError,
+                 "rank %d: the comm was aborted (by rank %d) while rank(s) waited for the first "
+                 "call that needs peer staging",
+                 me, int(abortWord & 0xFFFFu) - 1);
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string ranks;
+      for (int p = 0; p < pm.size; ++p)
+        if (missing & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
+      CCLX_THROW(cclxTimeout,
+                 "rank %d: rank(s) %s did not reach the first call that needs peer staging within "
+                 "%lld ms (a rank is missing, or ranks called different collectives)",
+                 me, ranks.c_str(), (long long)timeout.count());
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  bool ok = true;
+  for (int r = 0; r < kNumStagingRegions; ++r) {
+    if (!(want & (1u << r))) continue;
+    bool failed = mine[r] == nullptr;
+    for (int p = 0; p < pm.size; ++p)
+      if (p != me && states[p][r] == kGrowFailed) failed = true;
+    if (failed) {
+      if (mine[r]) CCLX_CUDA_CHECK(cudaFree(mine[r]));
+      pm.failed |= 1u << r;
+      ok = false;
+      CCLX_WARN("peer staging region %s (%zu bytes) is off: %s", regionName(StagingRegion(r)),
+                pm.regionBytes(StagingRegion(r)),
+                allocError.empty() ? "an allocation failed on another rank" : allocError.c_str());
+      continue;
+    }
+    pm.regions[r][me] = mine[r];
+    for (int p = 0; p < pm.size; ++p) {
+      if (p == me) continue;
+      cudaIpcMemHandle_t ph;
+      copyOn(&ph, pm.signal[p] + growOffset(r) + 16, sizeof(ph), cudaMemcpyDeviceToHost, st);
+      void* q = nullptr;
+      cudaError_t e = cudaIpcOpenMemHandle(&q, ph, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        CCLX_THROW(cclxCudaError, "cudaIpcOpenMemHandle of rank %d's %s staging failed on rank %d: %s",
+                   p, regionName(StagingRegion(r)), me, cudaGetErrorString(e));
+      }
+      pm.regions[r][p] = static_cast<char*>(q);
+    }
+    pm.allocated |= 1u << r;
+    CCLX_INFO("peer staging region %s on: %zu bytes per rank (%zu bytes held)",
+              regionName(StagingRegion(r)), pm.regionBytes(StagingRegion(r)), pm.allocatedBytes());
+  }
+  return ok;
+}
+
 void peerMemClose(PeerMem& pm) {
-  for (int r = 0; r < pm.size && r < kMaxRanks; ++r) {
-    if (!pm.staging[r]) continue;
-    cudaError_t e = (r == pm.rank) ? cudaFree(pm.staging[r]) : cudaIpcCloseMemHandle(pm.staging[r]);
+  auto release = [&](char*& p, int r, const char* what) {
+    if (!p) return;
+    cudaError_t e = (r == pm.rank) ? cudaFree(p) : cudaIpcCloseMemHandle(p);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      CCLX_WARN("releasing rank %d's peer buffer failed: %s", r, cudaGetErrorString(e));
+      CCLX_WARN("releasing rank %d's %s failed: %s", r, what, cudaGetErrorString(e));
     }
-    pm.staging[r] = nullptr;
-    pm.signal[r] = nullptr;
-  }
+    p = nullptr;
+  };
+  for (int g = 0; g < kNumStagingRegions; ++g)
+    for (int r = 0; r < pm.size && r < kMaxRanks; ++r)
+      release(pm.regions[g][r], r, "peer staging");
+  for (int r = 0; r < pm.size && r < kMaxRanks; ++r) release(pm.signal[r], r, "signal area");
+  pm.allocated = 0;
   pm.usable = false;
 }
 

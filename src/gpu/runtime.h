@@ -24,12 +24,16 @@ using cudaEvent_t = hipEvent_t;
 using cudaIpcMemHandle_t = hipIpcMemHandle_t;
 using cudaStreamCaptureMode = hipStreamCaptureMode;
 using cudaStreamCaptureStatus = hipStreamCaptureStatus;
+using cudaMemcpyKind = hipMemcpyKind;
 
 constexpr hipError_t cudaSuccess = hipSuccess;
 constexpr hipError_t cudaErrorNotReady = hipErrorNotReady;
 constexpr hipStreamCaptureMode cudaStreamCaptureModeRelaxed = hipStreamCaptureModeRelaxed;
 constexpr hipStreamCaptureStatus cudaStreamCaptureStatusNone = hipStreamCaptureStatusNone;
 constexpr hipMemcpyKind cudaMemcpyDeviceToDevice = hipMemcpyDeviceToDevice;
+constexpr hipMemcpyKind cudaMemcpyHostToDevice = hipMemcpyHostToDevice;
+constexpr hipMemcpyKind cudaMemcpyDeviceToHost = hipMemcpyDeviceToHost;
+constexpr unsigned cudaHostAllocDefault = hipHostMallocDefault;
 constexpr hipDeviceAttribute_t cudaDevAttrMultiProcessorCount =
     hipDeviceAttributeMultiprocessorCount;
 constexpr unsigned cudaStreamNonBlocking = hipStreamNonBlocking;
@@ -53,6 +57,7 @@ constexpr unsigned cudaHostAllocMapped = hipHostMallocMapped | hipHostMallocCohe
 #define cudaMalloc hipMalloc
 #define cudaFree hipFree
 #define cudaMemset hipMemset
+#define cudaMemsetAsync hipMemsetAsync
 #define cudaMallocAsync hipMallocAsync
 #define cudaFreeAsync hipFreeAsync
 #define cudaMemcpyAsync hipMemcpyAsync
@@ -61,6 +66,7 @@ constexpr unsigned cudaHostAllocMapped = hipHostMallocMapped | hipHostMallocCohe
 #define cudaHostGetDevicePointer hipHostGetDevicePointer
 #define cudaStreamCreateWithFlags hipStreamCreateWithFlags
 #define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamSynchronize hipStreamSynchronize
 #define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaStreamIsCapturing hipStreamIsCapturing
 #define cudaThreadExchangeStreamCaptureMode hipThreadExchangeStreamCaptureMode

@@ -55,9 +55,25 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
                       "waiting for rank(s) %s; its output is NaN and the comm is unusable",
                       rank, name.c_str(), device, ms, rankList(mask).c_str())};
   }
+  if (errHost[kErrCode] == kErrMismatch) {
+    uint32_t mask = 0;
+    for (int r = 0; r < size && r < kMaxRanks; ++r)
+      if (errHost[kErrMissing + r]) mask |= 1u << r;
+    return {cclxInvalidUsage,
+            strFormat("rank %d: on comm '%s' (cuda:%d) rank(s) %s sent a message of another size "
+                      "than this rank expected (all-to-all-v counts disagree); its output is NaN "
+                      "and the comm is unusable",
+                      rank, name.c_str(), device, rankList(mask).c_str())};
+  }
   const uint32_t word = errHost[kErrOrigin];
   const uint32_t reason = word >> 16;
   const int origin = int(word & 0xFFFFu) - 1;
+  if (reason == kAbortMismatch)
+    return {cclxInvalidUsage,
+            strFormat("rank %d: comm '%s' failed: rank %d received a message of another size than "
+                      "it expected from rank(s) %s (all-to-all-v counts disagree); collectives "
+                      "from then on have NaN outputs and the comm is unusable",
+                      rank, name.c_str(), origin, rankList(errHost[kErrOriginMissing]).c_str())};
   if (reason == kAbortTimeout)
     return {cclxTimeout,
             strFormat("rank %d: comm '%s' failed: rank %d timed out after %lld ms waiting for "
