@@ -96,7 +96,7 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   ctx_.errorFlagDev = sh_->errDev;
   ctx_.errorFlagHost = sh_->errHost;
   CCLX_CUDA_CHECK(cudaStreamCreateWithFlags(&sh_->abortStream, cudaStreamNonBlocking));
-  CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, sizeof(uint32_t), cudaHostAllocDefault));
+  CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, 2 * sizeof(uint32_t), cudaHostAllocDefault));
 }
 
 // Peer memory (collective). Ranks that share a GPU keep it, but then no NCCL comm may exist.
@@ -287,10 +287,14 @@ Algo CudaBackend::growStaging(const CollArgs& a, Algo algo, bool capturing) {
     if (!need) return algo;
     RelaxedCapture relaxed(capturing);  // host calls only; legal while the caller captures
     bool ok = false;
+    uint32_t missing = 0;
     try {
-      ok = peerMemGrow(pm_, need, a.opts.timeout, growStream_);
+      ok = peerMemGrow(pm_, need, a.opts.timeout, growStream_, &missing);
     } catch (const Error& e) {
-      sh_->requestAbort();  // peers that already launched stop at their deadline or sooner
+      // Every peer learns it at once: from the abort word (peers waiting in their growth poll
+      // it; kernels read it), naming the missing ranks as a kernel's own timeout would.
+      if (missing) sh_->requestAbort(kAbortTimeout, missing);
+      else sh_->requestAbort();
       throw sh_->fail(e.code(), strFormat("%s; comm '%s' is unusable", e.what(), sh_->name.c_str()));
     }
     if (ok) return algo;

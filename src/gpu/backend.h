@@ -38,7 +38,7 @@ struct CudaShared {
   uint32_t* errDev = nullptr;
   uint32_t* ctl[kMaxRanks] = {};         // every rank's control words (peer memory; null if off)
   cudaStream_t abortStream = nullptr;    // requestAbort's copies (never waits on other work)
-  uint32_t* abortValue = nullptr;        // pinned: the abort word requestAbort writes
+  uint32_t* abortValue = nullptr;        // pinned: the abort word and missing mask requestAbort writes
   std::atomic<bool> abortRequested{false};
 
   std::mutex mu;
@@ -58,8 +58,10 @@ struct CudaShared {
   void checkDeviceError();
   /// Stops every peer kernel of this comm here and on the peers (docs/DESIGN.md "Failure model"):
   /// the host request word, which spinning kernels poll, and the abort word on every rank, which
-  /// kernels read at entry. Never blocks; idempotent.
-  void requestAbort();
+  /// kernels read at entry. Never blocks; idempotent. `reason` (kAbort*) and `missing` (rank
+  /// mask) go into the abort word as a kernel's own timeout would put them (a host-side timeout
+  /// that names the ranks it waited for).
+  void requestAbort(uint32_t reason = kAbortHost, uint32_t missing = 0);
   /// NCCL abort (once, owned comms only) so that stuck NCCL kernels exit; the comm is unusable
   /// afterwards.
   void abortNccl();

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "gpu/algo.h"
 #include "gpu/runtime.h"
 #include "store/bootstrap.h"
 
@@ -213,7 +214,8 @@ void copyOn(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStrea
 
 }  // namespace
 
-bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream) {
+bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream,
+                 uint32_t* missingOut) {
   want &= ~pm.allocated & ((1u << kNumStagingRegions) - 1);
   if (!pm.usable || want == 0) return true;
   CCLX_REQUIRE(!(want & pm.failed), cclxInternalError, "growth of a failed staging region");
@@ -257,15 +259,27 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
       }
     }
     if (!missing) break;
-    uint32_t abortWord = 0;  // a rank that failed raised the abort word here: stop waiting for it
-    copyOn(&abortWord, pm.signalRegion(me, SignalRegion::kControl), sizeof(abortWord),
-           cudaMemcpyDeviceToHost, st);
-    if (abortWord != 0)
+    // A rank that failed raised the abort word here (word 0; word 1: the ranks it missed): stop
+    // waiting, and say why as a kernel that finds the word would (gpu/work.cc).
+    uint32_t ctl[2] = {0, 0};
+    copyOn(ctl, pm.signalRegion(me, SignalRegion::kControl), sizeof(ctl), cudaMemcpyDeviceToHost, st);
+    if (ctl[0] != 0) {
+      const int origin = int(ctl[0] & 0xFFFFu) - 1;
+      std::string ranks;
+      for (int p = 0; p < pm.size; ++p)
+        if (ctl[1] & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
+      if ((ctl[0] >> 16) == kAbortTimeout)
+        CCLX_THROW(cclxTimeout,
+                   "rank %d: rank %d timed out waiting for rank(s) %s while this rank waited at "
+                   "the first call that needs peer staging",
+                   me, origin, ranks.empty() ? "?" : ranks.c_str());
       CCLX_THROW(cclxRemoteError,
-                 "rank %d: the comm was aborted (by rank %d) while rank(s) waited for the first "
+                 "rank %d: the comm was aborted by rank %d while this rank waited at the first "
                  "call that needs peer staging",
-                 me, int(abortWord & 0xFFFFu) - 1);
+                 me, origin);
+    }
     if (std::chrono::steady_clock::now() > deadline) {
+      if (missingOut) *missingOut = missing;
       std::string ranks;
       for (int p = 0; p < pm.size; ++p)
         if (missing & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);

@@ -146,8 +146,10 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& setup, Exchange& ex);
 /// comes from the selected algorithm, which every rank derives identically. Returns false when an
 /// allocation failed on some rank (every rank learns it from the records): those regions are
 /// marked failed and never used; the call then chooses again. Throws cclxTimeout naming the
-/// ranks whose records did not appear within `timeout`.
-bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream);
+/// ranks whose records did not appear within `timeout` (their mask in *missing), and stops early
+/// when the comm's abort word is raised (the error a kernel would report).
+bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream,
+                 uint32_t* missing = nullptr);
 
 /// Unmaps the peers' buffers and frees this rank's. Safe on a PeerMem that was never opened.
 void peerMemClose(PeerMem& pm);

@@ -98,7 +98,7 @@ void CudaShared::checkDeviceError() {
   throw fail(code, msg);
 }
 
-void CudaShared::requestAbort() {
+void CudaShared::requestAbort(uint32_t reason, uint32_t missing) {
   if (abortRequested.exchange(true)) return;
   if (errHost) errHost[kErrHostAbort] = 1u;  // spinning kernels stop and raise the abort word
   if (!abortStream || !abortValue || !ctl[rank]) return;
@@ -110,11 +110,16 @@ void CudaShared::requestAbort() {
   int prev = -1;
   (void)cudaGetDevice(&prev);
   if (prev != device) (void)cudaSetDevice(device);
-  *abortValue = kAbortHost << 16 | uint32_t(rank + 1);
+  abortValue[0] = reason << 16 | uint32_t(rank + 1);
+  abortValue[1] = missing;
+  const int slot = reason == kAbortTimeout ? kCtlTimeout : kCtlHost;
   for (int i = 0; i < size && i < kMaxRanks; ++i) {
     const int r = (rank + i) % size;
-    if (ctl[r] &&
-        cudaMemcpyAsync(ctl[r] + kCtlHost, abortValue, sizeof(uint32_t), cudaMemcpyHostToDevice,
+    if (!ctl[r]) continue;
+    // The missing mask before the word itself: the copies run in order on one stream.
+    if ((missing && cudaMemcpyAsync(ctl[r] + kCtlMissing, abortValue + 1, sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, abortStream) != cudaSuccess) ||
+        cudaMemcpyAsync(ctl[r] + slot, abortValue, sizeof(uint32_t), cudaMemcpyHostToDevice,
                         abortStream) != cudaSuccess)
       (void)cudaGetLastError();
   }
