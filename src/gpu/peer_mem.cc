@@ -259,16 +259,17 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
       }
     }
     if (!missing) break;
-    // A rank that failed raised the abort word here (word 0; word 1: the ranks it missed): stop
-    // waiting, and say why as a kernel that finds the word would (gpu/work.cc).
-    uint32_t ctl[2] = {0, 0};
+    // A rank that failed raised the abort word here (gpu/algo.h kCtl*): stop waiting, and say
+    // why as a kernel that finds the word would (gpu/work.cc), the timeout's word first.
+    uint32_t ctl[3] = {0, 0, 0};
     copyOn(ctl, pm.signalRegion(me, SignalRegion::kControl), sizeof(ctl), cudaMemcpyDeviceToHost, st);
-    if (ctl[0] != 0) {
-      const int origin = int(ctl[0] & 0xFFFFu) - 1;
+    if (ctl[kCtlTimeout] != 0 || ctl[kCtlHost] != 0) {
+      const uint32_t word = ctl[kCtlTimeout] != 0 ? ctl[kCtlTimeout] : ctl[kCtlHost];
+      const int origin = int(word & 0xFFFFu) - 1;
       std::string ranks;
       for (int p = 0; p < pm.size; ++p)
-        if (ctl[1] & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
-      if ((ctl[0] >> 16) == kAbortTimeout)
+        if (ctl[kCtlMissing] & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
+      if ((word >> 16) == kAbortTimeout)
         CCLX_THROW(cclxTimeout,
                    "rank %d: rank %d timed out waiting for rank(s) %s while this rank waited at "
                    "the first call that needs peer staging",
@@ -284,9 +285,10 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
       for (int p = 0; p < pm.size; ++p)
         if (missing & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
       CCLX_THROW(cclxTimeout,
-                 "rank %d: rank(s) %s did not reach the first call that needs peer staging within "
-                 "%lld ms (a rank is missing, or ranks called different collectives)",
-                 me, ranks.c_str(), (long long)timeout.count());
+                 "rank %d: timed out after %lld ms waiting for rank(s) %s at the first call that "
+                 "needs peer staging (a rank is missing, or the ranks called different "
+                 "collectives)",
+                 me, (long long)timeout.count(), ranks.c_str());
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
