@@ -22,9 +22,9 @@
 // it), i.e. after B has read everything of set s at epoch e; a B that stopped in epoch e raised
 // the abort word and pushes nothing more. A wait that stops (abort, host request, deadline; all
 // recorded by the Waiter) ends the thread's consumption; its block then poisons all of `recv`.
+#include "gpu/device/units.cuh"  // first: the GPU runtime before core/ headers (HIP)
 #include "core/lamport.h"
 #include "gpu/dda/ll.cuh"
-#include "gpu/device/units.cuh"
 
 namespace cclx {
 namespace {

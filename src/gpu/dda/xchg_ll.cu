@@ -20,10 +20,10 @@
 // in-place conventions (xchg.h) put the input of a block at the output of the same block or its
 // own part at the same memory, so no unit is overwritten before it was read. A wait that stops
 // (abort, host request, deadline; recorded) ends the thread's work; its block poisons all outputs.
+#include "gpu/device/units.cuh"  // first: the GPU runtime before core/ headers (HIP)
 #include "core/lamport.h"
 #include "gpu/dda/ll.cuh"
 #include "gpu/dda/xchg.h"
-#include "gpu/device/units.cuh"
 
 namespace cclx {
 namespace {

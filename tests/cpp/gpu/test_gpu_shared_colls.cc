@@ -45,7 +45,7 @@ TEST(GpuSharedColls, SmallStagingManyChunksEqualsHostTwin) {
   runSuite(true, [](int, int) {
     std::vector<XCase> v = exchangeCases("tree", "pipelined");
     for (XCase c : exchangeCases("flat", nullptr)) {
-      if (c.count < 4000) continue;
+      if (c.count * dtypeSize(c.t) < 16384) continue;  // the small LL slots hold < 12 KiB
       c.expect = c.mode == kOverlap ? nullptr : "pipelined";  // too large for the small LL slots
       v.push_back(c);
     }
@@ -232,18 +232,19 @@ TEST(GpuSharedColls, MissingRankIsNamed) {
   for (bool warm : {false, true}) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       auto gpu = gpuComm(rank, size, store, warm ? "missing_dev" : "missing_grow", false, timeout);
-      const size_t count = 1000;
-      char* p = poisoned(count * 4 * size_t(size));
+      const size_t count = 1000, bytes = count * 4 * size_t(size);
+      char* in = poisoned(bytes);
+      char* out = poisoned(bytes);
       CollOptions co;
       co.hints = {{"algo", "tree"}};
-      if (warm) gpu->allGather(p, p + 4 * count, count, DataType::f32, co)->waitBlocking(std::chrono::seconds(60));
+      if (warm)  // the staging exists: the wait is the kernel's
+        gpu->allGather(in, out, count, DataType::f32, co)->waitBlocking(std::chrono::seconds(60));
       if (rank == size - 1) {
         std::this_thread::sleep_for(timeout + std::chrono::seconds(5));
         return;  // never calls; leaves without finalize
       }
       try {
-        auto w = gpu->reduceScatter(p, p + 4 * count * size_t(size - 1), count, DataType::f32,
-                                    RedOpKind::SUM, co);
+        auto w = gpu->reduceScatter(in, out, count, DataType::f32, RedOpKind::SUM, co);
         w->waitBlocking(std::chrono::seconds(60));
         MP_CHECK(false, "reduce-scatter without rank %d completed", size - 1);
       } catch (const Error& e) {
