@@ -8,10 +8,14 @@
 #   bash bench/device_sweep.sh fp8       the FP8 allreduce (auto, one-shot, two-shot forced) and
 #                                        all-gather / reduce-scatter / all-to-all (FP8 and not)
 #                                        against every baseline that has them
+#   bash bench/device_sweep.sh xchg      the DDA all-gather / reduce-scatter / all-to-all /
+#                                        all-to-all-v (auto, LL and pipelined forced) against
+#                                        NCCL (the retuning of their selection table)
 #   bash bench/device_sweep.sh dropin    bench/dropin_suite.sh (torch.distributed under the
 #                                        drop-in, the NCCL API against the real NCCL)
 #   bash bench/device_sweep.sh tp        cclx-bench tp at TP = GPU count, both presets, every
-#                                        communicator (the drop-in included: under cclx-nccl run)
+#                                        communicator (the drop-in included: under cclx-nccl run),
+#                                        and llama3-8b with sequence parallelism (--parallel sp)
 #   bash bench/device_sweep.sh shared    several ranks per GPU for correctness: 2 and 4 processes
 #                                        per GPU, at most 8 ranks (scripts/gpu_shared.sh)
 #   bash bench/device_sweep.sh all
@@ -99,6 +103,14 @@ stage_fp8() {
     -f 4 -G 10 -n 50 --baseline all
 }
 
+stage_xchg() {
+  local c="all_gather,reduce_scatter,all_to_all,all_to_all_v"
+  perf xchg_auto 240 -C "$c" -b 1K -e 64M -f 4 -G 10 -n 50 --baseline nccl
+  perf xchg_ll 150 -C all_gather,reduce_scatter,all_to_all -b 1K -e 4M -f 4 -G 10 -n 50 \
+    --algo flat --baseline nccl
+  perf xchg_pipelined 200 -C "$c" -b 16K -e 256M -f 4 -G 10 -n 50 --algo tree --baseline nccl
+}
+
 stage_dropin() {
   NP=$NP OUT="$OUT/dropin" BUILD_DIR="$BUILD" timeout 1500 bash bench/dropin_suite.sh \
     >"$OUT/dropin.txt" 2>&1
@@ -117,6 +129,12 @@ stage_tp() {
     record "tp_$preset" $rc
     grep -E "^# cclx-bench tp|summary" "$OUT/tp_$preset.txt" >&2
   done
+  timeout 600 "$PY" -m cclx.dropin run -- "$PY" -m torch.distributed.run \
+    --nproc-per-node "$NP" --master-port "$(free_port)" -m cclx.bench tp --preset llama3-8b \
+    --parallel sp --json "$OUT/tp_sp_llama3-8b.json" >"$OUT/tp_sp_llama3-8b.txt" 2>&1
+  rc=$?
+  record "tp_sp_llama3-8b" $rc
+  grep -E "^# cclx-bench tp|summary" "$OUT/tp_sp_llama3-8b.txt" >&2
 }
 
 stage_shared() {
@@ -157,7 +175,8 @@ for name, (code, secs) in rc.items():
             d = json.load(open(path))
             r["json"] = os.path.relpath(path, out)
             s = d.get("summary", d.get("world_sizes", d.get("runs")))
-            if isinstance(s, dict) and name.startswith(("allreduce", "fp8", "colls", "default")):
+            if isinstance(s, dict) and name.startswith(("allreduce", "fp8", "colls", "default",
+                                                         "xchg")):
                 s = {k: s[k] for k in ("sizes", "wrong", "passed", "speedup_vs", "speedup_best")
                      if k in s}
             r["summary"] = s
@@ -173,9 +192,9 @@ EOF
 }
 
 case "$STAGE" in
-perf | fp8 | dropin | tp | shared) "stage_$STAGE" ;;
-all) for s in perf fp8 dropin tp shared; do STAGE=$s; "stage_$s"; done ;;
+perf | fp8 | xchg | dropin | tp | shared) "stage_$STAGE" ;;
+all) for s in perf fp8 xchg dropin tp shared; do STAGE=$s; "stage_$s"; done ;;
 summary) ;;
-*) echo "usage: bench/device_sweep.sh build|perf|fp8|dropin|tp|shared|all|summary" >&2; exit 2 ;;
+*) echo "usage: bench/device_sweep.sh build|perf|fp8|xchg|dropin|tp|shared|all|summary" >&2; exit 2 ;;
 esac
 summary

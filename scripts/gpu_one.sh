@@ -4,7 +4,8 @@
 #                               drop-in and the GPU tests into build-dev (Ninja; GoogleTest from
 #                               $GTEST_SRC, .dev/googletest or /usr/src/googletest when not installed)
 #   scripts/gpu_one.sh cpp [N]  device codec checks (test_gpu_fp8) and the several-ranks-per-GPU
-#                               suites (scripts/gpu_shared.sh; N = world sizes, default "2 3 4 5 8")
+#                               suites (test_gpu_shared, test_gpu_failure, test_gpu_shared_colls)
+#                               (scripts/gpu_shared.sh; N = world sizes, default "2 3 4 5 8")
 #   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench,
 #                               cclx-perf baselines) and the TP benchmark smoke run
 #                               (bench/tp_smoke.sh)
@@ -49,7 +50,7 @@ build)
       { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
   fi
   # TARGETS overrides what is built (default: everything the stages below run).
-  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults} \
+  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls} \
        >>"$log" 2>&1; then
     grep -E "error|FAILED" "$log" | head -40
     line "BUILD FAILED"

@@ -11,10 +11,13 @@
 #   test_gpu_faults   setup and teardown under failure: a setup failure injected at every stage,
 #                     settings that differ, capture on forked streams, abort with a dead peer,
 #                     finalize without a peer (docs/DESIGN.md "Failure model: setup, teardown and the drop-in")
+#   test_gpu_shared_colls  the DDA all-gather, reduce-scatter, all-to-all and all-to-all-v
+#                     kernels against the host twin, staging on first use, graph replay, missing
+#                     and late ranks, all-to-all-v counts that disagree
 set -u -o pipefail
 BUILD=${1:?usage: scripts/gpu_shared.sh BUILD_DIR [WORLD_SIZES]}
 SIZES=${2:-2 3 4 5 8}
-BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5 test_gpu_faults:2,3,5}
+BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5 test_gpu_faults:2,3,5 test_gpu_shared_colls}
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0

@@ -14,11 +14,13 @@ COLLS = {
     "all_gather": (lambda n: (n - 1) / n, False),
     "reduce_scatter": (lambda n: (n - 1) / n, False),
     "all_to_all": (lambda n: (n - 1) / n, False),
+    "all_to_all_v": (lambda n: (n - 1) / n, False),
     "broadcast": (lambda n: 1.0, True),
     "reduce": (lambda n: 1.0, True),
 }
 ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter":
-           "reduce_scatter", "alltoall": "all_to_all", "bcast": "broadcast"}
+           "reduce_scatter", "alltoall": "all_to_all", "bcast": "broadcast",
+           "alltoallv": "all_to_all_v", "all_to_all_v_single": "all_to_all_v"}
 DTYPES = {  # name -> (cclx short name, bytes, torch attr, numpy name)
     "f32": ("f32", 4, "float32", "float32"), "f64": ("f64", 8, "float64", "float64"),
     "f16": ("f16", 2, "float16", "float16"), "bf16": ("bf16", 2, "bfloat16", "bfloat16"),
@@ -51,6 +53,11 @@ class Xp:
         if self.torch is not None:
             return self.torch.arange(n, device=self.device, dtype=self.torch.int64)
         return np.arange(n, dtype=np.int64)
+
+    def cat(self, parts):
+        if self.torch is not None:
+            return self.torch.cat(parts)
+        return np.concatenate(parts)
 
     def cast(self, a):
         return a.to(self.dt) if self.torch is not None else a.astype(self.dt)
@@ -94,6 +101,19 @@ def a2a(src, dst, i):
     return (src * 5 + dst * 3 + i) % 7 - 3
 
 
+def a2av_split(src: int, dst: int, count: int, n: int) -> int:
+    """Elements rank src sends rank dst in the all_to_all_v rows: `count` per pair on average,
+    skewed like token routing (half more to itself, half less to the next rank; the rest
+    `count`), so that every rank still sends and receives n * count."""
+    if n == 1:
+        return count
+    if dst == src:
+        return count + count // 2
+    if dst == (src + 1) % n:
+        return count - count // 2
+    return count
+
+
 class Case:
     """Buffers, the call and the expected result of one collective at one size.
 
@@ -111,6 +131,8 @@ class Case:
             xp, coll, count, rank, n, op, root)
         if like is not None:
             self.exp, vals, recv_n = like.exp, like.values, like.recv_numel
+            self.splits_in = getattr(like, "splits_in", None)
+            self.splits_out = getattr(like, "splits_out", None)
         else:
             self.exp, vals, recv_n = self._build()
         self.values, self.recv_numel = vals, recv_n
@@ -166,6 +188,12 @@ class Case:
         if self.coll == "all_to_all":
             j = xp.idx(c * n)
             return (xp.f64(a2a(j // c, r, j % c)), xp.cast(a2a(r, j // c, j % c)), c * n)
+        if self.coll == "all_to_all_v":
+            self.splits_in = [a2av_split(r, d, c, n) for d in range(n)]
+            self.splits_out = [a2av_split(s, r, c, n) for s in range(n)]
+            vals = xp.cat([a2a(r, d, xp.idx(k)) for d, k in enumerate(self.splits_in)])
+            exp = xp.cat([a2a(s, r, xp.idx(k)) for s, k in enumerate(self.splits_out)])
+            return xp.f64(exp), xp.cast(vals), c * n
         raise ValueError(self.coll)
 
     def call(self, comm: Any, redop: Any, hints: Dict[str, str]) -> Callable[[], Any]:
@@ -181,6 +209,9 @@ class Case:
             return lambda: comm.all_gather_single(o, s, False, h)
         if c == "reduce_scatter":
             return lambda: comm.reduce_scatter_single(o, s, redop, False, h)
+        if c == "all_to_all_v":
+            si, so = self.splits_in, self.splits_out
+            return lambda: comm.all_to_all_v_single(o, s, so, si, False, h)
         return lambda: comm.all_to_all_single(o, s, False, h)
 
     def poison(self) -> None:

@@ -65,7 +65,7 @@ class NcclApiComm:
                "ncclCommInitRank")
 
     def has(self, coll: str) -> bool:
-        return FUNCS[coll] in self.fn
+        return coll in FUNCS and FUNCS[coll] in self.fn
 
     def _run(self, f: str, *args: Any) -> None:
         r = self.fn[f](*args, self.comm, self.torch.cuda.current_stream().cuda_stream)

@@ -56,9 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time CUDA-graph replays of a graph of G back-to-back ops")
     p.add_argument("-z", "--blocking", type=int, default=0, help="host sync after each op")
     p.add_argument("-C", "--coll", default="all_reduce",
-                   help="comma list of " + ",".join(B.COLLS) + " or 'all'")
-    p.add_argument("--algo", default="auto", choices=("auto", "flat", "lamport", "tree", "nccl"),
-                   help="per-call hint 'algo' for cclx")
+                   help="comma list of " + ",".join(B.COLLS) + " (or allgather, reducescatter, "
+                   "alltoall, alltoallv) or 'all'; all_to_all_v moves all_to_all's bytes in unequal "
+                   "splits (1.5 blocks to itself, half a block to the next rank)")
+    p.add_argument("--algo", default="auto",
+                   choices=("auto", "flat", "lamport", "tree", "nccl", "dda"),
+                   help="per-call hint 'algo' for cclx (all-gather, reduce-scatter, all-to-all: "
+                   "flat = the DDA LL exchange, tree = the pipelined one, dda = DDA at any size)")
     p.add_argument("--low-precision", action="store_true", help="hint low_precision=fp8")
     p.add_argument("--fp8-algo", default="auto", choices=("auto", "oneshot", "twoshot"),
                    help="FP8 allreduce algorithm (hint fp8_algo)")
@@ -325,7 +329,8 @@ def _baseline_columns(args, torch, rank, n, ex, rows_plan, esize, make_case, red
                 "nccl-sym", sym, args.op, {}, make_case,
                 send_buf=lambda k: sym.alloc(0, k, xp_dtype(torch, args.dtype)),
                 recv_buf=lambda k, s: sym.alloc(1, k, xp_dtype(torch, args.dtype)))
-            col.skip = lambda coll, nb: None if sym.has(coll) else "not in the loaded NCCL"
+            col.skip = lambda coll, nb: None if sym.has(coll) else (
+                "not one NCCL function" if coll == "all_to_all_v" else "not in the loaded NCCL")
             cols.append(col)
     if "torch-symm" in want:
         why = None

@@ -221,6 +221,9 @@ Config Config::fromEnv() {
   readSize("CCLX_DDA_FLAT_MAX_BYTES", c.ddaFlatMaxBytes);
   readSize("CCLX_DDA_LAMPORT_MAX_BYTES", c.ddaLamportMaxBytes);
   readSize("CCLX_DDA_TREE_MAX_BYTES", c.ddaTreeMaxBytes);
+  readSize("CCLX_DDA_ALLGATHER_MAX_BYTES", c.ddaAllGatherMaxBytes);
+  readSize("CCLX_DDA_REDUCESCATTER_MAX_BYTES", c.ddaReduceScatterMaxBytes);
+  readSize("CCLX_DDA_ALLTOALL_MAX_BYTES", c.ddaAllToAllMaxBytes);
   readSize("CCLX_DDA_STAGING_BYTES", c.ddaStagingBytes);
   if (const char* v = envOrNull("CCLX_DDA_MAX_BLOCKS"))
     c.ddaMaxBlocks = int(parseInt("CCLX_DDA_MAX_BLOCKS", v, 0, 1024));

@@ -43,11 +43,14 @@ struct Config {
   // GPU: NCCL and the direct-access (DDA) allreduce.
   std::string ncclPath;                 // CCLX_NCCL_PATH: libnccl.so to dlopen first
   std::string ncclPipDir;               // CCLX_NCCL_PIP_DIR: lib dir of the nvidia-nccl pip package
-  std::string allreduceAlgo = "auto";   // CCLX_ALLREDUCE_ALGO=auto|flat|lamport|tree|nccl
+  std::string allreduceAlgo = "auto";   // CCLX_ALLREDUCE_ALGO=auto|flat|lamport|tree|nccl|dda
   bool ddaEnable = true;                // CCLX_DDA_ENABLE=0 disables DDA entirely
   size_t ddaFlatMaxBytes = 0;           // CCLX_DDA_FLAT_MAX_BYTES (0 = tuned table)
   size_t ddaLamportMaxBytes = 0;        // CCLX_DDA_LAMPORT_MAX_BYTES (0 = tuned table)
   size_t ddaTreeMaxBytes = 0;           // CCLX_DDA_TREE_MAX_BYTES (0 = tuned table)
+  size_t ddaAllGatherMaxBytes = 0;      // CCLX_DDA_ALLGATHER_MAX_BYTES (0 = table; output bytes)
+  size_t ddaReduceScatterMaxBytes = 0;  // CCLX_DDA_REDUCESCATTER_MAX_BYTES (0 = table; input bytes)
+  size_t ddaAllToAllMaxBytes = 0;       // CCLX_DDA_ALLTOALL_MAX_BYTES (0 = table; input bytes)
   size_t ddaStagingBytes = 176ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
   int ddaMaxBlocks = 0;                 // CCLX_DDA_MAX_BLOCKS (0 = tuned)
 

@@ -23,6 +23,18 @@ size_t treeTable(int n) { return n <= 2 ? (64u << 20) : n <= 4 ? (16u << 20) : (
 // world sizes push N - 1 copies of the message; not measured.
 size_t fp8OneShotTable(int n) { return n == 2 ? (size_t(32) << 20) : kNever; }
 
+// The exchange collectives on DDA, in bytes of a rank's larger buffer: RCCLX's limits (measured
+// there with 8 ranks) until cclx-perf retunes them on a multi-GPU host.
+size_t exchangeTable(CollType t, int n) {
+  (void)n;
+  switch (t) {
+    case CollType::AllGather: return size_t(16) << 20;
+    case CollType::ReduceScatter: return size_t(8) << 20;
+    case CollType::AllToAll: return size_t(2) << 20;
+    default: return kNever;
+  }
+}
+
 size_t pick(size_t setting, size_t table) { return setting ? setting : table; }
 
 // Every hint key and the values it takes ('|' between them), for every collective and both
@@ -32,7 +44,7 @@ struct HintSpec {
   const char* values;
 };
 constexpr HintSpec kHints[] = {
-    {"algo", "auto|flat|lamport|tree|nccl"},
+    {"algo", "auto|flat|lamport|tree|nccl|dda"},
     {"low_precision", "fp8|off"},
     {"fp8_algo", "auto|oneshot|twoshot"},
 };
@@ -54,19 +66,24 @@ const std::string* hint(const CollArgs& a, const char* key) {
   return it == a.opts.hints.end() ? nullptr : &it->second;
 }
 
-enum class Want { Auto, Flat, Lamport, Tree, Nccl };
+enum class Want { Auto, Flat, Lamport, Tree, Nccl, Dda };
 
-// Hint "algo" (per call, else per comm: Comm merges them), else CCLX_ALLREDUCE_ALGO.
-Want allReduceWant(const CollArgs& a, const Config& cfg) {
-  const std::string* h = hint(a, "algo");
-  const std::string& w = h ? *h : cfg.allreduceAlgo;
+// A value of hint "algo" (or CCLX_ALLREDUCE_ALGO). "dda": the direct-access kernels at any size.
+Want parseWant(const std::string& w) {
   if (w == "auto") return Want::Auto;
   if (w == "flat") return Want::Flat;
   if (w == "lamport") return Want::Lamport;
   if (w == "tree") return Want::Tree;
   if (w == "nccl") return Want::Nccl;
-  CCLX_THROW(cclxInvalidArgument, "allreduce algorithm '%s' is not one of auto|flat|lamport|tree|nccl",
+  if (w == "dda") return Want::Dda;
+  CCLX_THROW(cclxInvalidArgument, "algorithm '%s' is not one of auto|flat|lamport|tree|nccl|dda",
              w.c_str());
+}
+
+// Hint "algo" (per call, else per comm: Comm merges them), else CCLX_ALLREDUCE_ALGO.
+Want allReduceWant(const CollArgs& a, const Config& cfg) {
+  const std::string* h = hint(a, "algo");
+  return parseWant(h ? *h : cfg.allreduceAlgo);
 }
 
 // Hint "fp8_algo", else CCLX_FP8_ALLREDUCE_ALGO: true for one-shot (auto: only with dataAsFlag).
@@ -110,12 +127,46 @@ Algo selectAllReduce(const CollArgs& a, const Config& cfg, const Caps& c) {
     case Want::Nccl:
       if (!bitwise) return Algo::Base;
       break;
-    case Want::Auto: break;
+    case Want::Auto:
+    case Want::Dda: break;
   }
   if (bytes <= flatMax && c.flat && c.dataAsFlag) return Algo::Flat;
   if (bytes <= lamportMax && c.lamport && c.dataAsFlag) return Algo::Lamport;
-  if (bytes <= treeMax || bitwise || !c.nccl) return Algo::Tree;
+  if (bytes <= treeMax || bitwise || !c.nccl || want == Want::Dda) return Algo::Tree;
   return Algo::Base;
+}
+
+// All-gather, reduce-scatter, all-to-all(-v): FP8 where low precision asks; CPU comms their shm
+// algorithm; GPU comms the DDA exchange (LL up to the flat allreduce's size per message where it
+// fits, pipelined above) up to the collective's size, NCCL above. Hint "algo": flat = LL (when it
+// fits), tree = pipelined, dda = either at any size, nccl = NCCL; CCLX_ALLREDUCE_ALGO does not
+// apply. All-to-all-v never runs LL and has no size rule (its sizes differ per rank).
+Algo selectExchange(const CollArgs& a, const Config& cfg, const Caps& c) {
+  const std::string* h = hint(a, "algo");
+  const Want want = h ? parseWant(*h) : Want::Auto;  // a bad name fails whatever runs
+  const bool bitwise = a.type == CollType::ReduceScatter && isBitwise(a.op.kind);
+  if (!c.plainNccl && !bitwise && c.fp8 && lowPrecisionWanted(a, cfg)) return Algo::Fp8;
+  if (c.host || !c.peer || (c.plainNccl && !bitwise)) return Algo::Base;
+  const bool v = a.type == CollType::AllToAllV;
+  const Algo pipelined = c.tree ? Algo::Tree : Algo::Base;
+  switch (want) {
+    case Want::Flat: return c.flat && !v ? Algo::Flat : pipelined;
+    case Want::Tree: return pipelined;
+    case Want::Nccl:
+      if (!bitwise) return Algo::Base;
+      break;
+    case Want::Auto:
+    case Want::Lamport:
+    case Want::Dda: break;
+  }
+  const size_t bytes = a.bytes();  // one message
+  const size_t measure = bytes * size_t(c.worldSize);
+  const bool dda = !c.timed || !c.nccl || bitwise || v || want == Want::Dda ||
+                   measure <= ddaExchangeMaxBytes(cfg, a.type, c.worldSize);
+  if (!dda) return Algo::Base;
+  const size_t llMax = c.timed ? ddaFlatMaxBytes(cfg, c.worldSize) : kAlways;
+  if (!v && c.flat && c.dataAsFlag && bytes <= llMax) return Algo::Flat;
+  return pipelined;
 }
 
 }  // namespace
@@ -157,6 +208,14 @@ size_t ddaTreeMaxBytes(const Config& cfg, int n) { return pick(cfg.ddaTreeMaxByt
 size_t fp8OneShotMaxBytes(const Config& cfg, int n) {
   return pick(cfg.fp8OneShotMaxBytes, fp8OneShotTable(n));
 }
+size_t ddaExchangeMaxBytes(const Config& cfg, CollType t, int n) {
+  switch (t) {
+    case CollType::AllGather: return pick(cfg.ddaAllGatherMaxBytes, exchangeTable(t, n));
+    case CollType::ReduceScatter: return pick(cfg.ddaReduceScatterMaxBytes, exchangeTable(t, n));
+    case CollType::AllToAll: return pick(cfg.ddaAllToAllMaxBytes, exchangeTable(t, n));
+    default: return kNever;
+  }
+}
 
 bool lowPrecisionWanted(const CollArgs& a, const Config& cfg) {
   bool enabled = false;
@@ -185,7 +244,7 @@ Algo select(const CollArgs& a, const Config& cfg, const Caps& c) {
     case CollType::AllGather:
     case CollType::ReduceScatter:
     case CollType::AllToAll:
-      return !c.plainNccl && c.fp8 && lowPrecisionWanted(a, cfg) ? Algo::Fp8 : Algo::Base;
+    case CollType::AllToAllV: return selectExchange(a, cfg, c);
     case CollType::Barrier: return c.peerBarrier && !c.plainNccl ? Algo::PeerBarrier : Algo::Base;
     default: return Algo::Base;
   }

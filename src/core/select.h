@@ -15,9 +15,11 @@ namespace cclx {
 
 enum class Algo : uint8_t {
   Base,        // the backend's full-precision path: NCCL on GPUs, the shm algorithm on CPUs
-  Flat,        // allreduce: one step over every rank's copy (DDA flat / shm flat)
+  Flat,        // allreduce: one step over every rank's copy (DDA flat / shm flat); all-gather,
+               // reduce-scatter, all-to-all: the DDA LL exchange (one shot, LL16 slots)
   Lamport,     // allreduce: one shot, the data as its own flag (DDA Lamport / shm twin)
-  Tree,        // allreduce: reduce-scatter + all-gather (DDA tree / shm tree)
+  Tree,        // allreduce: reduce-scatter + all-gather (DDA tree / shm tree); all-gather,
+               // reduce-scatter, all-to-all(-v): the DDA pipelined exchange (any size)
   Fp8,         // FP8: two-shot allreduce, or the all-gather / reduce-scatter / all-to-all
   Fp8OneShot,  // FP8 one-shot allreduce (one quantization)
   PeerBarrier, // barrier: the peer-memory barrier kernel (GPU)
@@ -34,7 +36,7 @@ struct Caps {
   bool timed = true;       // the size tables apply (false when ranks share a GPU: every size
                            // runs on the peer-memory algorithms)
   bool peer = false;       // the full-precision peer algorithms take this dtype and op
-  bool flat = false, lamport = false, tree = false;
+  bool flat = false, lamport = false, tree = false;  // exchanges: flat = LL, tree = pipelined
   bool fp8 = false, fp8OneShot = false;
   bool peerBarrier = false;
   bool dataAsFlag = true;  // auto may pick the kernels whose data is its own flag (flat, lamport,
@@ -63,5 +65,11 @@ size_t ddaFlatMaxBytes(const Config& cfg, int worldSize);
 size_t ddaLamportMaxBytes(const Config& cfg, int worldSize);
 size_t ddaTreeMaxBytes(const Config& cfg, int worldSize);
 size_t fp8OneShotMaxBytes(const Config& cfg, int worldSize);
+
+/// Largest call auto runs on the DDA exchange kernels with `worldSize` ranks on GPUs, in bytes of
+/// the larger buffer of a rank (all-gather: its output, reduce-scatter and all-to-all: its input);
+/// CCLX_DDA_<COLL>_MAX_BYTES override (0 = never). All-to-all-v has no size rule: a rank does not
+/// know the other ranks' counts, and every rank must choose alike.
+size_t ddaExchangeMaxBytes(const Config& cfg, CollType type, int worldSize);
 
 }  // namespace cclx

@@ -22,21 +22,25 @@ enum : int {
   kCounterLamport = 384,  // [384, 512): DDA Lamport, one per block
   kCounterFp8OneShot = 512,  // [512, 640): FP8 one-shot allreduce, one per CTA
   kCounterFp8 = 1024,     // [1024, 2048): FP8 collectives (free use)
+  kCounterXchg = 2048,    // [2048, 4096): DDA pipelined exchange: chunks sent [peer][block], then
+                          // chunks received [peer][block] (kMaxRanks * kMaxBlocks each)
   kNumCounters = 4096,
 };
 
 /// Error words (host-mapped, zeroed at init): what this rank's kernels observed, read by the host
 /// (Work, asyncError, the watchdog). Layout (uint32 indices):
-///   [kErrCode]            kErrNone, kErrTimeout (a kernel of this rank hit its deadline) or
+///   [kErrCode]            kErrNone, kErrTimeout (a kernel of this rank hit its deadline),
 ///                         kErrPeerAbort (a kernel found the comm's abort word raised by a peer,
-///                         or by this rank's host)
-///   [kErrMissing + r]     1: rank r never arrived (this rank's own timeouts)
+///                         or by this rank's host) or kErrMismatch (a peer sent a different
+///                         number of bytes than this rank expected: all-to-all-v counts)
+///   [kErrMissing + r]     1: rank r never arrived (this rank's own timeouts), or sent the
+///                         mismatching message
 ///   [kErrOrigin]          the abort word a kernel found (kAbort* << 16 | origin rank + 1)
 ///   [kErrOriginMissing]   the origin's missing-rank mask (bit r: rank r)
 ///   [kErrHostAbort]       written by the host (abort(), the watchdog): spinning kernels stop and
 ///                         raise the abort word on every rank
 /// Kernels never trap; they record, stop, poison their output and return (device/fail.cuh).
-enum : uint32_t { kErrNone = 0, kErrTimeout = 1, kErrPeerAbort = 2 };
+enum : uint32_t { kErrNone = 0, kErrTimeout = 1, kErrPeerAbort = 2, kErrMismatch = 3 };
 enum : int {
   kErrCode = 0,
   kErrMissing = 1,
@@ -46,7 +50,7 @@ enum : int {
   kErrorWords = 4 + kMaxRanks,
 };
 /// Reasons carried in the abort word (bits 16..23; bits 0..15 hold origin rank + 1).
-enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2 };
+enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2, kAbortMismatch = 3 };
 /// The control words of a rank (SignalRegion::kControl, uint32 indices; device/fail.cuh).
 enum : int { kCtlTimeout = 0, kCtlHost = 1, kCtlMissing = 2 };
 
@@ -104,6 +108,9 @@ class DeviceAlgo {
   virtual const char* name() const = 0;
   /// True when this algorithm can run these (validated) arguments on this comm.
   virtual bool canRun(const CollArgs& args, const DeviceCtx& ctx) const = 0;
+  /// The staging regions (regionBit of StagingRegion) a launch of these arguments uses; the
+  /// backend allocates them (peerMemGrow) before the first such launch.
+  virtual uint32_t regions(const CollArgs& args) const = 0;
   /// Enqueues the collective on `stream` (a cudaStream_t): exactly one kernel, no host
   /// synchronization, no allocation, so it is legal inside CUDA-graph capture. Only called for
   /// arguments canRun() accepted.

@@ -93,6 +93,7 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   CCLX_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.smCount, cudaDevAttrMultiProcessorCount, dev));
   ctx_.timerScale = gpurt::timerScale(dev);
   gpures::createStream(internal_);
+  gpures::createStream(growStream_);
   gpures::createEvent(forkEv_);
   gpures::createEvent(orderEv_);
   gpures::createEvent(captureEv_);
@@ -118,7 +119,7 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   ctx_.errorFlagDev = sh_->errDev;
   ctx_.errorFlagHost = sh_->errHost;
   CCLX_CUDA_CHECK(cudaStreamCreateWithFlags(&sh_->abortStream, cudaStreamNonBlocking));
-  CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, sizeof(uint32_t), cudaHostAllocDefault));
+  CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, 2 * sizeof(uint32_t), cudaHostAllocDefault));
 }
 
 // Peer memory (collective, gpu/peer_mem.h; never throws). Ranks that share a GPU keep it, but
@@ -154,6 +155,8 @@ void CudaBackend::setupAlgorithms() {
   lamport_ = makeDdaLamport();
   tree_ = makeDdaTree();
   barrier_ = makeDdaBarrier();
+  xchgLL_ = makeDdaXchgLL();
+  xchgPipe_ = makeDdaXchgPipe();
   fp8Ar_ = makeFp8AllReduce();
   fp8Os_ = makeFp8OneShotAllReduce();
   fp8Ag_ = makeFp8AllGather();
@@ -172,6 +175,12 @@ void CudaBackend::attachNccl(nccl::ncclComm_t comm, bool owned) {
   sh_->ownsComm = owned;
 }
 
+// An algorithm runs a call when it accepts the arguments and none of its staging regions failed
+// to allocate (peer_mem.h: every rank knows the same failures).
+bool CudaBackend::runs(const DeviceAlgo& alg, const CollArgs& a) const {
+  return alg.canRun(a, ctx_) && !(alg.regions(a) & pm_.failed);
+}
+
 Caps CudaBackend::caps(const CollArgs& a) const {
   Caps c;
   c.worldSize = ctx_.size;
@@ -183,18 +192,32 @@ Caps CudaBackend::caps(const CollArgs& a) const {
   const bool fp8 = lowPrecisionWanted(a, cfg_);  // FP8 checks only when it may run
   switch (a.type) {
     case CollType::AllReduce:
-      c.flat = flat_->canRun(a, ctx_);
-      c.lamport = lamport_->canRun(a, ctx_);
-      c.tree = tree_->canRun(a, ctx_);
+      c.flat = runs(*flat_, a);
+      c.lamport = runs(*lamport_, a);
+      c.tree = runs(*tree_, a);
       if (fp8) {
-        c.fp8 = fp8Ar_->canRun(a, ctx_);
-        c.fp8OneShot = fp8Os_->canRun(a, ctx_);
+        c.fp8 = runs(*fp8Ar_, a);
+        c.fp8OneShot = runs(*fp8Os_, a);
       }
       break;
-    case CollType::AllGather: c.fp8 = fp8 && fp8Ag_->canRun(a, ctx_); break;
-    case CollType::ReduceScatter: c.fp8 = fp8 && fp8Rs_->canRun(a, ctx_); break;
-    case CollType::AllToAll: c.fp8 = fp8 && fp8A2a_->canRun(a, ctx_); break;
-    case CollType::Barrier: c.peerBarrier = barrier_->canRun(a, ctx_); break;
+    case CollType::AllGather:
+    case CollType::ReduceScatter:
+    case CollType::AllToAll:
+    case CollType::AllToAllV: {
+      // Copies take any dtype; a reduce-scatter the allreduce's dtypes and ops.
+      const bool reduce = a.type == CollType::ReduceScatter;
+      c.peer = ctx_.peerUsable() && (a.type == CollType::AllToAllV || a.count > 0) &&
+               (!reduce || ddaOpSupported(a.op.kind, a.dtype));
+      c.flat = runs(*xchgLL_, a);
+      c.tree = runs(*xchgPipe_, a);
+      DeviceAlgo* f = a.type == CollType::AllGather       ? fp8Ag_.get()
+                      : a.type == CollType::ReduceScatter ? fp8Rs_.get()
+                      : a.type == CollType::AllToAll      ? fp8A2a_.get()
+                                                          : nullptr;
+      c.fp8 = fp8 && f && runs(*f, a);
+      break;
+    }
+    case CollType::Barrier: c.peerBarrier = runs(*barrier_, a); break;
     default: break;
   }
   return c;
@@ -203,10 +226,12 @@ Caps CudaBackend::caps(const CollArgs& a) const {
 Algo CudaBackend::select(const CollArgs& a) const { return cclx::select(a, cfg_, caps(a)); }
 
 DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
+  const bool exchange = a.type == CollType::AllGather || a.type == CollType::ReduceScatter ||
+                        a.type == CollType::AllToAll || a.type == CollType::AllToAllV;
   switch (algo) {
-    case Algo::Flat: return flat_.get();
+    case Algo::Flat: return exchange ? xchgLL_.get() : flat_.get();
     case Algo::Lamport: return lamport_.get();
-    case Algo::Tree: return tree_.get();
+    case Algo::Tree: return exchange ? xchgPipe_.get() : tree_.get();
     case Algo::PeerBarrier: return barrier_.get();
     case Algo::Fp8OneShot: return fp8Os_.get();
     case Algo::Fp8:
@@ -258,13 +283,19 @@ void CudaBackend::checkUsable(const CollArgs& a) const {
   if (isBitwise(a.op.kind) && (a.type == CollType::AllReduce || a.type == CollType::Reduce ||
                                a.type == CollType::ReduceScatter ||
                                a.type == CollType::ReduceScatterV)) {
-    CCLX_REQUIRE(a.type == CollType::AllReduce, cclxUnsupported,
+    CCLX_REQUIRE(a.type == CollType::AllReduce || a.type == CollType::ReduceScatter,
+                 cclxUnsupported,
                  "%s with %s is not supported on CUDA comms (NCCL has no bitwise reductions)",
                  collName(a.type), opName(a.op.kind));
     CCLX_REQUIRE(ctx_.peerUsable() && ddaOpSupported(a.op.kind, a.dtype), cclxUnsupported,
-                 "allreduce %s on CUDA needs peer memory (%s) and an integer type",
+                 "%s %s on CUDA needs peer memory (%s) and an integer type", collName(a.type),
                  opName(a.op.kind), pm_.whyNot.empty() ? "available" : pm_.whyNot.c_str());
   }
+  if (a.type == CollType::AllToAllV && size_t(ctx_.rank) < a.sendCounts.size() &&
+      size_t(ctx_.rank) < a.recvCounts.size())
+    CCLX_ARG_CHECK(a.sendCounts[size_t(ctx_.rank)] == a.recvCounts[size_t(ctx_.rank)],
+                   "all_to_all_v: rank %d sends %zu elements to itself but expects %zu", ctx_.rank,
+                   a.sendCounts[size_t(ctx_.rank)], a.recvCounts[size_t(ctx_.rank)]);
 }
 
 void CudaBackend::requireNccl(const CollArgs& a) const {
@@ -308,11 +339,62 @@ void CudaBackend::peerKernelDone(cudaStream_t s, bool capturing) {
   orderValid_ = true;
 }
 
+// Allocates the staging `algo` needs for this call, if it is not there yet: collective (every
+// rank selected the same algorithm for the same call, so every rank grows here alike), through
+// the signal areas, on the growth stream. A failed allocation somewhere turns those regions off
+// on every rank and the call chooses again; a rank that never arrives fails the comm naming it.
+Algo CudaBackend::growStaging(const CollArgs& a, Algo algo, bool capturing) {
+  for (int attempt = 0; attempt <= kNumStagingRegions; ++attempt) {
+    DeviceAlgo* alg = algoFor(a, algo);
+    if (!alg) return algo;
+    const uint32_t need = alg->regions(a) & ~pm_.allocated;
+    if (!need) return algo;
+    RelaxedCapture relaxed(capturing);  // host calls only; legal while the caller captures
+    bool ok = false;
+    uint32_t missing = 0;
+    try {
+      ok = peerMemGrow(pm_, need, a.opts.timeout, growStream_.get(), &missing);
+    } catch (const Error& e) {
+      // Every peer learns it at once: from the abort word (peers waiting in their growth poll
+      // it; kernels read it), naming the missing ranks as a kernel's own timeout would.
+      if (missing) sh_->requestAbort(kAbortTimeout, missing);
+      else sh_->requestAbort();
+      throw sh_->fail(e.code(), strFormat("%s; comm '%s' is unusable", e.what(), sh_->name.c_str()));
+    }
+    if (ok) return algo;
+    algo = select(a);
+    if (algo == Algo::Base) requireNccl(a);
+  }
+  return algo;
+}
+
+bool CudaBackend::stagingReady(const CollArgs& a, Algo algo) const {
+  const DeviceAlgo* alg = algoFor(a, algo);
+  return !alg || !(alg->regions(a) & ~pm_.allocated);
+}
+
 void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
   if (a.type != CollType::AllToAllV && a.type != CollType::Barrier && a.count == 0) return;
   if (DeviceAlgo* alg = algoFor(a, algo)) {
     orderPeerKernel(s, capturing);
-    alg->launch(a, ctx_, s);
+    if (xchgNeedsStagedInput(a, ctx_.rank, ctx_.size)) {
+      // Input and output overlap other than in place: the kernel reads a stream-ordered copy of
+      // the input (legal inside capture, as NCCL's temporaries).
+      size_t in = a.bytes() * (a.type == CollType::AllGather ? 1 : size_t(ctx_.size));
+      if (a.type == CollType::AllToAllV) {
+        in = 0;
+        for (size_t c : a.sendCounts) in += c * dtypeSize(a.dtype);
+      }
+      char* tmp = nullptr;
+      CCLX_CUDA_CHECK(cudaMallocAsync(&tmp, in, s));
+      CCLX_CUDA_CHECK(cudaMemcpyAsync(tmp, a.send, in, cudaMemcpyDeviceToDevice, s));
+      CollArgs b = a;
+      b.send = tmp;
+      alg->launch(b, ctx_, s);
+      CCLX_CUDA_CHECK(cudaFreeAsync(tmp, s));
+    } else {
+      alg->launch(a, ctx_, s);
+    }
     peerKernelDone(s, capturing);
     return;
   }
@@ -397,6 +479,7 @@ void CudaBackend::enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, 
   sh_->throwIfFailed();
   sh_->checkDeviceError();
   DeviceGuard guard(sh_->device);
+  algo = growStaging(a, algo, capturing);
   enqueue(a, algo, s, capturing);
 }
 
@@ -411,7 +494,7 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
   sh_->throwIfFailed();
   sh_->checkDeviceError();
   checkUsable(a);
-  const Algo algo = select(a);  // once per call; a bad "algo" hint fails here
+  Algo algo = select(a);  // once per call; a bad "algo" hint fails here
   if (algo == Algo::Base) requireNccl(a);
   DeviceGuard guard(sh_->device);
   cudaStream_t user = static_cast<cudaStream_t>(a.opts.stream);
@@ -420,6 +503,7 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
   const bool capturing = cs != cudaStreamCaptureStatusNone;
   // Host-only queries (pointer attributes, event creation) are harmless during capture, but a
   // global-mode capture may count them as unsafe: run them with this thread in relaxed mode.
+  algo = growStaging(a, algo, capturing);
   RelaxedCapture relaxed(capturing);
   checkPointers(a);
   cudaStream_t s = user;

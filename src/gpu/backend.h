@@ -40,7 +40,7 @@ struct CudaShared {
   uint32_t* ctl[kMaxRanks] = {};         // every rank's control words (peer memory; null if off)
   std::mutex ctlMu;                      // ctl[] and requestAbort's copies (teardown clears ctl)
   cudaStream_t abortStream = nullptr;    // requestAbort's copies (never waits on other work)
-  uint32_t* abortValue = nullptr;        // pinned: the abort word requestAbort writes
+  uint32_t* abortValue = nullptr;        // pinned: the abort word and missing mask requestAbort writes
   std::atomic<bool> abortRequested{false};
   // Set when the comm is released after a failure or an abort: kernels may still read the error
   // words and the abort value, so the destructor leaves the pinned memory (and streams) alone.
@@ -63,8 +63,10 @@ struct CudaShared {
   void checkDeviceError();
   /// Stops every peer kernel of this comm here and on the peers (docs/DESIGN.md "Failure model"):
   /// the host request word, which spinning kernels poll, and the abort word on every rank, which
-  /// kernels read at entry. Never blocks; idempotent.
-  void requestAbort();
+  /// kernels read at entry. Never blocks; idempotent. `reason` (kAbort*) and `missing` (rank
+  /// mask) go into the abort word as a kernel's own timeout would put them (a host-side timeout
+  /// that names the ranks it waited for).
+  void requestAbort(uint32_t reason = kAbortHost, uint32_t missing = 0);
   /// NCCL abort (once, owned comms only) so that stuck NCCL kernels exit; the comm is unusable
   /// afterwards.
   void abortNccl();
@@ -134,8 +136,14 @@ class CudaBackend final : public Backend {
   static bool onPeers(Algo algo) { return algo != Algo::Base; }
   /// Enqueues a call already validated and selected on `s`, without a Work: the drop-in's path,
   /// which checks what NCCL checks (no pointer attributes). run() adds pointer checks, stream
-  /// forking and the Work.
+  /// forking and the Work. Allocates the staging the algorithm needs first (collective:
+  /// peerMemGrow), which may change the algorithm (an allocation failed on some rank).
   void enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
+  /// True when `algo` needs no staging that is not allocated yet (the drop-in never grows staging
+  /// inside graph capture: such a call goes to NCCL).
+  bool stagingReady(const CollArgs& a, Algo algo) const;
+  /// Bytes of peer staging this rank holds.
+  size_t stagingBytesHeld() const { return pm_.allocatedBytes(); }
   /// The message of the failure that made the comm unusable ("" while healthy).
   std::string failureMessage() const;
   /// Stops this comm's peer kernels here and on every peer (CudaShared::requestAbort). Never
@@ -158,6 +166,8 @@ class CudaBackend final : public Backend {
   void checkUsable(const CollArgs& a) const;
   void requireNccl(const CollArgs& a) const;
   void enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
+  bool runs(const DeviceAlgo& alg, const CollArgs& a) const;
+  Algo growStaging(const CollArgs& a, Algo algo, bool capturing);
   void orderPeerKernel(cudaStream_t s, bool capturing);
   void peerKernelDone(cudaStream_t s, bool capturing);
   void ncclOpsPoll();
@@ -185,6 +195,7 @@ class CudaBackend final : public Backend {
   bool plainNccl_ = false;
   std::string ncclRefusal_;
   gpures::Stream internal_;
+  gpures::Stream growStream_;  // staging growth: host copies of the growth records
   gpures::Event forkEv_;
   gpures::Event orderEv_;  // recorded after the last eager peer-memory kernel
   cudaStream_t orderStream_ = nullptr;
@@ -197,7 +208,7 @@ class CudaBackend final : public Backend {
   bool captureValid_ = false;
   gpures::DeviceMem counters_;  // ctx_.counters
   gpures::DeviceMem scratch_;   // 1-element NCCL barrier buffer
-  std::unique_ptr<DeviceAlgo> flat_, lamport_, tree_, barrier_;
+  std::unique_ptr<DeviceAlgo> flat_, lamport_, tree_, barrier_, xchgLL_, xchgPipe_;
   std::unique_ptr<DeviceAlgo> fp8Ar_, fp8Os_, fp8Ag_, fp8Rs_, fp8A2a_;
   std::mutex runMu_;
   bool finalized_ = false;

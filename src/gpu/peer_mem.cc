@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/settings_check.h"
+#include "gpu/algo.h"
 #include "gpu/resources.h"
 #include "gpu/runtime.h"
 #include "store/bootstrap.h"
@@ -19,17 +20,43 @@
 namespace cclx {
 
 namespace {
-// Region r spans [bound(r), bound(r + 1)) (see ipc.h).
-size_t regionBound(size_t S, int r) {
-  static constexpr size_t kNum[] = {0, 1, 4, 8, 12};  // 22nds of S
-  return r >= 5 ? S : (S / 22 * kNum[r] + S % 22 * kNum[r] / 22) & ~size_t(255);
+
+// Shares of S (22nds) per StagingRegion, in enum order.
+constexpr size_t kShare[kNumStagingRegions] = {1, 3, 4, 4, 7, 3};
+
+// Regions whose inboxes start "empty" as all-ones bytes (the data-as-flag protocols).
+bool filledWithOnes(int r) {
+  return r == int(StagingRegion::kLamport) || r == int(StagingRegion::kFp8OneShot);
 }
+
+// Growth record of region r in a signal area: [0, 8) state, [16, 80) the IPC handle.
+constexpr size_t kGrowRecord = 128;
+enum : uint64_t { kGrowNone = 0, kGrowPublished = 1, kGrowFailed = 2 };
+size_t growOffset(int r) { return PeerMem::signalOffset(SignalRegion::kGrow) + size_t(r) * kGrowRecord; }
+
 }  // namespace
 
-size_t PeerMem::regionOffset(StagingRegion r) const { return regionBound(stagingBytes, int(r)); }
+const char* regionName(StagingRegion r) {
+  switch (r) {
+    case StagingRegion::kFlat: return "flat/LL";
+    case StagingRegion::kTree: return "tree";
+    case StagingRegion::kLamport: return "lamport";
+    case StagingRegion::kFp8: return "fp8";
+    case StagingRegion::kFp8OneShot: return "fp8-oneshot";
+    case StagingRegion::kXchg: return "exchange";
+  }
+  return "?";
+}
 
 size_t PeerMem::regionBytes(StagingRegion r) const {
-  return regionBound(stagingBytes, int(r) + 1) - regionBound(stagingBytes, int(r));
+  return (stagingBytes / 22 * kShare[int(r)] + stagingBytes % 22 * kShare[int(r)] / 22) & ~size_t(255);
+}
+
+size_t PeerMem::allocatedBytes() const {
+  size_t n = 0;
+  for (int r = 0; r < kNumStagingRegions; ++r)
+    if (allocated & (1u << r)) n += regionBytes(StagingRegion(r));
+  return n;
 }
 
 namespace {
@@ -113,18 +140,18 @@ void judge(PeerMem& pm, const PeerSetup& s, const std::vector<Who>& who) {
 
 using gpurt::Deadline;
 
-// This rank's buffer (staging + signal area): allocated, initialized on a stream of its own
-// (flags 0, LL slots without a valid epoch, Lamport inboxes empty: all ones) and exported. ""
-// when done; otherwise why not (peer memory then goes off on every rank). `leak`: the
-// initialization did not finish in time, so the buffer may not be freed.
-std::string makeBuffer(const PeerSetup& s, size_t staging, gpures::DeviceMem& buf,
-                       cudaIpcMemHandle_t& handle, Deadline deadline, bool& leak) {
+// This rank's signal area: allocated, zeroed on a stream of its own (flags 0, no growth record
+// published; staging comes later, peerMemGrow) and exported. "" when done; otherwise why not
+// (peer memory then goes off on every rank). `leak`: the initialization did not finish in time,
+// so the buffer may not be freed.
+std::string makeBuffer(const PeerSetup& s, gpures::DeviceMem& buf, cudaIpcMemHandle_t& handle,
+                       Deadline deadline, bool& leak) {
   try {
     injectSetupFailure(s.cfg, s.rank, "alloc");
   } catch (const Error& e) {
     return e.what();
   }
-  const size_t total = staging + kSignalBytes;
+  const size_t total = kSignalBytes;
   char* base = nullptr;
   cudaError_t e = gpurt::mallocPeerVisible(&base, total);
   if (e != cudaSuccess) {
@@ -135,12 +162,7 @@ std::string makeBuffer(const PeerSetup& s, size_t staging, gpures::DeviceMem& bu
   buf.adopt(base, total);
   gpures::Stream st;
   gpures::createStream(st);
-  PeerMem lay;
-  lay.stagingBytes = staging;
   CCLX_CUDA_CHECK(cudaMemsetAsync(base, 0, total, st.get()));
-  for (StagingRegion r : {StagingRegion::kLamport, StagingRegion::kFp8OneShot})
-    CCLX_CUDA_CHECK(
-        cudaMemsetAsync(base + lay.regionOffset(r), 0xFF, lay.regionBytes(r), st.get()));
   if (!gpurt::waitStream(st.get(), deadline)) {
     leak = true;
     return strFormat("initializing peer memory on rank %d did not finish within the timeout",
@@ -152,9 +174,9 @@ std::string makeBuffer(const PeerSetup& s, size_t staging, gpures::DeviceMem& bu
 
 void closePeers(PeerMem& pm) {
   for (int r = 0; r < pm.size && r < kMaxRanks; ++r) {
-    if (r == pm.rank || !pm.staging[r]) continue;
-    if (cudaIpcCloseMemHandle(pm.staging[r]) != cudaSuccess) (void)cudaGetLastError();
-    pm.staging[r] = pm.signal[r] = nullptr;
+    if (r == pm.rank || !pm.signal[r]) continue;
+    if (cudaIpcCloseMemHandle(pm.signal[r]) != cudaSuccess) (void)cudaGetLastError();
+    pm.signal[r] = nullptr;
   }
 }
 
@@ -204,7 +226,7 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
     if (!want) return "-";
     cudaIpcMemHandle_t h;
     std::string why = checkPeers(s, who);
-    if (why.empty()) why = makeBuffer(s, staging, buf, h, deadline, initPending);
+    if (why.empty()) why = makeBuffer(s, buf, h, deadline, initPending);
     if (!why.empty()) return "N" + why;
     published = true;
     return "H" + std::string(reinterpret_cast<const char*>(&h), sizeof(h));
@@ -219,8 +241,7 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
   }
   if (published) {
     pm.stagingBytes = staging;
-    pm.staging[s.rank] = static_cast<char*>(buf.get());
-    pm.signal[s.rank] = pm.staging[s.rank] + staging;
+    pm.signal[s.rank] = static_cast<char*>(buf.get());
   }
 
   // 3. Every rank opened every peer's buffer: the vote.
@@ -245,8 +266,7 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
         return strFormat("NcudaIpcOpenMemHandle of rank %d's buffer failed on rank %d: %s", r,
                          s.rank, cudaGetErrorString(e));
       }
-      pm.staging[r] = static_cast<char*>(p);
-      pm.signal[r] = static_cast<char*>(p) + staging;
+      pm.signal[r] = static_cast<char*>(p);
     }
     votedYes = true;
     return "Y";
@@ -266,7 +286,7 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
       pm.abortPeers = votedYes;
       (void)buf.leak();
       CCLX_WARN("peer memory setup broke on rank %d (%s): its %zu-byte buffer stays allocated%s",
-                s.rank, seq.why().c_str(), staging + kSignalBytes,
+                s.rank, seq.why().c_str(), kSignalBytes,
                 votedYes ? "; the comm's abort word is raised on every rank" : "");
       if (!votedYes) closePeers(pm);
       return;
@@ -274,18 +294,144 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
   } else if (want && offWhy.empty()) {
     pm.usable = true;
     (void)buf.leak();  // owned by pm from here on (peerMemClose)
-    CCLX_INFO("peer memory on: %d ranks, staging %zu bytes per rank%s", s.size, staging,
-              pm.sharing.empty() ? "" : " (some ranks share a GPU)");
+    CCLX_INFO("peer memory on: %d ranks, %zu-byte signal area, staging up to %zu bytes per "
+              "rank allocated on first use%s",
+              s.size, kSignalBytes, staging, pm.sharing.empty() ? "" : " (some ranks share a GPU)");
     return;
   } else if (!offWhy.empty()) {
     pm.whyNot = offWhy;
   }
   // Off on every rank: nothing was written into any buffer.
   closePeers(pm);
-  pm.staging[s.rank] = pm.signal[s.rank] = nullptr;
+  pm.signal[s.rank] = nullptr;
   pm.stagingBytes = 0;
   if (initPending) (void)buf.leak();  // an initialization still queued may write into it
   CCLX_INFO("peer memory off: %s", pm.whyNot.c_str());
+}
+
+namespace {
+
+// Synchronous host <-> device copies on the growth stream (a non-blocking stream of the comm's
+// device: never ordered after the application's work, legal while another stream captures).
+void copyOn(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t st) {
+  CCLX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, st));
+  CCLX_CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+}  // namespace
+
+bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream,
+                 uint32_t* missingOut) {
+  want &= ~pm.allocated & ((1u << kNumStagingRegions) - 1);
+  if (!pm.usable || want == 0) return true;
+  CCLX_REQUIRE(!(want & pm.failed), cclxInternalError, "growth of a failed staging region");
+  auto st = static_cast<cudaStream_t>(stream);
+  const int me = pm.rank;
+  // 1. Allocate, initialize and publish this rank's regions (ascending, as every rank does).
+  char* mine[kNumStagingRegions] = {};
+  std::string allocError;
+  for (int r = 0; r < kNumStagingRegions; ++r) {
+    if (!(want & (1u << r))) continue;
+    const size_t bytes = pm.regionBytes(StagingRegion(r));
+    uint64_t state = kGrowFailed;
+    cudaIpcMemHandle_t h{};
+    if (bytes > 0 && gpurt::mallocPeerVisible(&mine[r], bytes) == cudaSuccess) {
+      CCLX_CUDA_CHECK(cudaMemsetAsync(mine[r], filledWithOnes(r) ? 0xFF : 0, bytes, st));
+      CCLX_CUDA_CHECK(cudaStreamSynchronize(st));
+      CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&h, mine[r]));
+      state = kGrowPublished;
+    } else {
+      (void)cudaGetLastError();
+      mine[r] = nullptr;
+      allocError = strFormat("allocating %zu bytes for the %s staging region failed on rank %d", bytes,
+                             regionName(StagingRegion(r)), me);
+    }
+    char* rec = pm.signal[me] + growOffset(r);
+    copyOn(rec + 16, &h, sizeof(h), cudaMemcpyHostToDevice, st);  // the handle before the state
+    copyOn(rec, &state, sizeof(state), cudaMemcpyHostToDevice, st);
+  }
+  // 2. Every peer's records: all published (or one failed) before any handle is opened, so that a
+  //    failed region is opened by nobody and every rank frees its own copy.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  uint64_t states[kMaxRanks][kNumStagingRegions] = {};
+  for (;;) {
+    uint32_t missing = 0;
+    for (int p = 0; p < pm.size; ++p) {
+      if (p == me) continue;
+      for (int r = 0; r < kNumStagingRegions; ++r) {
+        if (!(want & (1u << r)) || states[p][r] != kGrowNone) continue;
+        copyOn(&states[p][r], pm.signal[p] + growOffset(r), sizeof(uint64_t), cudaMemcpyDeviceToHost, st);
+        if (states[p][r] == kGrowNone) missing |= 1u << p;
+      }
+    }
+    if (!missing) break;
+    // A rank that failed raised the abort word here (gpu/algo.h kCtl*): stop waiting, and say
+    // why as a kernel that finds the word would (gpu/work.cc), the timeout's word first.
+    uint32_t ctl[3] = {0, 0, 0};
+    copyOn(ctl, pm.signalRegion(me, SignalRegion::kControl), sizeof(ctl), cudaMemcpyDeviceToHost, st);
+    if (ctl[kCtlTimeout] != 0 || ctl[kCtlHost] != 0) {
+      const uint32_t word = ctl[kCtlTimeout] != 0 ? ctl[kCtlTimeout] : ctl[kCtlHost];
+      const int origin = int(word & 0xFFFFu) - 1;
+      std::string ranks;
+      for (int p = 0; p < pm.size; ++p)
+        if (ctl[kCtlMissing] & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
+      if ((word >> 16) == kAbortTimeout)
+        CCLX_THROW(cclxTimeout,
+                   "rank %d: rank %d timed out waiting for rank(s) %s while this rank waited at "
+                   "the first call that needs peer staging",
+                   me, origin, ranks.empty() ? "?" : ranks.c_str());
+      CCLX_THROW(cclxRemoteError,
+                 "rank %d: the comm was aborted by rank %d while this rank waited at the first "
+                 "call that needs peer staging",
+                 me, origin);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      if (missingOut) *missingOut = missing;
+      std::string ranks;
+      for (int p = 0; p < pm.size; ++p)
+        if (missing & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
+      CCLX_THROW(cclxTimeout,
+                 "rank %d: timed out after %lld ms waiting for rank(s) %s at the first call that "
+                 "needs peer staging (a rank is missing, or the ranks called different "
+                 "collectives)",
+                 me, (long long)timeout.count(), ranks.c_str());
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  bool ok = true;
+  for (int r = 0; r < kNumStagingRegions; ++r) {
+    if (!(want & (1u << r))) continue;
+    bool failed = mine[r] == nullptr;
+    for (int p = 0; p < pm.size; ++p)
+      if (p != me && states[p][r] == kGrowFailed) failed = true;
+    if (failed) {
+      if (mine[r]) CCLX_CUDA_CHECK(cudaFree(mine[r]));
+      pm.failed |= 1u << r;
+      ok = false;
+      CCLX_WARN("peer staging region %s (%zu bytes) is off: %s", regionName(StagingRegion(r)),
+                pm.regionBytes(StagingRegion(r)),
+                allocError.empty() ? "an allocation failed on another rank" : allocError.c_str());
+      continue;
+    }
+    pm.regions[r][me] = mine[r];
+    for (int p = 0; p < pm.size; ++p) {
+      if (p == me) continue;
+      cudaIpcMemHandle_t ph;
+      copyOn(&ph, pm.signal[p] + growOffset(r) + 16, sizeof(ph), cudaMemcpyDeviceToHost, st);
+      void* q = nullptr;
+      cudaError_t e = cudaIpcOpenMemHandle(&q, ph, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        CCLX_THROW(cclxCudaError, "cudaIpcOpenMemHandle of rank %d's %s staging failed on rank %d: %s",
+                   p, regionName(StagingRegion(r)), me, cudaGetErrorString(e));
+      }
+      pm.regions[r][p] = static_cast<char*>(q);
+    }
+    pm.allocated |= 1u << r;
+    CCLX_INFO("peer staging region %s on: %zu bytes per rank (%zu bytes held)",
+              regionName(StagingRegion(r)), pm.regionBytes(StagingRegion(r)), pm.allocatedBytes());
+  }
+  return ok;
 }
 
 void peerMemClose(PeerMem& pm) {
@@ -295,22 +441,30 @@ void peerMemClose(PeerMem& pm) {
                      pm.rank, n);
     return;
   }
-  for (int r = 0; r < pm.size && r < kMaxRanks; ++r) {
-    if (!pm.staging[r]) continue;
-    cudaError_t e = (r == pm.rank) ? cudaFree(pm.staging[r]) : cudaIpcCloseMemHandle(pm.staging[r]);
+  auto release = [&](char*& p, int r, const char* what) {
+    if (!p) return;
+    cudaError_t e = (r == pm.rank) ? cudaFree(p) : cudaIpcCloseMemHandle(p);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      CCLX_WARN("releasing rank %d's peer buffer failed: %s", r, cudaGetErrorString(e));
+      CCLX_WARN("releasing rank %d's %s failed: %s", r, what, cudaGetErrorString(e));
     }
-    pm.staging[r] = nullptr;
-    pm.signal[r] = nullptr;
-  }
+    p = nullptr;
+  };
+  for (int g = 0; g < kNumStagingRegions; ++g)
+    for (int r = 0; r < pm.size && r < kMaxRanks; ++r)
+      release(pm.regions[g][r], r, "peer staging");
+  for (int r = 0; r < pm.size && r < kMaxRanks; ++r) release(pm.signal[r], r, "signal area");
+  pm.allocated = 0;
   pm.usable = false;
 }
 
 size_t peerMemLeak(PeerMem& pm) {
-  const size_t n = pm.rank < kMaxRanks && pm.staging[pm.rank] ? pm.stagingBytes + kSignalBytes : 0;
-  for (int r = 0; r < kMaxRanks; ++r) pm.staging[r] = pm.signal[r] = nullptr;
+  size_t n = pm.rank < kMaxRanks && pm.signal[pm.rank] ? kSignalBytes : 0;
+  n += pm.allocatedBytes();
+  for (int g = 0; g < kNumStagingRegions; ++g)
+    for (int r = 0; r < kMaxRanks; ++r) pm.regions[g][r] = nullptr;
+  for (int r = 0; r < kMaxRanks; ++r) pm.signal[r] = nullptr;
+  pm.allocated = 0;
   pm.usable = false;
   return n;
 }

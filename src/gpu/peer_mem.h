@@ -1,27 +1,39 @@
 // CUDA IPC peer memory: for ranks of one host whose GPUs have P2P access between every pair (or
-// that share a GPU: several processes on one device), each rank allocates a staging buffer and a
-// signal area, and every rank maps every peer's with CUDA IPC. The pointers below are valid in
-// this process (peer pointers are IPC mappings over NVLink/PCIe, or of the same device). HIP
-// builds allocate the buffer fine-grained (gpurt::mallocPeerVisible) and map it with HIP IPC.
+// that share a GPU: several processes on one device), each rank allocates a signal area at setup
+// and its staging regions when a call first needs them, and every rank maps every peer's with
+// CUDA IPC. The pointers below are valid in this process (peer pointers are IPC mappings over
+// NVLink/PCIe, or of the same device). HIP builds allocate fine-grained memory
+// (gpurt::mallocPeerVisible) and map it with HIP IPC.
 //
-// Staging layout (bytes, S = stagingBytes, every region 256-byte aligned):
-//   [kFlat]       [0, S/22)        DDA flat allreduce: LL16 packet slots, two sets by epoch
-//   [kTree]       [S/22, 4S/22)    DDA tree allreduce: reduce-scatter inbox + all-gather inbox
-//   [kLamport]    [4S/22, 8S/22)   DDA Lamport allreduce: inboxes [parity][src], 0xFF at init
-//   [kFp8]        [8S/22, 12S/22)  FP8 collectives (gpu/fp8/*.cu); owned entirely by them
-//   [kFp8OneShot] [12S/22, S)      FP8 one-shot allreduce: inboxes [parity][src], 0xFF at init
-// (boundaries rounded down to 256 bytes; the 176 MiB default gives 8 / 24 / 32 / 32 / 80 MiB)
-// Regions are disjoint so that one algorithm's late readers are never overwritten by another
-// algorithm that a faster peer already started.
+// Staging regions (S = stagingBytes = CCLX_DDA_STAGING_BYTES, the cap; each region a fixed share
+// of S in 22nds, rounded down to 256 bytes; the 176 MiB default gives the sizes in brackets):
+//   [kFlat]       1/22 (8 MiB)    LL16 packet slots, two sets by epoch: the DDA flat allreduce and
+//                                 the LL exchange (all-gather, reduce-scatter, all-to-all), which
+//                                 share its counters (dda/ll.cuh)
+//   [kTree]       3/22 (24 MiB)   DDA tree allreduce: reduce-scatter inbox + all-gather inbox
+//   [kLamport]    4/22 (32 MiB)   DDA Lamport allreduce: inboxes [parity][src], 0xFF at init
+//   [kFp8]        4/22 (32 MiB)   FP8 collectives (gpu/fp8/*.cu); owned entirely by them
+//   [kFp8OneShot] 7/22 (56 MiB)   FP8 one-shot allreduce: inboxes [parity][src], 0xFF at init
+//   [kXchg]       3/22 (24 MiB)   DDA pipelined exchange (dda/xchg_pipe.cu): inboxes
+//                                 [src][block][parity]
+// Each region is its own allocation, made on every rank at the first call whose algorithm needs
+// it (peerMemGrow), so a comm holds only what its calls used, at most S. Regions are disjoint so
+// that one protocol's late readers are never overwritten by another protocol that a faster peer
+// already started (two algorithms share a region only when they share its protocol and counters).
 //
-// Signal area layout (bytes, kSignalBytes total, zeroed before the handles are published):
+// Signal area layout (bytes, kSignalBytes total, allocated and zeroed at setup):
 //   [0,       64 KiB)   barrier kernel flags: uint64 [kMaxRanks] (index = source rank)
 //   [64 KiB, 256 KiB)   DDA tree flags: uint64 [2 phases][kMaxBlocks][kMaxRanks]
 //   [256 KiB, 512 KiB)  FP8 collectives (free layout, owned by gpu/fp8/*.cu)
 //   [512 KiB, +4 KiB)   control words: the comm's abort word (a timeout's and the host's) and the
 //                       missing-rank mask (gpu/algo.h kCtl*, device/fail.cuh; written by any
 //                       rank, never reset)
-//   [516 KiB,   1 MiB)  reserved
+//   [516 KiB, +4 KiB)   growth records, one per staging region (128 bytes each): a uint64 state
+//                       (0 none, 1 published, 2 allocation failed) and the region's IPC handle,
+//                       written by the owner (host copies), read by the peers (peerMemGrow)
+//   [520 KiB, +64 KiB)  DDA pipelined exchange flags: uint64 data [src][kMaxBlocks] and acks
+//                       [dst][kMaxBlocks] (dda/xchg_pipe.cu)
+//   [584 KiB,   1 MiB)  reserved
 // Flags only ever increase (no resets): a waiter compares against the value it expects.
 #pragma once
 
@@ -40,8 +52,20 @@ constexpr int kMaxRanks = 8;       // largest world size with peer memory
 constexpr int kMaxBlocks = 128;    // largest grid of any peer-memory kernel
 constexpr size_t kSignalBytes = 1u << 20;
 
-enum class StagingRegion : int { kFlat = 0, kTree = 1, kLamport = 2, kFp8 = 3, kFp8OneShot = 4 };
-enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2, kControl = 3 };
+enum class StagingRegion : int {
+  kFlat = 0,
+  kTree = 1,
+  kLamport = 2,
+  kFp8 = 3,
+  kFp8OneShot = 4,
+  kXchg = 5,
+};
+constexpr int kNumStagingRegions = 6;
+/// A set of staging regions (bit r: StagingRegion r), what an algorithm needs.
+constexpr uint32_t regionBit(StagingRegion r) { return 1u << int(r); }
+const char* regionName(StagingRegion r);
+
+enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2, kControl = 3, kGrow = 4, kXchg = 5 };
 
 struct PeerSetup {
   int rank = 0;
@@ -67,31 +91,41 @@ struct PeerMem {
   int rank = 0;             // this rank (global rank == index below)
   int size = 1;
   int device = -1;
-  size_t stagingBytes = 0;  // per rank
-  char* staging[kMaxRanks] = {};   // staging[r]: rank r's staging buffer (r == rank: local)
+  size_t stagingBytes = 0;  // the cap S per rank: every region's capacity is a fixed share of it
+  char* regions[kNumStagingRegions][kMaxRanks] = {};  // [region][r]: rank r's region (null: none yet)
   char* signal[kMaxRanks] = {};    // signal[r]: rank r's signal area
+  uint32_t allocated = 0;   // regions allocated on every rank and mapped here (regionBit)
+  uint32_t failed = 0;      // regions whose allocation failed on some rank: never used
 
-  /// Byte offset and size of a staging region (identical on all ranks).
-  size_t regionOffset(StagingRegion r) const;
+  /// Capacity of a staging region (identical on all ranks, whether allocated or not).
   size_t regionBytes(StagingRegion r) const;
-  char* region(int peer, StagingRegion r) const { return staging[peer] + regionOffset(r); }
+  /// Rank `peer`'s region r, null until a call needed it (peerMemGrow).
+  char* region(int peer, StagingRegion r) const { return regions[int(r)][peer]; }
+  /// True when region r may be used (allocated already, or allocatable: not failed).
+  bool regionUsable(StagingRegion r) const { return !(failed & regionBit(r)); }
+  /// Bytes of staging this rank holds now.
+  size_t allocatedBytes() const;
   static size_t signalOffset(SignalRegion r) {
     switch (r) {
       case SignalRegion::kBarrier: return 0;
       case SignalRegion::kTree: return 64u << 10;
       case SignalRegion::kFp8: return 256u << 10;
-      case SignalRegion::kControl: break;
+      case SignalRegion::kControl: return 512u << 10;
+      case SignalRegion::kGrow: return 516u << 10;
+      case SignalRegion::kXchg: break;
     }
-    return 512u << 10;
+    return 520u << 10;
   }
   static size_t signalRegionBytes(SignalRegion r) {
     switch (r) {
       case SignalRegion::kBarrier: return 64u << 10;
       case SignalRegion::kTree: return 192u << 10;
       case SignalRegion::kFp8: return 256u << 10;
-      case SignalRegion::kControl: break;
+      case SignalRegion::kControl: return 4u << 10;
+      case SignalRegion::kGrow: return 4u << 10;
+      case SignalRegion::kXchg: break;
     }
-    return 4u << 10;
+    return 64u << 10;
   }
   char* signalRegion(int peer, SignalRegion r) const { return signal[peer] + signalOffset(r); }
 };
@@ -99,16 +133,31 @@ struct PeerMem {
 /// Collective over the comm, a fixed sequence of three exchanges that every rank runs to the end
 /// (core/setup_sequence.h): "peer/who" (host identity, pid, PCI bus id, SM count and the
 /// settings every rank must share: a mismatch fails `seq` on every rank, naming the settings and
-/// ranks), "peer/handle" (each rank's buffer allocated, initialized and exported, or why not) and
-/// "peer/vote" (every peer's buffer opened, or why not). Peer memory is usable when every rank
+/// ranks), "peer/handle" (each rank's signal area allocated, zeroed and exported, or why not;
+/// staging comes later, peerMemGrow) and "peer/vote" (every peer's signal area opened, or why
+/// not). Peer memory is usable when every rank
 /// voted for it (one host, 2..kMaxRanks ranks, one process per rank, P2P between every pair of
 /// distinct GPUs, cfg.ddaEnable, every allocation and mapping done); every rank that completes
 /// the sequence reaches the same verdict. Failures that only turn peer memory off (allocation,
 /// IPC) leave pm.whyNot; the others fail `seq` (the caller throws). Sizes outside 2..kMaxRanks
 /// exchange nothing. Must be called with the comm's device current. Never throws.
 void peerMemOpen(PeerMem& pm, const PeerSetup& setup, SetupSequence& seq);
-/// Unmaps the peers' buffers and frees this rank's (nothing when pm.abandoned: what was mapped
-/// stays, counted in a log line). Safe on a PeerMem that was never opened.
+
+/// Collective growth: allocates this rank's staging regions in `want` (regionBit set) that are not
+/// allocated yet, initializes them (0, or 0xFF for the data-as-flag inboxes), publishes their IPC
+/// handles in its growth records and opens every peer's, polling the peers' records through the
+/// mapped signal areas (host copies on `stream`, a non-blocking stream of this comm's device; no
+/// store or NCCL involved). Every rank must call it at the same call with the same set: the set
+/// comes from the selected algorithm, which every rank derives identically. Returns false when an
+/// allocation failed on some rank (every rank learns it from the records): those regions are
+/// marked failed and never used; the call then chooses again. Throws cclxTimeout naming the
+/// ranks whose records did not appear within `timeout` (their mask in *missing), and stops early
+/// when the comm's abort word is raised (the error a kernel would report).
+bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream,
+                 uint32_t* missing = nullptr);
+
+/// Unmaps the peers' buffers (signal areas and staging) and frees this rank's (nothing when
+/// pm.abandoned: what was mapped stays, counted in a log line). Safe on a PeerMem that was never opened.
 void peerMemClose(PeerMem& pm);
 /// Forgets the buffers without unmapping or freeing anything (kernels or peers may still use
 /// them); returns the bytes of this rank's buffer left allocated.

@@ -24,6 +24,7 @@ using cudaEvent_t = hipEvent_t;
 using cudaIpcMemHandle_t = hipIpcMemHandle_t;
 using cudaStreamCaptureMode = hipStreamCaptureMode;
 using cudaStreamCaptureStatus = hipStreamCaptureStatus;
+using cudaMemcpyKind = hipMemcpyKind;
 
 constexpr hipError_t cudaSuccess = hipSuccess;
 constexpr hipError_t cudaErrorNotReady = hipErrorNotReady;
@@ -31,6 +32,7 @@ constexpr hipStreamCaptureMode cudaStreamCaptureModeRelaxed = hipStreamCaptureMo
 constexpr hipStreamCaptureStatus cudaStreamCaptureStatusNone = hipStreamCaptureStatusNone;
 constexpr hipMemcpyKind cudaMemcpyDeviceToDevice = hipMemcpyDeviceToDevice;
 constexpr hipMemcpyKind cudaMemcpyHostToDevice = hipMemcpyHostToDevice;
+constexpr hipMemcpyKind cudaMemcpyDeviceToHost = hipMemcpyDeviceToHost;
 constexpr unsigned cudaHostAllocDefault = hipHostMallocDefault;
 constexpr hipDeviceAttribute_t cudaDevAttrMultiProcessorCount =
     hipDeviceAttributeMultiprocessorCount;
@@ -65,6 +67,7 @@ constexpr unsigned cudaHostAllocMapped = hipHostMallocMapped | hipHostMallocCohe
 #define cudaHostGetDevicePointer hipHostGetDevicePointer
 #define cudaStreamCreateWithFlags hipStreamCreateWithFlags
 #define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamSynchronize hipStreamSynchronize
 #define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaStreamIsCapturing hipStreamIsCapturing
 #define cudaStreamGetCaptureInfo hipStreamGetCaptureInfo

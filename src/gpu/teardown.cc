@@ -89,6 +89,7 @@ void CudaBackend::leakAll(const char* why) {
   orderEv_.reset();
   captureEv_.reset();
   internal_.reset();
+  growStream_.reset();
   orderValid_ = captureValid_ = false;
   CCLX_WARN("rank %d: comm '%s' %s: %zu bytes of device memory and %zu bytes of pinned host "
             "memory left allocated (kernels or peers may still use them)",
@@ -148,6 +149,7 @@ void CudaBackend::finalizeLocked() {
   orderEv_.reset();
   captureEv_.reset();
   internal_.reset();
+  growStream_.reset();
 }
 
 void CudaBackend::abort() {

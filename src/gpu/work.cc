@@ -56,9 +56,25 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
                       "waiting for rank(s) %s; its output is NaN and the comm is unusable",
                       rank, name.c_str(), device, ms, rankList(mask).c_str())};
   }
+  if (errHost[kErrCode] == kErrMismatch) {
+    uint32_t mask = 0;
+    for (int r = 0; r < size && r < kMaxRanks; ++r)
+      if (errHost[kErrMissing + r]) mask |= 1u << r;
+    return {cclxInvalidUsage,
+            strFormat("rank %d: on comm '%s' (cuda:%d) rank(s) %s sent a message of another size "
+                      "than this rank expected (all-to-all-v counts disagree); its output is NaN "
+                      "and the comm is unusable",
+                      rank, name.c_str(), device, rankList(mask).c_str())};
+  }
   const uint32_t word = errHost[kErrOrigin];
   const uint32_t reason = word >> 16;
   const int origin = int(word & 0xFFFFu) - 1;
+  if (reason == kAbortMismatch)
+    return {cclxInvalidUsage,
+            strFormat("rank %d: comm '%s' failed: rank %d received a message of another size than "
+                      "it expected from rank(s) %s (all-to-all-v counts disagree); collectives "
+                      "from then on have NaN outputs and the comm is unusable",
+                      rank, name.c_str(), origin, rankList(errHost[kErrOriginMissing]).c_str())};
   if (reason == kAbortTimeout)
     return {cclxTimeout,
             strFormat("rank %d: comm '%s' failed: rank %d timed out after %lld ms waiting for "
@@ -83,7 +99,7 @@ void CudaShared::checkDeviceError() {
   throw fail(code, msg);
 }
 
-void CudaShared::requestAbort() {
+void CudaShared::requestAbort(uint32_t reason, uint32_t missing) {
   if (abortRequested.exchange(true)) return;
   if (errHost) errHost[kErrHostAbort] = 1u;  // spinning kernels stop and raise the abort word
   std::lock_guard<std::mutex> g(ctlMu);  // teardown clears ctl[] once no peer may be written
@@ -96,11 +112,16 @@ void CudaShared::requestAbort() {
   int prev = -1;
   (void)cudaGetDevice(&prev);
   if (prev != device) (void)cudaSetDevice(device);
-  *abortValue = kAbortHost << 16 | uint32_t(rank + 1);
+  abortValue[0] = reason << 16 | uint32_t(rank + 1);
+  abortValue[1] = missing;
+  const int slot = reason == kAbortTimeout ? kCtlTimeout : kCtlHost;
   for (int i = 0; i < size && i < kMaxRanks; ++i) {
     const int r = (rank + i) % size;
-    if (ctl[r] &&
-        cudaMemcpyAsync(ctl[r] + kCtlHost, abortValue, sizeof(uint32_t), cudaMemcpyHostToDevice,
+    if (!ctl[r]) continue;
+    // The missing mask before the word itself: the copies run in order on one stream.
+    if ((missing && cudaMemcpyAsync(ctl[r] + kCtlMissing, abortValue + 1, sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, abortStream) != cudaSuccess) ||
+        cudaMemcpyAsync(ctl[r] + slot, abortValue, sizeof(uint32_t), cudaMemcpyHostToDevice,
                         abortStream) != cudaSuccess)
       (void)cudaGetLastError();
   }

@@ -5,8 +5,10 @@
 // A collective runs on cclx when: interception is on (CCLX_NCCL_INTERCEPT, CCLX_NCCL_FORWARD,
 // cclxDropinSetIntercept), the calling thread is outside ncclGroupStart/End, the comm is known and
 // set up, the dtype and op are built-in ones cclx implements, and core/select.h picks a peer
-// algorithm for it (DDA allreduce within the size tables; FP8 where CCLX_LOW_PRECISION_* asks).
-// Everything else goes to the real NCCL unchanged.
+// algorithm for it (DDA allreduce, all-gather, reduce-scatter and all-to-all within the size
+// tables; FP8 where CCLX_LOW_PRECISION_* asks). The first call that needs a staging region
+// allocates it on every rank (collective, gpu/peer_mem.h); inside stream capture that never
+// happens: such a call goes to NCCL. Everything else goes to the real NCCL unchanged.
 #include <atomic>
 
 #include "core/config.h"
@@ -133,8 +135,10 @@ bool tryRun(CollType type, const void* send, void* recv, size_t count, ncclDataT
       r = fail(nccl::ncclUnhandledCudaError, strFormat("cudaStreamIsCapturing: %s", cudaGetErrorString(e)));
       return true;
     }
-    backend.enqueueSelected(a, algo, static_cast<::cudaStream_t>(stream),
-                            cs != cudaStreamCaptureStatusNone);
+    const bool capturing = cs != cudaStreamCaptureStatusNone;
+    if (capturing && !backend.stagingReady(a, algo))  // no growth inside capture
+      return forwarded(type, "its staging is not allocated yet and the stream captures");
+    backend.enqueueSelected(a, algo, static_cast<::cudaStream_t>(stream), capturing);
     r = nccl::ncclSuccess;
   } catch (const Error& e) {
     r = fail(e);

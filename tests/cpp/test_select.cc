@@ -10,6 +10,17 @@ using namespace cclx;
 
 namespace {
 
+// An exchange collective whose message (one block) is `bytes`.
+CollArgs exchange(CollType type, size_t bytes, DataType t = DataType::bf16,
+                  RedOpKind op = RedOpKind::SUM) {
+  CollArgs a;
+  a.type = type;
+  a.dtype = t;
+  a.count = bytes / dtypeSize(t);
+  a.op = op;
+  return a;
+}
+
 CollArgs allreduce(size_t bytes, DataType t = DataType::f32, RedOpKind op = RedOpKind::SUM) {
   CollArgs a;
   a.type = CollType::AllReduce;
@@ -146,6 +157,8 @@ TEST(Select, LowPrecision) {
   EXPECT_EQ(select(ag, cfg, gpu(2)), Algo::Fp8);
   Caps noFp8 = gpu(2);
   noFp8.fp8 = false;
+  EXPECT_EQ(select(ag, cfg, noFp8), Algo::Flat);  // the DDA exchange, where FP8 cannot run
+  noFp8.peer = false;
   EXPECT_EQ(select(ag, cfg, noFp8), Algo::Base);
 }
 
@@ -179,4 +192,139 @@ TEST(Select, Barrier) {
   EXPECT_EQ(select(b, cfg, c), Algo::PeerBarrier);
   c.plainNccl = true;
   EXPECT_EQ(select(b, cfg, c), Algo::Base);
+}
+
+// All-gather, reduce-scatter, all-to-all: DDA up to the collective's size (bytes of the larger
+// buffer: N blocks), LL while one block fits the flat allreduce's size, pipelined above, NCCL
+// beyond; the settings move the limits.
+TEST(Select, ExchangeTablesByCollective) {
+  Config cfg;
+  const int n = 8;
+  // All-gather: 16 MiB of output.
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::Flat);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 20), cfg, gpu(n)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 2 << 20), cfg, gpu(n)), Algo::Tree);   // 16 MiB
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 20), cfg, gpu(n)), Algo::Base);   // 32 MiB
+  // Reduce-scatter: 8 MiB of input; all-to-all: 2 MiB.
+  EXPECT_EQ(select(exchange(CollType::ReduceScatter, 1 << 20), cfg, gpu(n)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::ReduceScatter, 2 << 20), cfg, gpu(n)), Algo::Base);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(n)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 512 << 10), cfg, gpu(n)), Algo::Base);
+  EXPECT_EQ(ddaExchangeMaxBytes(cfg, CollType::AllGather, 2), size_t(16) << 20);
+  EXPECT_EQ(ddaExchangeMaxBytes(cfg, CollType::ReduceScatter, 4), size_t(8) << 20);
+  EXPECT_EQ(ddaExchangeMaxBytes(cfg, CollType::AllToAll, 8), size_t(2) << 20);
+  // LL follows the flat allreduce's size per message (2 ranks: 512 KiB).
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(2)), Algo::Flat);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 768 << 10), cfg, gpu(2)), Algo::Tree);
+  Caps noLL = gpu(2);
+  noLL.flat = false;  // the block does not fit one LL slot
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 4 << 10), cfg, noLL), Algo::Tree);
+  // The settings.
+  cfg.ddaAllGatherMaxBytes = size_t(64) << 20;
+  cfg.ddaReduceScatterMaxBytes = 1 << 20;
+  cfg.ddaAllToAllMaxBytes = size_t(1) << 30;
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 20), cfg, gpu(n)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::ReduceScatter, 256 << 10), cfg, gpu(n)), Algo::Base);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 8 << 20), cfg, gpu(n)), Algo::Tree);
+  cfg.ddaFlatMaxBytes = 1 << 10;
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::Tree);
+}
+
+// Hints force either side; all-to-all-v has no size rule and never runs LL; bitwise
+// reduce-scatter (NCCL has none) runs on DDA at any size; bad names fail on every backend.
+TEST(Select, ExchangeHintsAllToAllVAndBitwise) {
+  Config cfg;
+  CollArgs a = exchange(CollType::AllGather, 8 << 20);  // 64 MiB at 8 ranks: NCCL by size
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Base);
+  a.opts.hints["algo"] = "dda";
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Tree);
+  a.opts.hints["algo"] = "flat";  // LL when it fits, else pipelined
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Flat);
+  Caps noLL = gpu(8);
+  noLL.flat = false;
+  EXPECT_EQ(select(a, cfg, noLL), Algo::Tree);
+  a.opts.hints["algo"] = "tree";
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Tree);
+  CollArgs small = exchange(CollType::ReduceScatter, 1 << 10);
+  small.opts.hints["algo"] = "nccl";
+  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::Base);
+  small.opts.hints["algo"] = "lamport";  // an allreduce name: auto for the exchanges
+  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::Flat);
+  cfg.allreduceAlgo = "nccl";  // CCLX_ALLREDUCE_ALGO is about allreduce only
+  small.opts.hints.clear();
+  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::Flat);
+  cfg = Config{};
+  // All-to-all-v: pipelined whatever the size (the counts differ per rank), NCCL only by hint.
+  CollArgs v;
+  v.type = CollType::AllToAllV;
+  v.dtype = DataType::f32;
+  v.sendCounts = v.recvCounts = std::vector<size_t>(4, size_t(64) << 20);
+  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::Tree);
+  v.opts.hints["algo"] = "flat";
+  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::Tree);
+  v.opts.hints["algo"] = "nccl";
+  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::Base);
+  Caps noPipe = gpu(4);
+  noPipe.tree = false;  // its staging failed to allocate: NCCL
+  v.opts.hints.clear();
+  EXPECT_EQ(select(v, cfg, noPipe), Algo::Base);
+  // Bitwise reduce-scatter: DDA at any size, even when asked for NCCL.
+  CollArgs bw = exchange(CollType::ReduceScatter, size_t(64) << 20, DataType::i32, RedOpKind::BXOR);
+  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::Tree);
+  bw.opts.hints["algo"] = "nccl";
+  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::Tree);
+  // Bad names are argument errors for every collective and backend.
+  for (CollType t : {CollType::AllGather, CollType::ReduceScatter, CollType::AllToAll,
+                     CollType::AllToAllV})
+    for (const Caps& k : {gpu(2), host(2)}) {
+      CollArgs b = exchange(t, 1 << 10);
+      b.opts.hints["algo"] = "fastest";
+      try {
+        (void)select(b, cfg, k);
+        ADD_FAILURE() << collName(t) << " accepted algo=fastest";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), cclxInvalidArgument);
+      }
+    }
+  // CPU comms keep their shm algorithms; backend "nccl" keeps NCCL; no peer memory, NCCL.
+  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 10), cfg, host(4)), Algo::Base);
+  Caps plain = gpu(4);
+  plain.plainNccl = true;
+  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 10), cfg, plain), Algo::Base);
+  Caps noPeer = gpu(4);
+  noPeer.peer = false;
+  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 10), cfg, noPeer), Algo::Base);
+  // HIP: auto never takes LL (LL16 packets are data as flag); a hint still does.
+  Caps hip = gpu(2);
+  hip.dataAsFlag = false;
+  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 10), cfg, hip), Algo::Tree);
+}
+
+// Ranks that share a GPU: every size on DDA (LL where it fits, else pipelined).
+TEST(Select, ExchangeOnASharedGpu) {
+  Config cfg;
+  Caps c = gpu(5);
+  c.nccl = false;
+  c.timed = false;
+  EXPECT_EQ(select(exchange(CollType::AllGather, size_t(256) << 20), cfg, c), Algo::Flat);
+  c.flat = false;
+  for (CollType t : {CollType::AllGather, CollType::ReduceScatter, CollType::AllToAll})
+    EXPECT_EQ(select(exchange(t, size_t(256) << 20), cfg, c), Algo::Tree) << collName(t);
+  // FP8 where asked, as on GPUs of their own.
+  CollArgs f = exchange(CollType::ReduceScatter, size_t(256) << 20);
+  f.opts.hints["low_precision"] = "fp8";
+  EXPECT_EQ(select(f, cfg, c), Algo::Fp8);
+}
+
+// Allreduce: "dda" is auto without NCCL.
+TEST(Select, AllReduceDdaHint) {
+  Config cfg;
+  CollArgs a = allreduce(size_t(256) << 20);
+  EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Base);
+  a.opts.hints["algo"] = "dda";
+  EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Tree);
+  EXPECT_EQ(select(allreduce(1 << 10), cfg, gpu(2)), Algo::Flat);
+  CollArgs s = allreduce(1 << 10);
+  s.opts.hints["algo"] = "dda";
+  EXPECT_EQ(select(s, cfg, gpu(2)), Algo::Flat);
 }

@@ -73,3 +73,46 @@ def case_decode_kv_replicated(ctx):
 
 def case_prefill_kv_replicated(ctx):
     _compare(ctx, SHAPES["kv_replicated"], batch=2, length=5, pos0=0, positions=5)
+
+
+def _compare_sp(ctx, shape, batch, length, pos0, positions):
+    """Sequence parallelism: cclx all-gather / reduce-scatter of CPU tensors; the same logits and
+    last hidden states as the 1-rank forward, with row counts that do not divide evenly."""
+    tp, rank, n = ctx.size, ctx.rank, ctx.size
+    mdl = M.TPLlama(shape, tp, rank, "cpu", torch.float32, seed=3, max_positions=positions)
+    one = M.TPLlama(shape, 1, 0, "cpu", torch.float32, seed=3, max_positions=positions)
+    tok = mdl.tokens(batch, length)
+    calls = []
+    comm = _comm["c"]
+
+    def gather(t):
+        calls.append(("gather", t.shape[0]))
+        out = t.new_empty((t.shape[0] * n,) + tuple(t.shape[1:]))
+        comm.all_gather_single(out, t, False)
+        return out
+
+    def scatter(t):
+        calls.append(("scatter", t.shape[0]))
+        out = t.new_empty((t.shape[0] // n,) + tuple(t.shape[1:]))
+        comm.reduce_scatter_single(out, t, cclx.ReduceOp.SUM, False)
+        return out
+
+    logits, hidden = mdl.forward_sp(tok, pos0, mdl.new_cache(batch, positions), gather, scatter)
+    ref_l, ref_h = one.forward(tok, pos0, one.new_cache(batch, positions), None)
+    per = -(-batch * length // tp)
+    want_calls = [("gather", per), ("scatter", per * tp)] * (2 * shape.layers) + [("gather", per)]
+    assert calls == want_calls, calls
+    s = mdl.sh
+    want = ref_l[:, s.vocab_off:s.vocab_off + s.vocab_valid]
+    err = float((logits[:, :s.vocab_valid] - want).norm() / want.norm())
+    assert err < 1e-5, f"sequence-parallel logits differ from the 1-rank forward: {err:.3g}"
+    herr = float((hidden - ref_h).norm() / ref_h.norm())
+    assert herr < 1e-5, f"sequence-parallel hidden state differs: {herr:.3g}"
+
+
+def case_sp_decode_gqa(ctx):
+    _compare_sp(ctx, SHAPES["gqa"], batch=3, length=1, pos0=9, positions=10)
+
+
+def case_sp_prefill_kv_replicated(ctx):
+    _compare_sp(ctx, SHAPES["kv_replicated"], batch=1, length=7, pos0=0, positions=7)

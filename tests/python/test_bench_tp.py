@@ -212,10 +212,11 @@ def test_forward_into_given_buffers():
     shape = M.Shape(hidden=64, heads=4, kv_heads=2, ffn=128, layers=2, vocab=101)
     mdl = M.TPLlama(shape, 2, 1, torch.device("cpu"), torch.float32, seed=3, max_positions=16)
     tokens = mdl.tokens(2, 5)
-    seen = []
+    seen, alive = [], []
 
     def reduce(t):
         seen.append(t.data_ptr())
+        alive.append(t)  # kept, so that later buffers cannot take its address
         t.mul_(2.0)  # stands for the sum over two ranks holding the same values
 
     # The given buffers live across both passes, so the reference pass's temporaries can never
@@ -239,7 +240,8 @@ def test_forward_into_given_buffers():
 
 
 @pytest.mark.parametrize("case", ["decode_gqa", "prefill_gqa", "decode_kv_replicated",
-                                  "prefill_kv_replicated"])
+                                  "prefill_kv_replicated", "sp_decode_gqa",
+                                  "sp_prefill_kv_replicated"])
 def test_forward_two_ranks_matches_one(tp_results, case):
     harness.check(tp_results, case)
 
@@ -287,6 +289,28 @@ def test_tool_two_cpu_ranks(tmp_path):
             assert f["check"] == "fp8" and 0 < f["hidden_rel_err"] < 0.5
             assert 0.0 <= f["top1_agree"] <= 1.0
     assert p.exists() and p.stat().st_size > 1000
+
+
+def test_tool_sequence_parallel_two_cpu_ranks(tmp_path):
+    """--parallel sp: all-gather + reduce-scatter through every communicator, checked against
+    the gloo reference; nccl-sym says why it has no such form."""
+    _torch()
+    j = tmp_path / "sp.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(harness.free_port()), "-m", "cclx.bench", "tp", *TINY,
+           "--parallel", "sp", "--mode", "decode", "--batch", "3", "--json", str(j)]
+    r = subprocess.run(cmd, env=harness.child_env(), capture_output=True, text=True,
+                       timeout=300, cwd=str(tmp_path))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    assert "# sequence parallel:" in r.stdout and "PASSED" in r.stdout
+    data = json.loads(j.read_text())
+    assert data["meta"]["parallel"] == "sp" and data["summary"]["passed"]
+    for x in data["results"]:
+        res = x["results"]
+        assert res["gloo"]["check"] == "ref" and res["cclx"]["check"] == "ok"
+        assert res["cclx"]["logits_rel_err"] < 1e-4 and res["cclx"]["top1_agree"] == 1.0
+        assert "nccl-sym" not in res and res["skip"]["ms"] >= 0
 
 
 def test_tool_plot_needs_matplotlib(tmp_path):

@@ -24,8 +24,8 @@ def test_perf_cpu_all_collectives(tmp_path):
     assert "cclx-perf summary" in r.stdout and "PASSED" in r.stdout
     data = json.loads(j.read_text())
     colls = {row["coll"] for row in data["results"]}
-    assert colls == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-                     "reduce"}
+    assert colls == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v",
+                     "broadcast", "reduce"}
     for row in data["results"]:
         assert row["cclx"]["wrong"] == 0 and row["cclx"]["time_us"] > 0
         assert "nccl" not in row
@@ -37,6 +37,17 @@ def test_perf_cpu_all_collectives(tmp_path):
     assert abs(ag["cclx"]["busbw"] - ag["cclx"]["algbw"] / 2) < 1e-9
     assert data["machine"]["cclx_version"] and data["summary"]["passed"]
     assert p.exists() and p.stat().st_size > 1000
+
+
+def test_perf_alltoallv_rows(tmp_path):
+    """-C alltoallv: unequal splits (the same total bytes as all_to_all), checked exactly."""
+    j = tmp_path / "v.json"
+    r = _run(["-C", "alltoallv", "-N", "3", "--json", str(j)], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(j.read_text())["results"]
+    assert rows and {row["coll"] for row in rows} == {"all_to_all_v"}
+    for row in rows:
+        assert row["cclx"]["wrong"] == 0 and row["bytes"] % 3 == 0
 
 
 def test_perf_wrong_result_fails(tmp_path):

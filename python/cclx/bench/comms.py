@@ -1,6 +1,7 @@
 """The communicators of cclx-bench tp (torch.distributed as the reference, cclx, NCCL through
-the cclx drop-in, cclx with FP8, NCCL with symmetric windows) as interchangeable allreduces,
-and the rank environment."""
+the cclx drop-in, cclx with FP8, NCCL with symmetric windows) as interchangeable allreduces, or
+(sequence parallelism) as interchangeable all-gather / reduce-scatter pairs, and the rank
+environment."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,7 @@ import ctypes
 import dataclasses
 import os
 import socket
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 SKIP = "skip"  # the same step with the allreduces left out: the compute-only bound
 
@@ -22,6 +23,7 @@ class Variant:
     enter: Callable[[], None] = lambda: None
     leave: Callable[[], None] = lambda: None
     out: Optional[Callable[[int, int, int], Any]] = None  # where the model writes what it reduces
+    sp: Optional[Tuple[Callable[[Any], Any], Callable[[Any], Any]]] = None  # (gather, scatter)
 
 
 def find_intercept() -> Optional[Callable[[int], int]]:
@@ -84,9 +86,13 @@ class Ranks:
         self.sym: Any = None
         self.sym_facts: Dict[str, Any] = {}
 
-    def variants(self, names: List[str], fp8_min: int, slot_bytes: int = 0) -> Dict[str, Variant]:
+    def variants(self, names: List[str], fp8_min: int, slot_bytes: int = 0,
+                 parallel: str = "tp") -> Dict[str, Variant]:
         """The communicators of `names` that this process can run (nccl-sym: windows of
-        slot_bytes for each of the model's two row-parallel outputs)."""
+        slot_bytes for each of the model's two row-parallel outputs). parallel "sp": all-gather
+        and reduce-scatter pairs (Variant.sp) instead of allreduces."""
+        if parallel == "sp":
+            return self._sp_variants(names, fp8_min)
         dist, comm, SUM = self.dist, self.comm, self.cclx.ReduceOp.SUM
         fp8 = {"low_precision": "fp8"}
         out: Dict[str, Variant] = {}
@@ -106,6 +112,72 @@ class Ranks:
                 if v is not None:
                     out[n] = v
         out[SKIP] = Variant(SKIP, None)
+        return out
+
+    def _sp_variants(self, names: List[str], fp8_min: int) -> Dict[str, Variant]:
+        """Sequence parallelism: gather(rows) -> every rank's rows, scatter(partial sums of all
+        rows) -> the sums of this rank's rows, through each communicator. nccl-sym has no such
+        pair here (its windows hold the allreduce's buffers)."""
+        torch, dist, comm, n = self.torch, self.dist, self.comm, self.size
+        SUM = self.cclx.ReduceOp.SUM
+        fp8 = {"low_precision": "fp8"}
+
+        def rows(t: Any, k: int) -> Any:
+            return t.new_empty((t.shape[0] * k,) + tuple(t.shape[1:]))
+
+        def part(t: Any) -> Any:
+            return t.new_empty((t.shape[0] // n,) + tuple(t.shape[1:]))
+
+        def nccl_gather(t: Any) -> Any:
+            out = rows(t, n)
+            if self.cuda:
+                dist.all_gather_into_tensor(out, t)
+            else:  # gloo: the list form
+                dist.all_gather(list(out.chunk(n)), t)
+            return out
+
+        def nccl_scatter(t: Any) -> Any:
+            if self.cuda:
+                out = part(t)
+                dist.reduce_scatter_tensor(out, t)
+                return out
+            full = t.clone()  # gloo has no reduce-scatter of one tensor: allreduce, then slice
+            dist.all_reduce(full)
+            return full.chunk(n)[self.rank].clone()
+
+        def cclx_gather(t: Any, hints: Any = None) -> Any:
+            out = rows(t, n)
+            comm.all_gather_single(out, t, False, hints)
+            return out
+
+        def cclx_scatter(t: Any, hints: Any = None) -> Any:
+            out = part(t)
+            comm.reduce_scatter_single(out, t, SUM, False, hints)
+            return out
+
+        def big(t: Any, k: int) -> Any:  # FP8 hint from fp8_min bytes of the larger buffer
+            return fp8 if t.numel() * t.element_size() * k >= fp8_min else None
+
+        out: Dict[str, Variant] = {}
+        for name in names:
+            if name == "nccl":
+                out[self.ref_name] = Variant(self.ref_name, None, sp=(nccl_gather, nccl_scatter))
+            elif name == "cclx":
+                out[name] = Variant(name, None, sp=(cclx_gather, cclx_scatter))
+            elif name == "cclx-fp8":
+                out[name] = Variant(name, None, sp=(lambda t: cclx_gather(t, big(t, n)),
+                                                    lambda t: cclx_scatter(t, big(t, 1))))
+            elif name == "dropin" and self.intercept is not None:
+                on, off = (lambda: self.intercept(1)), (lambda: self.intercept(0))
+                out[name] = Variant(name, None, on, off, sp=(nccl_gather, nccl_scatter))
+            elif name == "nccl-sym":
+                self.sym_facts = {"skipped": "no sequence-parallel form (windows hold the "
+                                  "allreduce's buffers)"}
+
+        def skip_gather(t: Any) -> Any:  # the same shapes, no communication
+            return t.repeat((n,) + (1,) * (t.dim() - 1))
+
+        out[SKIP] = Variant(SKIP, None, sp=(skip_gather, lambda t: t.chunk(n)[self.rank]))
         return out
 
     def _nccl_sym(self, slot_bytes: int) -> Optional[Variant]:

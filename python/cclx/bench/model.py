@@ -6,6 +6,12 @@ attention block and its MLP with one allreduce of the partial sums (two per laye
 embedding is replicated (a lookup moves no data between ranks); the LM head is split by
 vocabulary and its logits stay sharded.
 
+Sequence parallelism (forward_sp, Megatron-style): the residual stream is split by token rows
+over the ranks; each block all-gathers the normalized rows before its column-parallel
+projection and reduce-scatters the row-parallel partial sums back to the rows it owns (an
+all-gather and a reduce-scatter in place of each allreduce, the same bytes on the wire, and the
+norms and residual adds on 1/N of the rows).
+
 Weights and KV-cache contents come from a counter-based hash of (seed, tensor, global index):
 every shard is a slice of the same global tensor whatever the number of ranks, so a forward
 at N ranks equals the one at 1 rank up to summation order, and nothing is downloaded.
@@ -219,6 +225,10 @@ Reduce = Callable[[Any], Any]
 # out(slot, rows, cols) -> a (rows, cols) tensor the row-parallel projection writes into (slot 0:
 # attention output, 1: MLP down projection), e.g. memory a communicator registered beforehand
 OutBuf = Callable[[int, int, int], Any]
+# Sequence parallelism: gather(rows of this rank) -> rows of every rank (rank order);
+# scatter(partial sums of all rows) -> the sums of this rank's rows.
+Gather = Callable[[Any], Any]
+Scatter = Callable[[Any], Any]
 
 
 class KVCache:
@@ -412,6 +422,60 @@ class TPLlama:
                 reduce(d)
             x = x + d
         last = x[:, -1]
+        logits = F.linear(self._norm(last, self.final_norm), self.lm_head)
+        return logits, last
+
+    def forward_sp(self, tokens: Any, pos0: int, cache: KVCache, gather: Gather,
+                   scatter: Scatter) -> Tuple[Any, Any]:
+        """forward() with sequence parallelism: the B x T token rows (padded with zero rows to a
+        multiple of the ranks) are split in rank order; gather/scatter run twice per layer, and
+        once more at the end for the last positions' hidden states. Same results as forward()
+        up to summation order."""
+        torch = self.torch
+        F = torch.nn.functional
+        s, hd, H = self.sh, self.shape.head_dim, self.shape.hidden
+        B, T = int(tokens.shape[0]), int(tokens.shape[1])
+        nq, nkv = s.heads * hd, s.kv_heads * hd
+        if T > 1 and pos0 != 0:
+            raise ValueError("prefill starts at position 0")
+        if pos0 + T > cache.positions:
+            raise ValueError(f"positions {pos0}..{pos0 + T - 1} exceed the cache "
+                             f"({cache.positions})")
+        rows = B * T
+        per = -(-rows // s.tp)
+        pad = per * s.tp - rows
+
+        def padded(t: Any) -> Any:  # (B, T, H) -> (rows + pad, H)
+            t = t.reshape(rows, H)
+            return torch.cat((t, t.new_zeros(pad, H))) if pad else t
+
+        def full(t: Any) -> Any:  # gathered rows -> (B, T, H)
+            return t[:rows].view(B, T, H)
+
+        cos = self.cos[pos0:pos0 + T][None, :, None, :]
+        sin = self.sin[pos0:pos0 + T][None, :, None, :]
+        x = padded(F.embedding(tokens, self.embed))[s.rank * per:(s.rank + 1) * per].contiguous()
+        for li, w in enumerate(self.layers):
+            h = full(gather(self._norm(x, w["attn_norm"])))
+            qkv = F.linear(h, w["qkv"])
+            q = self._rope(qkv[..., :nq].view(B, T, s.heads, hd), cos, sin)
+            k = self._rope(qkv[..., nq:nq + nkv].view(B, T, s.kv_heads, hd), cos, sin)
+            v = qkv[..., nq + nkv:].view(B, T, s.kv_heads, hd)
+            kc, vc = cache.k[li], cache.v[li]
+            kc[:, :, pos0:pos0 + T].copy_(k.transpose(1, 2))
+            vc[:, :, pos0:pos0 + T].copy_(v.transpose(1, 2))
+            if T == 1:
+                qg = q.view(B, s.kv_heads, s.heads // s.kv_heads, hd)
+                a = self._attend(qg, kc[:, :, :pos0 + 1], vc[:, :, :pos0 + 1], False)
+                a = a.reshape(B, 1, nq)
+            else:
+                a = self._attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True)
+                a = a.transpose(1, 2).reshape(B, T, nq)
+            x = x + scatter(padded(F.linear(a, w["o"])))
+            h = full(gather(self._norm(x, w["mlp_norm"])))
+            gu = F.linear(h, w["gate_up"])
+            x = x + scatter(padded(F.linear(F.silu(gu[..., :s.ffn]) * gu[..., s.ffn:], w["down"])))
+        last = full(gather(x))[:, -1]
         logits = F.linear(self._norm(last, self.final_norm), self.lm_head)
         return logits, last
 

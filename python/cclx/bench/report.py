@@ -39,10 +39,13 @@ def header(m: Dict[str, Any]) -> str:
         f"head dim {shp['hidden'] // shp['heads']}",
         f"# parameters per rank: {fmt_count(p['total'])} ({fmt_bytes(m['weight_bytes_per_rank'])}"
         f"; embedding replicated, LM head split by vocabulary); built in {m['build_s']:.1f} s",
-        f"# allreduce: 2 per layer = {2 * shp['layers']} per step, step tokens x "
-        f"{shp['hidden']} x {m['esize']} B each",
+        (f"# allreduce: 2 per layer = {2 * shp['layers']} per step, step tokens x "
+         f"{shp['hidden']} x {m['esize']} B each" if m.get("parallel", "tp") == "tp" else
+         f"# sequence parallel: token rows split over the ranks; per layer 2 all-gathers and 2 "
+         f"reduce-scatters of step tokens x {shp['hidden']} x {m['esize']} B (the full rows), "
+         f"one more all-gather at the end"),
         f"# communicators: {', '.join(c for c in m['comms'] if c != SKIP)} ({ref} = reference); "
-        f"skip = the same step without its allreduces",
+        f"skip = the same step without its communication",
     ]
     if "nccl-sym" in m["comms"]:
         f = m.get("nccl_sym", {})

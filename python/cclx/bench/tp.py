@@ -4,6 +4,7 @@ symmetric windows measured in the same process, their timed repetitions interlea
 
     torchrun --nproc-per-node 8 -m cclx.bench tp --preset llama3-70b
     torchrun --nproc-per-node 2 -m cclx.bench tp --mode decode --batch 1,8 --graph --json r.json
+    torchrun --nproc-per-node 8 -m cclx.bench tp --parallel sp   # all-gather + reduce-scatter
 
 Without torchrun's environment it runs as a single rank. Exits non-zero when a communicator's
 logits differ from the reference's beyond the tolerance.
@@ -67,6 +68,10 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
                    f"{DECODE_DEFAULTS['context']})")
     g.add_argument("--tokens", type=parse_list, default=parse_list(PREFILL_DEFAULT),
                    help=f"prefill lengths of one sequence (default {PREFILL_DEFAULT})")
+    g.add_argument("--parallel", default="tp", choices=("tp", "sp"),
+                   help="tp: an allreduce after each block (default); sp: sequence parallelism, "
+                   "token rows split over the ranks, an all-gather before and a reduce-scatter "
+                   "after each block instead (nccl-sym has no such form and is skipped)")
     g.add_argument("--graph", action="store_true", help="decode under CUDA graphs only")
     g.add_argument("--eager", action="store_true", help="decode eager only")
     g.add_argument("--comms", default=",".join(COMMS),
@@ -175,7 +180,10 @@ class Step:
                  cache: M.KVCache, graph: bool, warmup: int) -> None:
         self.env, self.v, self.graph = env, v, None
         torch = env.torch
-        fwd = (lambda: mdl.forward(tokens, pos0, cache, v.reduce, v.out))
+        if v.sp is not None:
+            fwd = (lambda: mdl.forward_sp(tokens, pos0, cache, v.sp[0], v.sp[1]))
+        else:
+            fwd = (lambda: mdl.forward(tokens, pos0, cache, v.reduce, v.out))
         self.fwd = fwd
         v.enter()
         try:
@@ -378,6 +386,7 @@ def _meta(args: argparse.Namespace, env: Ranks, shape: M.Shape, layers: Dict[str
             "nccl_sym": env.sym_facts,
             "notes": notes, "params_per_rank": p, "weight_bytes_per_rank": p["total"] * esize,
             "build_s": build_s, "fp8_min_bytes": args.fp8_min_bytes, "iters": iters,
+            "parallel": args.parallel,
             "repeats": args.repeats, "warmup": args.warmup, "tol": args.tol,
             "machine": facts}
 
@@ -403,7 +412,7 @@ def _run(env: Ranks, args: argparse.Namespace, torch: Any) -> int:
     shape = dataclasses.replace(args.shape, layers=layers["layers"])
     # nccl-sym: one window per row-parallel output, as large as the largest step's
     slot = max([r.step_tokens for r in rows] + [1]) * shape.hidden * esize
-    variants = env.variants(args.comm_list, args.fp8_min_bytes, slot)
+    variants = env.variants(args.comm_list, args.fp8_min_bytes, slot, args.parallel)
     max_pos = max([r.positions for r in rows] + [1])
     t0 = time.time()
     mdl = M.TPLlama(shape, size, rank, env.device, dtype, seed=args.seed,

@@ -25,6 +25,7 @@ __global__ void ddaBarrierKernel(dev::PeerPtrs peers, uint64_t* counter, FailPar
 class DdaBarrier final : public DeviceAlgo {
  public:
   const char* name() const override { return "peer-barrier"; }
+  uint32_t regions(const CollArgs&) const override { return 0; }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     return a.type == CollType::Barrier && ctx.peerUsable();
   }

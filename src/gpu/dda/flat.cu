@@ -14,6 +14,7 @@
 //      writes the result to `recv`. The same thread reads send[u] before writing recv[u], so
 //      in-place works.
 // No barrier is needed: the data is the flag, and a stale packet (older epoch) never equals f.
+// The slots and epochs are those of the LL family (dda/ll.cuh), shared with the LL exchange.
 // Why a slot is never overwritten while a peer still reads it: rank A writes set s again at epoch
 // e + 2 only after finishing epoch e + 1, which needed at least one packet of epoch e + 1 from
 // rank B (every launch has >= 1 unit); B pushes epoch e + 1 packets only after its epoch-e kernel
@@ -21,8 +22,9 @@
 // it), i.e. after B has read everything of set s at epoch e; a B that stopped in epoch e raised
 // the abort word and pushes nothing more. A wait that stops (abort, host request, deadline; all
 // recorded by the Waiter) ends the thread's consumption; its block then poisons all of `recv`.
+#include "gpu/device/units.cuh"  // first: the GPU runtime before core/ headers (HIP)
 #include "core/lamport.h"
-#include "gpu/device/units.cuh"
+#include "gpu/dda/ll.cuh"
 
 namespace cclx {
 namespace {
@@ -42,9 +44,7 @@ struct FlatParams {
 };
 
 __device__ __forceinline__ uint4* flatSlot(const FlatParams& p, int dst, int set, int src, size_t i) {
-  char* base = p.peers.staging[dst] +
-               ((size_t(set) * p.size + src) * kFlatBlocks + blockIdx.x) * p.slotBytes;
-  return reinterpret_cast<uint4*>(base) + i;
+  return dev::llSlot(p.peers.staging[dst], p.size, set, src, p.slotBytes, i);
 }
 
 /// Returns true when this thread stopped waiting (the call failed).
@@ -119,21 +119,17 @@ __global__ void __launch_bounds__(512) ddaFlatKernel(FlatParams p) {
   if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
 }
 
-size_t flatSlotBytes(const DeviceCtx& ctx) {
-  size_t region = ctx.peer->regionBytes(StagingRegion::kFlat);
-  return (region / (2 * size_t(ctx.size) * kFlatBlocks)) & ~size_t(15);
-}
-
 bool flatFits(size_t bytes, const DeviceCtx& ctx) {
   if (!ctx.peerUsable() || bytes == 0) return false;
   size_t units = (bytes + 7) / 8;
   size_t per = (units + kFlatBlocks - 1) / kFlatBlocks;
-  return per <= flatSlotBytes(ctx) / 16;
+  return per <= llSlotBytes(ctx) / 16;
 }
 
 class DdaFlat final : public DeviceAlgo {
  public:
   const char* name() const override { return "flat"; }
+  uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFlat); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     return a.type == CollType::AllReduce && ddaOpSupported(a.op.kind, a.dtype) &&
            flatFits(a.bytes(), ctx);
@@ -145,7 +141,7 @@ class DdaFlat final : public DeviceAlgo {
     dev::fillCallParams(p, a, ctx, kCounterFlat);
     size_t units = (bytes + 7) / 8;
     p.per = (units + kFlatBlocks - 1) / kFlatBlocks;
-    p.slotBytes = flatSlotBytes(ctx);
+    p.slotBytes = llSlotBytes(ctx);
     int threads = int(std::min<size_t>(512, std::max<size_t>(32, (p.per + 31) / 32 * 32)));
     const gpurt::LaunchCheck launched;
     auto s = static_cast<cudaStream_t>(stream);
@@ -155,6 +151,11 @@ class DdaFlat final : public DeviceAlgo {
 };
 
 }  // namespace
+
+size_t llSlotBytes(const DeviceCtx& ctx) {
+  size_t region = ctx.peer->regionBytes(StagingRegion::kFlat);
+  return (region / (2 * size_t(ctx.size) * kFlatBlocks)) & ~size_t(15);
+}
 
 std::unique_ptr<DeviceAlgo> makeDdaFlat() { return std::make_unique<DdaFlat>(); }
 

@@ -88,6 +88,16 @@ __device__ __forceinline__ void raiseTimeout(const FailParams& f, int missing) {
   raiseAbort(f, kAbortTimeout, 1u << missing);
 }
 
+/// Records that `peer` sent a message of another length than this rank expected (all-to-all-v
+/// counts that disagree) and raises the abort word, naming it; the caller stops and poisons.
+__device__ __forceinline__ void raiseMismatch(const FailParams& f, int peer) {
+  volatile uint32_t* e = f.err;
+  e[kErrMissing + peer] = 1u;
+  if (e[kErrCode] == kErrNone) e[kErrCode] = kErrMismatch;
+  fenceSystem();
+  raiseAbort(f, kAbortMismatch, 1u << peer);
+}
+
 /// Kernel entry (all threads of the block, block-uniform result): true when the comm is aborted;
 /// the kernel then poisons its share of the output, advances its counters and returns without
 /// touching any peer. Records the abort in the error words (one thread).

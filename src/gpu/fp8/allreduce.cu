@@ -226,6 +226,7 @@ void launchT(const Params& p, int grid, int B, cudaStream_t st) {
 class Fp8AllReduce : public DeviceAlgo {
  public:
   const char* name() const override { return "fp8"; }
+  uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFp8); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllReduce) return false;
     if (a.dtype != DataType::f32 && a.dtype != DataType::bf16 && a.dtype != DataType::f16)

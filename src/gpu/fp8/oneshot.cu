@@ -246,6 +246,7 @@ void launchT(const OneShotParams& p, int grid, int B, cudaStream_t st) {
 class Fp8OneShotAllReduce : public DeviceAlgo {
  public:
   const char* name() const override { return "fp8_oneshot"; }
+  uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFp8OneShot); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllReduce || !ctx.peerUsable() || ctx.size < 2 ||
         ctx.size > kMaxRanks || a.count == 0)

@@ -1,0 +1,32 @@
+// The exchange collectives of the DDA kernels (all-gather, reduce-scatter, all-to-all,
+// all-to-all-v, and the list forms of the first two) described once as per-peer messages: what
+// this rank sends to each rank and where each rank's message lands. The LL (xchg_ll.cu) and
+// pipelined (xchg_pipe.cu) kernels take this plan; neither knows which collective it runs.
+// Plain C++.
+#pragma once
+
+#include <cstddef>
+
+#include "gpu/algo.h"
+
+namespace cclx {
+
+struct XchgPlan {
+  const char* src[kMaxRanks] = {};  // message to rank d (d == rank: the own part)
+  size_t srcBytes[kMaxRanks] = {};
+  char* dst[kMaxRanks] = {};        // copy: where rank s's message lands; reduce: dst[s] = output
+  size_t dstBytes[kMaxRanks] = {};  // bytes expected from rank s (reduce: the output's size)
+  bool reduce = false;              // reduce-scatter: combine every rank's message into dst[0]
+  bool aligned = false;             // every pointer of a non-empty message is 16-byte aligned
+  bool symmetric = false;           // every message has the same length on every rank
+  size_t maxBytes = 0;              // the largest message of this rank (sent or received)
+};
+
+/// The plan of a validated call of AllGather, ReduceScatter, AllToAll or AllToAllV on `rank` of
+/// `size` ranks. False when the exchange kernels cannot run it: another collective, or list
+/// buffers that overlap other than in place (a list's own buffer being the input / output).
+/// Single-buffer forms with overlapping buffers are planned as given: the backend first stages
+/// the input (xchgNeedsStagedInput, dda.h).
+bool xchgPlan(const CollArgs& a, int rank, int size, XchgPlan& p);
+
+}  // namespace cclx

@@ -1,0 +1,365 @@
+// DDA pipelined exchange: all-gather, reduce-scatter, all-to-all and all-to-all-v at any size, in
+// one kernel, as chunks pushed through double-buffered inboxes with per-pair flags.
+//
+// Synchronization contract. The grid is always ddaTreeBlocks() blocks, identical on every rank;
+// block b only ever synchronizes with block b of the peers. Rank o's kXchg region holds, for every
+// other rank s and block b, two inboxes [s][b][parity] of `inboxBytes` (a 16-byte header: the
+// message's length and the chunk's sequence number, then capV 16-byte vectors). Every message of
+// the plan (xchg.h: the message from each rank to each rank) is cut into G parts on 16-byte
+// boundaries (part b for block b), each part into chunks of capV vectors; a pair's part always
+// has at least one chunk (header only when empty), so both ends count the same chunks whenever
+// they agree on the length. Per pair and block the sender counts chunks sent (counters `sent`) and
+// the receiver chunks received (`recvd`), both only increasing across calls: chunk k of a call has
+// sequence number q = (count at entry) + k + 1 and uses inbox parity q & 1. Round k of block b:
+//   1. for every peer d that gets a chunk k: thread d waits until d's ack of this block reached
+//      q - 2 (d finished reading that inbox parity), then the block writes the chunk and its
+//      header into d's inbox [rank][b][q & 1] and thread d releases the data flag (rank, b) in
+//      d's exchange signal region (st.release.sys after the block barrier);
+//   2. for every peer s that sends a chunk k: thread s waits (acquire) for s's data flag to reach
+//      q_s; the header's length must equal what this rank expects from s (else the call fails
+//      naming s: all-to-all-v counts disagree); the block copies the chunk to plan.dst[s] (or,
+//      reduce-scatter, combines ranks 0..N-1 in order, its own part straight from plan.src[rank],
+//      and writes plan.dst[0]); the own part of a copy goes straight from src to dst (skipped
+//      when both are the same memory); then thread s releases its ack (rank, b) in s's region.
+// Pushes of a round precede its waits on every rank, and a wait only needs what peers did in this
+// or earlier rounds, so there is no cycle. Inbox reuse: a sender writes parity p for chunk q only
+// after the receiver acknowledged chunk q - 2 (the last one of that parity), across calls alike
+// (the counts continue). In place (the conventions of xchg.h): a chunk of an output block is
+// written in the same round, by the same block, after that block pushed the same chunk of the
+// input block at the same memory; the own part of a reduce-scatter is read and written by the same
+// thread. Each thread moves kUnroll independent 16-byte vectors per iteration; the partial last
+// vector of a message is read and written byte-exact. Failure model (device/fail.cuh): a block
+// that finds the abort word raised at entry poisons its share of every output; a wait that stops
+// (abort, host request, deadline; recorded) or a length mismatch ends the block's work and it
+// poisons every output. Either way every counter advances by its pair's chunk count, as on
+// success.
+#include "gpu/dda/xchg.h"
+#include "gpu/device/units.cuh"
+
+namespace cclx {
+namespace {
+
+constexpr int kUnroll = 2;
+constexpr int kThreads = 512;
+
+struct PipeParams {
+  char* region[kMaxRanks];        // every rank's kXchg region
+  uint64_t* flags[kMaxRanks];     // every rank's kXchg signal region: data [src][b], acks [dst][b]
+  const char* src[kMaxRanks];     // XchgPlan
+  size_t srcBytes[kMaxRanks];
+  char* dst[kMaxRanks];
+  size_t dstBytes[kMaxRanks];
+  size_t inboxBytes;              // one inbox: a 16-byte header + capV vectors
+  size_t capV;
+  uint64_t* sent;                 // chunks sent [peer][block] (kMaxRanks * kMaxBlocks)
+  uint64_t* recvd;                // chunks received [peer][block]
+  FailParams fail;
+  int rank, size;
+  RedOpKind op;
+  double factor;
+  bool reduce;
+  bool aligned;
+};
+
+struct Range {
+  size_t lo, hi;
+};
+/// Part idx of n items split into `parts` balanced ranges.
+__device__ __forceinline__ Range split(size_t n, int parts, int idx) {
+  const size_t base = n / parts, rem = n % parts;
+  const size_t s = idx * base + min(size_t(idx), rem);
+  return {s, s + base + (size_t(idx) < rem ? 1 : 0)};
+}
+
+/// Block b's part of a message of `bytes` (in 16-byte vectors) and its chunk count (>= 1).
+struct Part {
+  Range v;         // vectors [lo, hi)
+  size_t chunks;
+};
+__device__ __forceinline__ Part partOf(size_t bytes, size_t capV) {
+  Part p;
+  p.v = split((bytes + 15) / 16, gridDim.x, blockIdx.x);
+  const size_t n = p.v.hi - p.v.lo;
+  p.chunks = n == 0 ? 1 : (n + capV - 1) / capV;
+  return p;
+}
+
+__device__ __forceinline__ size_t dataFlag(int src) { return size_t(src) * kMaxBlocks + blockIdx.x; }
+__device__ __forceinline__ size_t ackFlag(int dst) {
+  return size_t(kMaxRanks + dst) * kMaxBlocks + blockIdx.x;
+}
+
+/// Inbox [src][blockIdx.x][par] in rank `owner`'s region.
+__device__ __forceinline__ char* inbox(const PipeParams& p, int owner, int src, int par) {
+  const int slot = src < owner ? src : src - 1;
+  return p.region[owner] + ((size_t(slot) * gridDim.x + blockIdx.x) * 2 + par) * p.inboxBytes;
+}
+
+/// Vector v (16 bytes, `valid` of them real) of a user buffer. Al: the buffer is 16-byte aligned.
+template <bool Al>
+__device__ __forceinline__ uint4 ldUser(const char* base, size_t v, int valid) {
+  if (Al && valid == 16) return *reinterpret_cast<const uint4*>(base + v * 16);
+  uint32_t w[4];
+  dev::loadUnit<16>(base + v * 16, valid, w);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+template <bool Al>
+__device__ __forceinline__ void stUser(char* base, size_t v, int valid, uint4 x) {
+  if (Al && valid == 16) {
+    *reinterpret_cast<uint4*>(base + v * 16) = x;
+    return;
+  }
+  uint32_t w[4] = {x.x, x.y, x.z, x.w};
+  dev::storeUnit<16>(base + v * 16, valid, w);
+}
+__device__ __forceinline__ int validOf(size_t bytes, size_t v) {
+  const size_t left = bytes - v * 16;
+  return left < 16 ? int(left) : 16;
+}
+
+/// Chunk k's vectors of a part.
+__device__ __forceinline__ Range chunkOf(const Part& pt, size_t k, size_t capV) {
+  const size_t lo = min(pt.v.lo + k * capV, pt.v.hi);
+  return {lo, min(lo + capV, pt.v.hi)};
+}
+
+/// Copies vectors [r.lo, r.hi) of a message of `bytes` from `from` (vector v at from[v - r.lo]
+/// when `fromBox`, else the user buffer) to `to` (likewise).
+template <bool Al>
+__device__ __forceinline__ void moveChunk(const char* from, bool fromBox, char* to, bool toBox,
+                                          Range r, size_t bytes) {
+  const size_t bd = blockDim.x;
+  for (size_t v0 = r.lo + threadIdx.x; v0 < r.hi; v0 += kUnroll * bd) {
+    uint4 x[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const size_t v = v0 + k * bd;
+      if (v >= r.hi) break;
+      x[k] = fromBox ? dev::ldCg(reinterpret_cast<const uint4*>(from) + (v - r.lo))
+                     : ldUser<Al>(from, v, validOf(bytes, v));
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const size_t v = v0 + k * bd;
+      if (v >= r.hi) break;
+      if (toBox) reinterpret_cast<uint4*>(to)[v - r.lo] = x[k];
+      else stUser<Al>(to, v, validOf(bytes, v), x[k]);
+    }
+  }
+}
+
+/// Reduce-scatter chunk: output vectors r of the own message, ranks 0..N-1 in order.
+template <class T, RedOpKind Op, bool Al>
+__device__ __forceinline__ void reduceChunk(const PipeParams& p, Range r, const uint64_t* q0) {
+  using A = typename math::AccOf<T>::type;
+  const A factor = Op == RedOpKind::PREMUL_SUM ? A(p.factor) : A(1);
+  const size_t bytes = p.dstBytes[0], bd = blockDim.x;
+  const uint4* box[kMaxRanks];
+  for (int s = 0; s < p.size; ++s)
+    box[s] = s == p.rank ? nullptr
+                         : reinterpret_cast<const uint4*>(inbox(p, p.rank, s, int(q0[s] & 1)) + 16);
+  for (size_t v0 = r.lo + threadIdx.x; v0 < r.hi; v0 += kUnroll * bd) {
+    dev::UnitAcc<T, Op, 16> acc[kUnroll];
+    for (int s = 0; s < p.size; ++s) {
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const size_t v = v0 + k * bd;
+        if (v >= r.hi) break;
+        const uint4 x = s == p.rank ? ldUser<Al>(p.src[s], v, validOf(bytes, v)) : dev::ldCg(box[s] + (v - r.lo));
+        const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+        acc[k].add(w, s == 0, factor);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const size_t v = v0 + k * bd;
+      if (v >= r.hi) break;
+      uint32_t o[4];
+      acc[k].result(p.size, o);
+      stUser<Al>(p.dst[0], v, validOf(bytes, v), make_uint4(o[0], o[1], o[2], o[3]));
+    }
+  }
+}
+
+/// Every output of the call, poisoned by this block's share (entry) or by this block alone.
+__device__ void poisonOutputs(const PipeParams& p, bool all) {
+  for (int s = 0; s < (p.reduce ? 1 : p.size); ++s)
+    all ? dev::poisonAll(p.dst[s], p.dstBytes[s]) : dev::poisonShare(p.dst[s], p.dstBytes[s]);
+}
+
+/// Block b's whole call. Reduce: T and Op are the element type and op; copies use T = void.
+/// Returns true when the block stopped (the caller poisons).
+template <class T, RedOpKind Op, bool Al>
+__device__ bool pipeBody(const PipeParams& p, const uint64_t* s0, const uint64_t* r0) {
+  const int me = p.rank, N = p.size, t = threadIdx.x;
+  dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
+  uint64_t* const mine = p.flags[me];
+  size_t rounds = 0;
+  for (int r = 0; r < N; ++r)
+    rounds = max(rounds, max(partOf(p.srcBytes[r], p.capV).chunks, partOf(p.dstBytes[r], p.capV).chunks));
+  for (size_t k = 0; k < rounds; ++k) {
+    // 1. pushes: wait for the inbox parity to be free, write the chunks, publish them.
+    int failed = 0;
+    if (t < N && t != me && k < partOf(p.srcBytes[t], p.capV).chunks) {
+      const uint64_t q = s0[t] + k + 1;
+      if (q >= 3 && !dev::waitFlagGE(mine + ackFlag(t), q - 2, wait, t)) failed = 1;
+    }
+    if (dev::syncThreadsOr(failed)) return true;
+    dev::fenceAfterWait();
+    for (int d = 0; d < N; ++d) {
+      if (d == me) continue;
+      const Part pt = partOf(p.srcBytes[d], p.capV);
+      if (k >= pt.chunks) continue;
+      const uint64_t q = s0[d] + k + 1;
+      char* box = inbox(p, d, me, int(q & 1));
+      if (t == 0) *reinterpret_cast<uint4*>(box) = make_uint4(uint32_t(p.srcBytes[d]),
+                                                              uint32_t(p.srcBytes[d] >> 32),
+                                                              uint32_t(q), uint32_t(q >> 32));
+      moveChunk<Al>(p.src[d], false, box + 16, true, chunkOf(pt, k, p.capV), p.srcBytes[d]);
+    }
+    dev::fenceBeforeSignal();
+    __syncthreads();
+    if (t < N && t != me && k < partOf(p.srcBytes[t], p.capV).chunks)
+      dev::stReleaseSys(p.flags[t] + dataFlag(me), s0[t] + k + 1);
+    // 2. receives: wait for the chunks, check their headers, take them, acknowledge them.
+    if (t < N && t != me && k < partOf(p.dstBytes[t], p.capV).chunks) {
+      const uint64_t q = r0[t] + k + 1;
+      if (!dev::waitFlagGE(mine + dataFlag(t), q, wait, t)) {
+        failed = 1;
+      } else {
+        const uint4 h = dev::ldCg(reinterpret_cast<const uint4*>(inbox(p, me, t, int(q & 1))));
+        const uint64_t len = uint64_t(h.x) | uint64_t(h.y) << 32, seq = uint64_t(h.z) | uint64_t(h.w) << 32;
+        if (len != p.dstBytes[t] || seq != q) {
+          dev::raiseMismatch(p.fail, t);
+          failed = 1;
+        }
+      }
+    }
+    if (dev::syncThreadsOr(failed)) return true;
+    dev::fenceAfterWait();
+    if constexpr (!std::is_void_v<T>) {
+      uint64_t q[kMaxRanks];
+      for (int s = 0; s < N; ++s) q[s] = r0[s] + k + 1;
+      const Part pt = partOf(p.dstBytes[0], p.capV);
+      reduceChunk<T, Op, Al>(p, chunkOf(pt, k, p.capV), q);
+    } else {
+      for (int s = 0; s < N; ++s) {
+        const Part pt = partOf(p.dstBytes[s], p.capV);
+        if (k >= pt.chunks) continue;
+        if (s == me) {
+          if (p.src[me] != p.dst[me])
+            moveChunk<Al>(p.src[me], false, p.dst[me], false, chunkOf(pt, k, p.capV), p.dstBytes[me]);
+          continue;
+        }
+        const char* box = inbox(p, me, s, int((r0[s] + k + 1) & 1)) + 16;
+        moveChunk<Al>(box, true, p.dst[s], false, chunkOf(pt, k, p.capV), p.dstBytes[s]);
+      }
+    }
+    __syncthreads();  // the block's reads of the inboxes happen before the acks
+    if (t < N && t != me && k < partOf(p.dstBytes[t], p.capV).chunks)
+      dev::stReleaseSys(p.flags[t] + ackFlag(me), r0[t] + k + 1);
+  }
+  return false;
+}
+
+template <class T, bool Al>
+struct PipeRun {
+  const PipeParams& p;
+  const uint64_t* s0;
+  const uint64_t* r0;
+  bool& failed;
+  template <RedOpKind Op> __device__ void operator()() { failed = pipeBody<T, Op, Al>(p, s0, r0); }
+};
+
+/// T = void: the copies; otherwise the reduce-scatter of T.
+template <class T>
+__global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
+  const int b = blockIdx.x, N = p.size;
+  uint64_t s0[kMaxRanks], r0[kMaxRanks];
+  for (int r = 0; r < N; ++r) {
+    s0[r] = p.sent[r * kMaxBlocks + b];
+    r0[r] = p.recvd[r * kMaxBlocks + b];
+  }
+  if (dev::abortedAtEntry(p.fail)) {
+    poisonOutputs(p, false);
+  } else {
+    bool failed = false;
+    if constexpr (std::is_void_v<T>) {
+      failed = p.aligned ? pipeBody<void, RedOpKind::SUM, true>(p, s0, r0)
+                         : pipeBody<void, RedOpKind::SUM, false>(p, s0, r0);
+    } else if (p.aligned) {
+      dev::dispatchOp<T>(p.op, PipeRun<T, true>{p, s0, r0, failed});
+    } else {
+      dev::dispatchOp<T>(p.op, PipeRun<T, false>{p, s0, r0, failed});
+    }
+    if (dev::syncThreadsOr(failed)) poisonOutputs(p, true);
+  }
+  __syncthreads();  // every thread has read the counters
+  if (threadIdx.x < unsigned(N) && int(threadIdx.x) != p.rank) {
+    const int r = threadIdx.x;
+    p.sent[r * kMaxBlocks + b] = s0[r] + partOf(p.srcBytes[r], p.capV).chunks;
+    p.recvd[r * kMaxBlocks + b] = r0[r] + partOf(p.dstBytes[r], p.capV).chunks;
+  }
+}
+
+size_t inboxBytesOf(const DeviceCtx& ctx) {
+  const size_t G = size_t(ddaTreeBlocks(ctx));
+  return (ctx.peer->regionBytes(StagingRegion::kXchg) / (2 * size_t(ctx.size - 1) * G)) & ~size_t(15);
+}
+
+class DdaXchgPipe final : public DeviceAlgo {
+ public:
+  const char* name() const override { return "pipelined"; }
+  uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kXchg); }
+  bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
+    if (a.type != CollType::AllGather && a.type != CollType::ReduceScatter &&
+        a.type != CollType::AllToAll && a.type != CollType::AllToAllV)
+      return false;
+    if (!ctx.peerUsable() || ctx.size < 2) return false;
+    if (a.type != CollType::AllToAllV && a.count == 0) return false;
+    if (a.type == CollType::ReduceScatter && !ddaOpSupported(a.op.kind, a.dtype)) return false;
+    XchgPlan plan;
+    return inboxBytesOf(ctx) >= 32 && xchgPlan(a, ctx.rank, ctx.size, plan);
+  }
+  void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    XchgPlan plan;
+    CCLX_REQUIRE(xchgPlan(a, ctx.rank, ctx.size, plan), cclxInternalError, "pipelined exchange: no plan");
+    const int G = ddaTreeBlocks(ctx);
+    PipeParams p{};
+    for (int r = 0; r < ctx.size; ++r) {
+      p.region[r] = ctx.peer->region(r, StagingRegion::kXchg);
+      p.flags[r] = reinterpret_cast<uint64_t*>(ctx.peer->signalRegion(r, SignalRegion::kXchg));
+      p.src[r] = plan.src[r];
+      p.srcBytes[r] = plan.srcBytes[r];
+      p.dst[r] = plan.dst[r];
+      p.dstBytes[r] = plan.dstBytes[r];
+    }
+    p.inboxBytes = inboxBytesOf(ctx);
+    p.capV = p.inboxBytes / 16 - 1;
+    p.sent = ctx.counters + kCounterXchg;
+    p.recvd = ctx.counters + kCounterXchg + kMaxRanks * kMaxBlocks;
+    p.fail = failParams(a, ctx);
+    p.rank = ctx.rank;
+    p.size = ctx.size;
+    p.op = a.op.kind;
+    p.factor = a.op.factor;
+    p.reduce = plan.reduce;
+    p.aligned = plan.aligned;
+    // Threads: enough for one round of a block's largest chunk (kUnroll vectors each).
+    const size_t perBlock = std::min(p.capV, (plan.maxBytes + 15) / 16 / size_t(G) + 1);
+    const size_t want = (perBlock + kUnroll - 1) / kUnroll;
+    const int threads = int(std::min<size_t>(kThreads, std::max<size_t>(64, (want + 31) / 32 * 32)));
+    auto s = static_cast<cudaStream_t>(stream);
+    if (plan.reduce)
+      dev::dispatchType(a.dtype, [&]<class T>() { ddaXchgPipeKernel<T><<<G, threads, 0, s>>>(p); });
+    else
+      ddaXchgPipeKernel<void><<<G, threads, 0, s>>>(p);
+    CCLX_CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceAlgo> makeDdaXchgPipe() { return std::make_unique<DdaXchgPipe>(); }
+
+}  // namespace cclx

@@ -1,0 +1,106 @@
+// Plans of the exchange collectives (see xchg.h) and their in-place rules.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "gpu/dda/dda.h"
+#include "gpu/dda/xchg.h"
+
+namespace cclx {
+
+namespace {
+
+bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an && bn && x < y + bn && y < x + an;
+}
+
+// Bytes of all-to-all-v's packed send / receive buffers.
+size_t total(const std::vector<size_t>& counts, size_t es) {
+  size_t n = 0;
+  for (size_t c : counts) n += c;
+  return n * es;
+}
+
+}  // namespace
+
+bool xchgNeedsStagedInput(const CollArgs& a, int rank, int size) {
+  const size_t es = dtypeSize(a.dtype), B = a.count * es, N = size_t(size);
+  const char* send = static_cast<const char*>(a.send);
+  const char* recv = static_cast<const char*>(a.recv);
+  switch (a.type) {
+    case CollType::AllGather:
+      return a.recvList.empty() && send != recv + size_t(rank) * B && overlaps(send, B, recv, N * B);
+    case CollType::ReduceScatter:
+      return a.sendList.empty() && recv != send + size_t(rank) * B && overlaps(send, N * B, recv, B);
+    case CollType::AllToAll: return send != recv && overlaps(send, N * B, recv, N * B);
+    case CollType::AllToAllV:
+      return overlaps(send, total(a.sendCounts, es), recv, total(a.recvCounts, es));
+    default: return false;
+  }
+}
+
+bool xchgPlan(const CollArgs& a, int rank, int size, XchgPlan& p) {
+  p = XchgPlan{};
+  if (size < 2 || size > kMaxRanks) return false;
+  const size_t es = dtypeSize(a.dtype), B = a.count * es, N = size_t(size), me = size_t(rank);
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+  p.symmetric = a.type != CollType::AllToAllV;
+  switch (a.type) {
+    case CollType::AllGather:
+      for (size_t r = 0; r < N; ++r) {
+        p.src[r] = send;
+        p.srcBytes[r] = p.dstBytes[r] = B;
+        p.dst[r] = a.recvList.empty() ? recv + r * B : static_cast<char*>(a.recvList[r]);
+      }
+      if (!a.recvList.empty())
+        for (size_t r = 0; r < N; ++r) {
+          if (overlaps(send, B, p.dst[r], B) && !(r == me && p.dst[r] == send)) return false;
+          for (size_t q = r + 1; q < N; ++q)
+            if (overlaps(p.dst[q], B, p.dst[r], B)) return false;
+        }
+      break;
+    case CollType::ReduceScatter:
+      p.reduce = true;
+      for (size_t r = 0; r < N; ++r) {
+        p.src[r] = a.sendList.empty() ? send + r * B : static_cast<const char*>(a.sendList[r]);
+        p.srcBytes[r] = p.dstBytes[r] = B;
+        p.dst[r] = recv;
+      }
+      if (!a.sendList.empty())
+        for (size_t r = 0; r < N; ++r)
+          if (overlaps(p.src[r], B, recv, B) && !(r == me && p.src[r] == recv)) return false;
+      break;
+    case CollType::AllToAll:
+      for (size_t r = 0; r < N; ++r) {
+        p.src[r] = send + r * B;
+        p.dst[r] = recv + r * B;
+        p.srcBytes[r] = p.dstBytes[r] = B;
+      }
+      break;
+    case CollType::AllToAllV: {
+      if (a.sendCounts.size() != N || a.recvCounts.size() != N) return false;
+      size_t so = 0, ro = 0;
+      for (size_t r = 0; r < N; ++r) {
+        p.src[r] = send + so;
+        p.dst[r] = recv + ro;
+        p.srcBytes[r] = a.sendCounts[r] * es;
+        p.dstBytes[r] = a.recvCounts[r] * es;
+        so += p.srcBytes[r];
+        ro += p.dstBytes[r];
+      }
+      break;
+    }
+    default: return false;
+  }
+  p.aligned = true;
+  for (size_t r = 0; r < N; ++r) {
+    if (p.srcBytes[r] && (reinterpret_cast<uintptr_t>(p.src[r]) & 15)) p.aligned = false;
+    if (p.dstBytes[r] && (reinterpret_cast<uintptr_t>(p.dst[r]) & 15)) p.aligned = false;
+    p.maxBytes = std::max(p.maxBytes, std::max(p.srcBytes[r], p.dstBytes[r]));
+  }
+  return true;
+}
+
+}  // namespace cclx
