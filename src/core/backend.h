@@ -28,6 +28,7 @@ enum class CollType : int {
   Send,
   Recv,
   Barrier,
+  AllReduceRmsNorm,  // fused allreduce + residual add + RMSNorm (+ FP8): CollArgs::rms
 };
 const char* collName(CollType t);
 
@@ -44,6 +45,8 @@ struct CollArgs {
   std::vector<size_t> sendCounts;     // AllToAllV, elements per destination
   std::vector<size_t> recvCounts;     // AllToAllV, elements per source
   CollOptions opts;                   // async, stream, timeout (resolved: never 0), hints
+  RmsNormArgs rms;                    // AllReduceRmsNorm (send = rms.x, recv = rms.out,
+                                      // count = tokens * hidden)
   size_t bytes() const { return count * dtypeSize(dtype); }
   bool inPlace() const { return send == recv; }
 };

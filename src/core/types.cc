@@ -97,6 +97,7 @@ const char* collName(CollType t) {
     case CollType::Send: return "Send";
     case CollType::Recv: return "Recv";
     case CollType::Barrier: return "Barrier";
+    case CollType::AllReduceRmsNorm: return "AllReduceRmsNorm";
   }
   return "Unknown";
 }

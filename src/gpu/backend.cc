@@ -9,6 +9,7 @@
 #include "gpu/runtime.h"
 #include "gpu/dda/dda.h"
 #include "gpu/fp8/fp8.h"
+#include "gpu/fused/fused.h"
 #include "gpu/nccl/colls.h"
 
 namespace cclx {
@@ -120,6 +121,8 @@ void CudaBackend::setupAlgorithms() {
   fp8Ag_ = makeFp8AllGather();
   fp8Rs_ = makeFp8ReduceScatter();
   fp8A2a_ = makeFp8AllToAll();
+  rmsOne_ = makeRmsOneShot();
+  rmsTwo_ = makeRmsTwoShot();
   CCLX_INFO("GPU backend '%s': rank %d/%d on cuda:%d (%d SMs), peer memory %s%s", name(),
             ctx_.rank, ctx_.size, sh_->device, ctx_.smCount, pm_.usable ? "on" : "off: ",
             pm_.usable ? "" : pm_.whyNot.c_str());
@@ -156,6 +159,10 @@ Caps CudaBackend::caps(const CollArgs& a) const {
     case CollType::ReduceScatter: c.fp8 = fp8 && fp8Rs_->canRun(a, ctx_); break;
     case CollType::AllToAll: c.fp8 = fp8 && fp8A2a_->canRun(a, ctx_); break;
     case CollType::Barrier: c.peerBarrier = barrier_->canRun(a, ctx_); break;
+    case CollType::AllReduceRmsNorm:
+      c.rmsOneShot = rmsOne_->canRun(a, ctx_);
+      c.rmsTwoShot = rmsTwo_->canRun(a, ctx_);
+      break;
     default: break;
   }
   return c;
@@ -170,6 +177,9 @@ DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
     case Algo::Tree: return tree_.get();
     case Algo::PeerBarrier: return barrier_.get();
     case Algo::Fp8OneShot: return fp8Os_.get();
+    case Algo::RmsOneShot: return rmsOne_.get();
+    case Algo::RmsTwoShot: return rmsTwo_.get();
+    case Algo::RmsUnfused: break;
     case Algo::Fp8:
       return a.type == CollType::AllReduce       ? fp8Ar_.get()
              : a.type == CollType::AllGather     ? fp8Ag_.get()
@@ -182,7 +192,38 @@ DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
 
 std::string CudaBackend::selectAllReduce(const CollArgs& a) {
   const Algo algo = select(a);
+  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused)) {
+    const CollArgs ar = rmsAllReduce(a, nullptr);
+    return "unfused(" + (algo == Algo::Base ? std::string("nccl") : selectAllReduce(ar)) + ")";
+  }
   return algo == Algo::Base ? "nccl" : algoFor(a, algo)->name();
+}
+
+CollArgs CudaBackend::rmsAllReduce(const CollArgs& a, void* recv) {
+  CollArgs ar;
+  ar.type = CollType::AllReduce;
+  ar.send = a.rms.x;
+  ar.recv = recv;
+  ar.count = a.count;
+  ar.dtype = a.dtype;
+  ar.op = RedOpKind::SUM;
+  ar.opts = a.opts;
+  ar.opts.hints["low_precision"] = "off";
+  return ar;
+}
+
+void CudaBackend::enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
+  CollArgs ar = rmsAllReduce(a, a.rms.out);
+  const Algo inner = algo == Algo::Base ? Algo::Base : select(ar);
+  if (inner == Algo::Base) requireNccl(ar);
+  void* tmp = nullptr;
+  if (!ar.recv) {  // FP8 output only: the allreduce result needs a place
+    CCLX_CUDA_CHECK(cudaMallocAsync(&tmp, a.bytes(), s));
+    ar.recv = tmp;
+  }
+  enqueue(ar, inner, s, capturing);
+  launchRmsLocal(a, ar.recv, ctx_, s);
+  if (tmp) CCLX_CUDA_CHECK(cudaFreeAsync(tmp, s));
 }
 
 void CudaBackend::checkPointer(const void* p, const char* what) const {
@@ -206,6 +247,18 @@ void CudaBackend::checkPointers(const CollArgs& a) const {
     for (size_t c : a.recvCounts) total += c;
   }
   if (a.type == CollType::Barrier || total == 0) return;
+  if (a.type == CollType::AllReduceRmsNorm) {
+    const RmsNormArgs& r = a.rms;
+    checkPointer(r.x, "x");
+    checkPointer(r.residual, "residual");
+    checkPointer(r.residualOut, "residualOut");
+    checkPointer(r.weight, "weight");
+    checkPointer(r.out, "out");
+    checkPointer(r.fp8Out, "fp8Out");
+    checkPointer(r.scales, "scales");
+    checkPointer(r.staticScale, "static scale");
+    return;
+  }
   checkPointer(a.send, "send");
   if (a.recv != a.send) checkPointer(a.recv, "recv");
   for (void* p : a.recvList) checkPointer(p, "recv list");
@@ -247,6 +300,8 @@ void CudaBackend::peerKernelDone(cudaStream_t s, bool capturing) {
 
 void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
   if (a.type != CollType::AllToAllV && a.type != CollType::Barrier && a.count == 0) return;
+  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused))
+    return enqueueRmsUnfused(a, algo, s, capturing);
   if (DeviceAlgo* alg = algoFor(a, algo)) {
     orderPeerKernel(s, capturing);
     alg->launch(a, ctx_, s);

@@ -141,6 +141,11 @@ class CudaBackend final : public Backend {
   void checkUsable(const CollArgs& a) const;
   void requireNccl(const CollArgs& a) const;
   void enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
+  /// AllReduceRmsNorm's unfused sequence: the allreduce (NCCL for Base, else what select() picks
+  /// for it) into the output (or a stream-ordered temporary), then the local norm kernel.
+  void enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
+  /// The allreduce of that sequence (a SUM of x, never FP8), into `recv`.
+  static CollArgs rmsAllReduce(const CollArgs& a, void* recv);
   void orderPeerKernel(cudaStream_t s, bool capturing);
   void peerKernelDone(cudaStream_t s, bool capturing);
   void ncclOpsPoll();
@@ -171,6 +176,7 @@ class CudaBackend final : public Backend {
   int* scratch_ = nullptr;  // 1-element NCCL barrier buffer
   std::unique_ptr<DeviceAlgo> flat_, lamport_, tree_, barrier_;
   std::unique_ptr<DeviceAlgo> fp8Ar_, fp8Os_, fp8Ag_, fp8Rs_, fp8A2a_;
+  std::unique_ptr<DeviceAlgo> rmsOne_, rmsTwo_;
   std::mutex runMu_;
   bool finalized_ = false;
 };

@@ -21,9 +21,12 @@ size_t regionBound(size_t S, int r) {
 }
 }  // namespace
 
-size_t PeerMem::regionOffset(StagingRegion r) const { return regionBound(stagingBytes, int(r)); }
+size_t PeerMem::regionOffset(StagingRegion r) const {
+  return r == StagingRegion::kFused ? stagingBytes : regionBound(stagingBytes, int(r));
+}
 
 size_t PeerMem::regionBytes(StagingRegion r) const {
+  if (r == StagingRegion::kFused) return fusedBytes;
   return regionBound(stagingBytes, int(r) + 1) - regionBound(stagingBytes, int(r));
 }
 
@@ -117,21 +120,25 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, Exchange& ex) {
 
   std::string why = checkPeers(s, who);
   size_t staging = (std::max<size_t>(s.cfg.ddaStagingBytes, 1u << 20) + 4095) & ~size_t(4095);
+  const size_t fused = (s.cfg.fusedStagingBytes + 4095) & ~size_t(4095);
+  const size_t total = staging + fused + kSignalBytes;
   char* base = nullptr;
   if (why.empty()) {
-    cudaError_t e = gpurt::mallocPeerVisible(&base, staging + kSignalBytes);
+    cudaError_t e = gpurt::mallocPeerVisible(&base, total);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      why = strFormat("allocating %zu bytes of peer memory failed on rank %d: %s", staging + kSignalBytes,
+      why = strFormat("allocating %zu bytes of peer memory failed on rank %d: %s", total,
                       s.rank, cudaGetErrorString(e));
       base = nullptr;
     } else {
       // Before publishing: flags start at 0, LL slots hold no valid epoch, and the Lamport
-      // inboxes (DDA and FP8 one-shot) are empty (all ones).
-      CCLX_CUDA_CHECK(cudaMemset(base, 0, staging + kSignalBytes));
+      // inboxes (DDA, FP8 one-shot, fused) are empty (all ones).
+      CCLX_CUDA_CHECK(cudaMemset(base, 0, total));
       PeerMem lay;
       lay.stagingBytes = staging;
-      for (StagingRegion r : {StagingRegion::kLamport, StagingRegion::kFp8OneShot})
+      lay.fusedBytes = fused;
+      for (StagingRegion r : {StagingRegion::kLamport, StagingRegion::kFp8OneShot,
+                              StagingRegion::kFused})
         CCLX_CUDA_CHECK(cudaMemset(base + lay.regionOffset(r), 0xFF, lay.regionBytes(r)));
       CCLX_CUDA_CHECK(cudaDeviceSynchronize());
     }
@@ -149,10 +156,11 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, Exchange& ex) {
   }
 
   pm.stagingBytes = staging;
+  pm.fusedBytes = fused;
   cudaIpcMemHandle_t h;
   CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&h, base));
   pm.staging[s.rank] = base;
-  pm.signal[s.rank] = base + staging;
+  pm.signal[s.rank] = base + staging + fused;
   const std::vector<std::string> handles =
       ex.allGather("peer/handle", std::string(reinterpret_cast<char*>(&h), sizeof(h)));
   for (int r = 0; r < s.size; ++r) {
@@ -173,10 +181,10 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, Exchange& ex) {
                  s.rank, cudaGetErrorString(e));
     }
     pm.staging[r] = static_cast<char*>(p);
-    pm.signal[r] = static_cast<char*>(p) + staging;
+    pm.signal[r] = static_cast<char*>(p) + staging + fused;
   }
   pm.usable = true;
-  CCLX_INFO("peer memory on: %d ranks, staging %zu bytes per rank%s", s.size, staging,
+  CCLX_INFO("peer memory on: %d ranks, staging %zu + %zu bytes per rank%s", s.size, staging, fused,
             pm.sharing.empty() ? "" : " (some ranks share a GPU)");
 }
 

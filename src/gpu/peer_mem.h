@@ -10,10 +10,14 @@
 //   [kLamport]    [4S/22, 8S/22)   DDA Lamport allreduce: inboxes [parity][src], 0xFF at init
 //   [kFp8]        [8S/22, 12S/22)  FP8 collectives (gpu/fp8/*.cu); owned entirely by them
 //   [kFp8OneShot] [12S/22, S)      FP8 one-shot allreduce: inboxes [parity][src], 0xFF at init
-// (boundaries rounded down to 256 bytes; the 176 MiB default gives 8 / 24 / 32 / 32 / 80 MiB)
+//   [kFused]      [S, S + F)       fused allreduce + RMSNorm (gpu/fused): two parity halves of
+//                                  inboxes, 0xFF at init (F = CCLX_FUSED_STAGING_BYTES)
+// (boundaries rounded down to 256 bytes; the 176 MiB default gives 8 / 24 / 32 / 32 / 80 MiB;
+// F is rounded up to 4 KiB, 32 MiB by default)
 // Regions are disjoint so that one algorithm's late readers are never overwritten by another
 // algorithm that a faster peer already started.
 //
+// The signal area follows the staging (at S + F).
 // Signal area layout (bytes, kSignalBytes total, zeroed before the handles are published):
 //   [0,       64 KiB)   barrier kernel flags: uint64 [kMaxRanks] (index = source rank)
 //   [64 KiB, 256 KiB)   DDA tree flags: uint64 [2 phases][kMaxBlocks][kMaxRanks]
@@ -39,7 +43,14 @@ constexpr int kMaxRanks = 8;       // largest world size with peer memory
 constexpr int kMaxBlocks = 128;    // largest grid of any peer-memory kernel
 constexpr size_t kSignalBytes = 1u << 20;
 
-enum class StagingRegion : int { kFlat = 0, kTree = 1, kLamport = 2, kFp8 = 3, kFp8OneShot = 4 };
+enum class StagingRegion : int {
+  kFlat = 0,
+  kTree = 1,
+  kLamport = 2,
+  kFp8 = 3,
+  kFp8OneShot = 4,
+  kFused = 5,
+};
 enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2, kControl = 3 };
 
 /// How ranks trade setup records: every rank calls allGather() with the same tag and gets every
@@ -67,7 +78,8 @@ struct PeerMem {
   int rank = 0;             // this rank (global rank == index below)
   int size = 1;
   int device = -1;
-  size_t stagingBytes = 0;  // per rank
+  size_t stagingBytes = 0;  // per rank: the regions kFlat..kFp8OneShot (S)
+  size_t fusedBytes = 0;    // per rank: region kFused (F), after them
   char* staging[kMaxRanks] = {};   // staging[r]: rank r's staging buffer (r == rank: local)
   char* signal[kMaxRanks] = {};    // signal[r]: rank r's signal area
 
