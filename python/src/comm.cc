@@ -141,6 +141,7 @@ void bindComm(nb::module_& m) {
 
   bindReductions(c);
   bindDataMovement(c);
+  bindFused(c);
 
   c.def(
        "split",
