@@ -8,10 +8,13 @@
 #                     back-to-back calls, graph replay, a missing rank, a killed rank, NCCL errors
 #   test_gpu_failure  the failure model: late and dead ranks, replays after a timeout, the
 #                     watchdog ending the process (docs/DESIGN.md "Failure model")
+#   test_gpu_rmsnorm  the fused allreduce + residual add + RMSNorm (+ FP8): one-shot, two-shot
+#                     and the unfused sequence against the host twin, back to back, graph
+#                     replay, a missing rank
 set -u -o pipefail
 BUILD=${1:?usage: scripts/gpu_shared.sh BUILD_DIR [WORLD_SIZES]}
 SIZES=${2:-2 3 4 5 8}
-BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5}
+BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5 test_gpu_rmsnorm}
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
