@@ -6,6 +6,8 @@
 // blocks; selection, settings, bad arguments and a missing rank.
 #include <gtest/gtest.h>
 
+#include <cclx/cclx.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -446,6 +448,40 @@ TEST(HostRmsNorm, MissingRankIsNamedAndOutputsPoisoned) {
       for (char ch : got.y) MP_CHECK(uint8_t(ch) == 0xff, "output not poisoned");
       for (char ch : got.q) MP_CHECK(uint8_t(ch) == 0xff, "FP8 output not poisoned");
     }
+  });
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// The C API: cclxAllReduceRmsNorm gives the C++ call's bits; bad arguments fail with a message.
+TEST(HostRmsNorm, CApi) {
+  auto res = runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    cclxUniqueId id;
+    if (rank == 0) {
+      MP_CHECK(cclxGetUniqueId(&id) == cclxSuccess);
+      store->set("uid", std::string(id.internal, sizeof(id.internal)));
+    } else {
+      const std::string s = store->get("uid", std::chrono::seconds(30));
+      std::memcpy(id.internal, s.data(), sizeof(id.internal));
+    }
+    cclxComm_t comm = nullptr;
+    MP_CHECK(cclxCommInitRank(&comm, size, id, rank, -1) == cclxSuccess, "%s", cclxGetLastError(nullptr));
+    const Case c = mk(DataType::bf16, 6, 1000, true);
+    const Data d = generate(c, size, 77);
+    Bufs b(c, d, rank);
+    const RmsNormArgs a = b.args(c, d);
+    const cclxResult_t rc = cclxAllReduceRmsNorm(a.x, a.residual, a.residualOut, a.weight, a.out,
+                                                 a.fp8Out, a.scales, nullptr, c.tokens, c.hidden,
+                                                 cclxBfloat16, c.eps, comm, nullptr);
+    MP_CHECK(rc == cclxSuccess, "%s", cclxGetLastError(comm));
+    const std::string e = sameBits(b.out(c), unfused(c, d, allreduceBits(c, d)));
+    MP_CHECK(e.empty(), "C API: %s", e.c_str());
+    MP_CHECK(cclxAllReduceRmsNorm(a.x, a.residual, a.residualOut, a.weight, a.out, a.fp8Out,
+                                  nullptr, nullptr, c.tokens, c.hidden, cclxBfloat16, c.eps, comm,
+                                  nullptr) == cclxInvalidArgument);
+    MP_CHECK(std::string(cclxGetLastError(comm)).find("scales") != std::string::npos, "%s",
+             cclxGetLastError(comm));
+    MP_CHECK(cclxCommFinalize(comm) == cclxSuccess);
+    MP_CHECK(cclxCommDestroy(comm) == cclxSuccess);
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }

@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(512) rmsOneShotKernel(PeerParams p) {
   if (dev::abortedAtEntry(p.fail)) {
     poisonShare(p.row, S);
   } else {
+    dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));  // from the kernel's start
     const RowOps<T> ops(p.row);
     const int N = p.size, me = p.rank, par = int(epoch & 1);
     const size_t V = ops.V, slot = (p.half / size_t(N - 1)) & ~size_t(15);
@@ -73,7 +74,6 @@ __global__ void __launch_bounds__(512) rmsOneShotKernel(PeerParams p) {
         for (int r = 0; r < N; ++r)
           if (r != me) dev::stVolatile16(box(r, me) + (row * V + v) * 16, x);
       }
-    dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
     bool failed = false, stopped = false;
     for (size_t row = blockIdx.x; row < p.row.tokens && !stopped; row += G) {
       float acc[kMaxAcc] = {};

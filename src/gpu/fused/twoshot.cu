@@ -73,6 +73,7 @@ __global__ void __launch_bounds__(512) rmsTwoShotKernel(PeerParams p) {
   if (dev::abortedAtEntry(p.fail)) {
     poisonShare(p.row, S);
   } else {
+    dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));  // from the kernel's start
     const RowOps<T> ops(p.row);
     const int N = p.size, me = p.rank, par = int(epoch & 1);
     const size_t V = ops.V, tokens = p.row.tokens, G = gridDim.x, Tb = blockDim.x;
@@ -90,7 +91,6 @@ __global__ void __launch_bounds__(512) rmsTwoShotKernel(PeerParams p) {
       char* dst = rsBox(s, me) + (row - firstRow(tokens, N, s)) * V * 16;
       for (size_t v = threadIdx.x; v < V; v += Tb) dev::stVolatile16(dst + v * 16, ops.own(row, v));
     }
-    dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
     bool failed = false, stopped = false;
     const size_t mine0 = firstRow(tokens, N, me);
     // 2. reduce, normalize and send the own rows.
