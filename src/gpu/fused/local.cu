@@ -5,8 +5,9 @@
 // Contract: no peer memory and no waiting; block b handles rows b, b + G, ...; each thread reads
 // its vectors of `ar` and `residual` before it writes the same vectors of the outputs, so ar may be
 // the output y (the allreduce ran into it) or x (in place), and residualOut may be residual.
-#include "gpu/fused/fused.h"
 #include "gpu/fused/row.cuh"
+
+#include "gpu/fused/fused.h"
 
 namespace cclx {
 namespace {

@@ -15,9 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/device/units.cuh"  // first: the GPU runtime headers (CUDA or HIP)
+
 #include "core/lamport.h"
 #include "core/rmsnorm.h"
-#include "gpu/device/units.cuh"
 
 namespace cclx {
 namespace fused {
@@ -149,11 +150,12 @@ struct RowOps {
     const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5), wpb = int(blockDim.x >> 5);
 #pragma unroll
     for (int k = 0; k < kMaxAcc; ++k) {
-      if (k >= K) break;
-      float s = acc[k];
+      if (k < K) {  // block-uniform
+        float s = acc[k];
 #pragma unroll
-      for (int m = 16; m >= 1; m >>= 1) s = fp8::addRn(s, dev::shflXor32(s, m));
-      if (lane == 0) sh.group[warp + k * wpb] = s;
+        for (int m = 16; m >= 1; m >>= 1) s = fp8::addRn(s, dev::shflXor32(s, m));
+        if (lane == 0) sh.group[warp + k * wpb] = s;
+      }
     }
     __syncthreads();
     if (warp == 0) {

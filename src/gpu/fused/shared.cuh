@@ -19,8 +19,9 @@
 // dev::Waiter; a block that stops poisons every output and still advances its counter.
 #pragma once
 
-#include "gpu/fused/fused.h"
 #include "gpu/fused/row.cuh"
+
+#include "gpu/fused/fused.h"
 
 namespace cclx {
 namespace fused {

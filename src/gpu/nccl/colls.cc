@@ -208,6 +208,7 @@ void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, cuda
       ncclCheck(L.recv(recv, a.count, t, a.root, c, s), "ncclRecv", c);
       return;
     case CollType::Barrier:
+    case CollType::AllReduceRmsNorm:  // the backend runs NCCL's allreduce + a norm kernel
       break;
   }
   CCLX_THROW(cclxInternalError, "ncclRunCollective: unexpected collective %s", collName(a.type));
