@@ -305,7 +305,7 @@ TEST(GpuRmsNorm, AutoAndFewTokens) {
       mk(DataType::bf16, 3, 8192, "twoshot", nullptr, true),
       mk(DataType::f16, 2, 128, "oneshot", "fused_oneshot"),
       mk(DataType::f32, 1, 16384, nullptr, nullptr, true),
-      mk(DataType::bf16, 2048, 4096, nullptr, nullptr),  // 16 MiB: beyond the fused inboxes
+      mk(DataType::bf16, 2048, 4096, nullptr, nullptr),  // 16 MiB: the fused inboxes' limit
   };
   runSuite(cases, 500);
 }
