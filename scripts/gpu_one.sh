@@ -7,7 +7,8 @@
 #                               suites (test_gpu_shared, test_gpu_failure, test_gpu_shared_colls)
 #                               (scripts/gpu_shared.sh; N = world sizes, default "2 3 4 5 8")
 #   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench,
-#                               cclx-perf baselines) and the TP benchmark smoke run
+#                               cclx-perf baselines, the fused allreduce + RMSNorm custom ops at 1,
+#                               2 and 3 ranks) and the TP benchmark smoke run
 #                               (bench/tp_smoke.sh)
 #   scripts/gpu_one.sh baselines  the cclx-perf baselines at world size 1: nccl, nccl-sym (NCCL
 #                               symmetric windows: registration, graph capture) and torch-symm
@@ -50,7 +51,7 @@ build)
       { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
   fi
   # TARGETS overrides what is built (default: everything the stages below run).
-  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls} \
+  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_rmsnorm} \
        >>"$log" 2>&1; then
     grep -E "error|FAILED" "$log" | head -40
     line "BUILD FAILED"

@@ -166,6 +166,24 @@ cclxResult_t cclxGroupSendRecv(const cclxP2PMessage* sends, int nsends,
                                const cclxP2PMessage* recvs, int nrecvs, cclxDataType_t datatype,
                                cclxComm_t comm, void* stream);
 
+/* Fused allreduce + residual add + RMSNorm (+ FP8 e4m3) of tensor-parallel inference, per token
+ * row of `hidden` elements (f32, bf16 or f16; fp32 arithmetic; docs/DESIGN.md "Fused allreduce +
+ * RMSNorm" gives every rounding):
+ *   residualOut = allreduce_sum(x) + residual
+ *   out         = residualOut * rsqrt(mean(residualOut^2) + eps) * weight
+ *   fp8Out      = e4m3(out / scale), scales[t] = scale (per-token amax / 448, or *staticScale)
+ * x, residual, residualOut, out, fp8Out: [tokens, hidden]; weight: [hidden]; scales: [tokens]
+ * floats; staticScale: one float (device memory on CUDA comms) or NULL. out may be NULL when
+ * fp8Out is set; fp8Out NULL: no quantization. out may equal x and residualOut may equal
+ * residual; no other overlap. `residual` must be the same on every rank. The result is the same
+ * bits on every rank. Errors: cclxInvalidArgument (dtype, hidden outside 1..2^24-1, eps not finite
+ * and >= 0, NULL buffers, overlaps), as the other collectives otherwise. */
+cclxResult_t cclxAllReduceRmsNorm(const void* x, const void* residual, void* residualOut,
+                                  const void* weight, void* out, void* fp8Out, float* scales,
+                                  const float* staticScale, size_t tokens, size_t hidden,
+                                  cclxDataType_t datatype, float eps, cclxComm_t comm,
+                                  void* stream);
+
 #ifdef __cplusplus
 }
 #endif

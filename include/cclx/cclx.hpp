@@ -122,7 +122,8 @@ struct Options {
   std::string name = "default";
   /// Backend: "cclx" (direct-access / FP8 algorithms, NCCL underneath) or "nccl" (plain NCCL).
   std::string backend = "cclx";
-  /// Free-form hints. Known keys: "algo" = auto|flat|lamport|tree|nccl, "low_precision" = fp8|off.
+  /// Free-form hints. Known keys: "algo" = auto|flat|lamport|tree|nccl, "low_precision" = fp8|off,
+  /// "fp8_algo" = auto|oneshot|twoshot, "fused_algo" = auto|oneshot|twoshot|unfused.
   std::map<std::string, std::string> hints;
 };
 
@@ -192,6 +193,34 @@ struct P2PRecv {
   size_t count = 0;
 };
 
+/// Arguments of Comm::allReduceRmsNorm, the fused "allreduce + residual add + RMSNorm (+ FP8
+/// quantization)" of tensor-parallel inference. Every [tokens, hidden] buffer is row-major (rows of
+/// `hidden` elements of `dtype`: f32, bf16 or f16); device memory on CUDA comms, host memory on CPU
+/// comms. Per token row, with fp32 arithmetic (docs/DESIGN.md "Fused allreduce + RMSNorm" gives
+/// every rounding):
+///   residualOut = allreduce_sum(x) + residual                   (rounded to dtype)
+///   out         = residualOut * rsqrt(mean(residualOut^2) + eps) * weight
+///   fp8Out      = e4m3(out / scale), scales[t] = scale           (when fp8Out is set)
+/// The result is the same bits on every rank and equals the unfused sequence (allreduce, then the
+/// add, the norm and the quantization) of the same inputs. `residual` must hold the same values on
+/// every rank (the tensor-parallel residual stream).
+struct RmsNormArgs {
+  const void* x = nullptr;          // [tokens, hidden]: this rank's partial sums
+  const void* residual = nullptr;   // [tokens, hidden]
+  void* residualOut = nullptr;      // [tokens, hidden]: may equal residual (updated in place)
+  const void* weight = nullptr;     // [hidden]
+  void* out = nullptr;              // [tokens, hidden] normalized output; may equal x; may be
+                                    // null when fp8Out is set
+  void* fp8Out = nullptr;           // [tokens, hidden] e4m3 codes of out, or null (no FP8)
+  float* scales = nullptr;          // [tokens] per-token scales (required with fp8Out)
+  const float* staticScale = nullptr;  // one float (device memory on CUDA comms): a static scale
+                                       // (positive, finite); null: per-token scale amax / 448
+  size_t tokens = 0;
+  size_t hidden = 0;                // 1 .. 2^24 - 1
+  DataType dtype = DataType::bf16;
+  float eps = 1e-6f;                // finite, >= 0
+};
+
 class Backend;
 struct CommState;
 
@@ -253,6 +282,11 @@ class Comm : public std::enable_shared_from_this<Comm> {
   std::shared_ptr<Work> recv(void* buf, size_t count, DataType dtype, int peer,
                              const CollOptions& o = {});
   std::shared_ptr<Work> barrier(const CollOptions& o = {});
+  /// Fused allreduce + residual add + RMSNorm (+ FP8), see RmsNormArgs. Outputs must not overlap
+  /// each other or the inputs, except out == x and residualOut == residual. Hint "fused_algo" =
+  /// auto|oneshot|twoshot|unfused (CCLX_FUSED_ALGO) picks the algorithm; "algo" applies to the
+  /// allreduce of the unfused sequence.
+  std::shared_ptr<Work> allReduceRmsNorm(const RmsNormArgs& args, const CollOptions& o = {});
 
   /// Grouped point to point: every send and receive of the lists runs as one operation, which
   /// completes when all of them have. Messages between two ranks match in order (this rank's
@@ -324,6 +358,10 @@ class Comm : public std::enable_shared_from_this<Comm> {
   /// ("flat", "lamport", "tree", "fp8", "nccl", "shm-flat", ...). For tools and tests.
   std::string selectAllReduceAlgo(size_t count, DataType dtype, ReduceOp op,
                                   const CollOptions& o = {});
+  /// What allReduceRmsNorm would run for these arguments (buffers are not looked at):
+  /// "fused_oneshot", "fused_twoshot", "unfused(<allreduce algorithm>)" ("shm-fused-oneshot",
+  /// "shm-fused-twoshot", "unfused(shm-...)" on CPU comms).
+  std::string selectAllReduceRmsNormAlgo(const RmsNormArgs& args, const CollOptions& o = {});
 
   // Internal.
   explicit Comm(std::unique_ptr<CommState> st);

@@ -367,6 +367,14 @@ class Comm:
     def select_all_reduce_algo(self, count: int, dtype: int, op: ReduceOp, hints: Mapping[str, str]) -> str:
         """Name of the algorithm an all_reduce with these arguments would use."""
 
+    def all_reduce_rmsnorm(self, x: Annotated[NDArray, dict(writable=False)], residual: Annotated[NDArray, dict(writable=False)], residual_out: Annotated[NDArray, dict(writable=False)], weight: Annotated[NDArray, dict(writable=False)], out: Annotated[NDArray, dict(writable=False)] | None, fp8_out: Annotated[NDArray, dict(writable=False)] | None, scales: Annotated[NDArray, dict(writable=False)] | None, static_scale: Annotated[NDArray, dict(writable=False)] | None, dtype: int, hidden: int, eps: float, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Fused allreduce + residual add + RMSNorm (+ FP8). Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
+    def select_all_reduce_rmsnorm_algo(self, tokens: int, hidden: int, dtype: int, out: bool, fp8: bool, static_scale: bool, hints: Mapping[str, str]) -> str:
+        """What all_reduce_rmsnorm would run for these arguments."""
+
 def nccl_version() -> tuple[int, int, int] | None:
     """(major, minor, patch) of the NCCL library cclx loads (loading it if needed), or None."""
 

@@ -90,6 +90,11 @@ def header(args: Any, n: int, libs: List[str], facts: Dict[str, Any]) -> str:
     if api:
         lines.append(f"# NCCL API: dropin = {api['dropin']}, nccl = {api['real_nccl']} "
                      f"(version {api['real_nccl_version']}); vs nccl = nccl / dropin")
+    if "allreduce_rmsnorm" in args.colls:
+        lines.append(f"# allreduce_rmsnorm (rows rmsnorm/<hidden>, count = tokens): cclx = "
+                     f"all_reduce_rmsnorm (fused_algo {getattr(args, 'fused_algo', 'auto')}); "
+                     "nccl = NCCL allreduce + torch.add + torch.nn.functional.rms_norm; eps 1e-6; "
+                     "y checked against float64")
     base = facts.get("baselines") or {}
     for name, f in base.items():
         lines.append(_baseline_line(name, f))
@@ -113,7 +118,7 @@ def header(args: Any, n: int, libs: List[str], facts: Dict[str, Any]) -> str:
 
 
 def row_line(r: Dict[str, Any], libs: List[str]) -> str:
-    s = (f"  {r['coll']:>14} {r['bytes']:>12} {r['count']:>11} {r['dtype']:>5} "
+    s = (f"  {r.get('label', r['coll']):>14} {r['bytes']:>12} {r['count']:>11} {r['dtype']:>5} "
          f"{r['op']:>5} {r['root']:>4}")
     d = r.get(libs[0])
     if d:

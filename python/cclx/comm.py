@@ -7,7 +7,7 @@ import sys
 import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import _C, _hooks, _rendezvous as rdv
+from . import _C, _fused_op, _hooks, _rendezvous as rdv
 from ._comm_ops import CHECKED as _CHECKED_OPS, CommOps
 from ._tensor import CUPY, TORCH, adapt, rows, same_dtype
 
@@ -120,6 +120,7 @@ class Comm(CommOps):
         self._cuda = c.device_type == 1
         self._dev = c.device_index
         self._pending: collections.deque = collections.deque()
+        self._handle = _fused_op.register(self)
 
     # ----------------------------------------------------------------- properties
     def get_rank(self) -> int:
@@ -137,6 +138,12 @@ class Comm(CommOps):
     def get_backend(self) -> str:
         """'cclx' or 'nccl'."""
         return self._c.backend
+
+    @property
+    def handle(self) -> int:
+        """This communicator's registry handle: the `comm` argument of the torch custom ops
+        torch.ops.cclx.all_reduce_rmsnorm[_fp8]."""
+        return self._handle
 
     def get_device(self) -> Any:
         """The device: a torch.device when torch is loaded, else 'cpu' / 'cuda:N'."""
@@ -301,6 +308,132 @@ class Comm(CommOps):
         """Returns (or completes the Work) once every rank has entered the barrier."""
         w = self._c.barrier(*self._opts(TORCH, async_op, hints, timeout))
         return self._work(w, async_op, TORCH, ())
+
+    @_checked
+    def all_reduce_rmsnorm(self, x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
+                           quant: Optional[str] = None, scale: Any = None, out: Any = None,
+                           async_op: bool = False, hints: Optional[Dict[str, Any]] = None,
+                           timeout: Any = None) -> Any:
+        """Fused allreduce + residual add + RMSNorm (+ FP8) of tensor-parallel inference:
+
+            residual_out = all_reduce_sum(x) + residual          (rounded to x's dtype)
+            y = residual_out * rsqrt(mean(residual_out ** 2, -1) + eps) * weight
+
+        in float32 arithmetic, the same bits on every rank (docs/DESIGN.md "Fused allreduce +
+        RMSNorm" gives every rounding). x: this rank's partial sums, [..., hidden], float32,
+        bfloat16 or float16; residual: x's shape and dtype, the same values on every rank;
+        weight: [hidden]. eps is used as a float32.
+
+        Returns (y, residual_out). quant="fp8": (y_fp8, scales, residual_out) with y_fp8 in
+        float8_e4m3fn (torch.float8_e4m3fn; numpy: ml_dtypes' float8_e4m3fn, else uint8 codes),
+        e4m3(y / scale) rounded to nearest, saturating at 448, and scales float32 of shape
+        x.shape[:-1] + (1,) (y ~= y_fp8 * scales): per token amax(|y|) / 448, or with `scale` (a
+        one-element float32 tensor on the comm's device) that static scale for every token.
+
+        out: the tensors to write, in the order returned (None: new ones); residual_out may be
+        `residual` itself (in place) and y may be `x`; with a static scale the scales entry may
+        be None. async_op=True returns (outputs, Work). hints: e.g. {"fused_algo": "oneshot"}
+        (auto|oneshot|twoshot|unfused), {"algo": "tree"} for the unfused sequence's allreduce.
+
+        torch tensors without out/async_op/hints/timeout go through the custom ops
+        torch.ops.cclx.all_reduce_rmsnorm[_fp8] (CUDA graphs, torch.compile)."""
+        if quant not in (None, "fp8"):
+            raise rdv.bad(f"all_reduce_rmsnorm: quant must be None or 'fp8', got {quant!r}")
+        if scale is not None and quant is None:
+            raise rdv.bad("all_reduce_rmsnorm: a static scale needs quant='fp8'")
+        torch = sys.modules.get("torch")
+        is_torch = torch is not None and isinstance(x, torch.Tensor)
+        if is_torch and out is None and not async_op and not hints and timeout is None:
+            if not _fused_op._defined:
+                _fused_op.define(torch)
+            if quant is None:
+                return torch.ops.cclx.all_reduce_rmsnorm(self._handle, x, residual, weight,
+                                                         float(eps))
+            return torch.ops.cclx.all_reduce_rmsnorm_fp8(self._handle, x, residual, weight,
+                                                         float(eps), scale)
+        if out is None:
+            out = self._rmsnorm_outputs(x, residual, quant, is_torch)
+        want = 3 if quant else 2
+        if not isinstance(out, (tuple, list)) or len(out) != want:
+            raise rdv.bad(f"all_reduce_rmsnorm: out must be a tuple of {want} tensors "
+                          f"({'y_fp8, scales, residual_out' if quant else 'y, residual_out'})")
+        if quant:
+            q, s, r = out
+            if s is None and scale is None:
+                raise rdv.bad("all_reduce_rmsnorm: the scales output is needed without a static "
+                              "scale")
+            if s is None:
+                s = self._rmsnorm_outputs(x, residual, quant, is_torch)[1]
+            w = self._rmsnorm_call(x, residual, weight, eps, None, q, s, scale, r, async_op,
+                                   hints, timeout)
+            outs = (q, s, r)
+        else:
+            y, r = out
+            w = self._rmsnorm_call(x, residual, weight, eps, y, None, None, None, r, async_op,
+                                   hints, timeout)
+            outs = (y, r)
+        return (outs, w) if async_op else outs
+
+    def _rmsnorm_outputs(self, x: Any, residual: Any, quant: Optional[str], is_torch: bool):
+        shape = tuple(x.shape)
+        sshape = shape[:-1] + (1,)
+        if is_torch:
+            import torch
+
+            r = torch.empty(tuple(residual.shape), dtype=residual.dtype, device=residual.device)
+            if quant:
+                return (torch.empty(shape, dtype=torch.float8_e4m3fn, device=x.device),
+                        torch.empty(sshape, dtype=torch.float32, device=x.device), r)
+            return torch.empty(shape, dtype=x.dtype, device=x.device), r
+        import numpy as np
+
+        r = np.empty(residual.shape, dtype=residual.dtype)
+        if quant:
+            try:
+                import ml_dtypes  # type: ignore[import-not-found]
+
+                qt = np.dtype(ml_dtypes.float8_e4m3fn)
+            except ImportError:
+                qt = np.dtype(np.uint8)
+            return np.empty(shape, dtype=qt), np.empty(sshape, dtype=np.float32), r
+        return np.empty(shape, dtype=x.dtype), r
+
+    def _rmsnorm_call(self, x: Any, residual: Any, weight: Any, eps: float, y: Any, q: Any,
+                      s: Any, scale: Any, r: Any, async_op: bool = False,
+                      hints: Optional[Dict[str, Any]] = None, timeout: Any = None) -> Work:
+        """Runs the call into the given outputs (the ops' implementation and the out= path)."""
+        n = "all_reduce_rmsnorm"
+        shape = tuple(x.shape)
+        if len(shape) == 0:
+            raise rdv.bad(f"{n}: x must have at least one dimension (hidden)")
+        a, code, fw = adapt(x, f"{n}: x")
+        res, c2, _ = adapt(residual, f"{n}: residual")
+        same_dtype(code, c2, f"{n}: residual")
+        wt, c3, _ = adapt(weight, f"{n}: weight")
+        same_dtype(code, c3, f"{n}: weight")
+        ro = self._out(r, f"{n}: residual_out", code)
+        yo = None if y is None else self._out(y, f"{n}: out", code)
+        qo = so = sso = None
+        if q is not None:
+            qo, cq, _ = adapt(q, f"{n}: y_fp8", writable=True)
+            if cq not in (int(_C.DataType.fp8_e4m3), int(_C.DataType.u8)):
+                raise rdv.bad(f"{n}: y_fp8 must be float8_e4m3fn (or uint8 codes)")
+            so = self._out(s, f"{n}: scales", int(_C.DataType.f32))
+            if scale is not None:
+                sso, cs, _ = adapt(scale, f"{n}: scale")
+                same_dtype(int(_C.DataType.f32), cs, f"{n}: scale")
+        w = self._c.all_reduce_rmsnorm(a, res, ro, wt, yo, qo, so, sso, code, int(shape[-1]),
+                                       float(eps), *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw, (x, residual, weight, y, q, s, scale, r))
+
+    def get_rmsnorm_algo(self, tokens: int, hidden: int, dtype: Any, *, quant: Optional[str] = None,
+                         static_scale: bool = False, out: bool = True,
+                         hints: Optional[Dict[str, Any]] = None) -> str:
+        """What all_reduce_rmsnorm would run ("fused_oneshot", "fused_twoshot",
+        "unfused(<allreduce>)"; CPU comms: "shm-fused-oneshot", ...) (diagnostics)."""
+        return self._c.select_all_reduce_rmsnorm_algo(int(tokens), int(hidden), int(dtype),
+                                                      bool(out), quant == "fp8",
+                                                      bool(static_scale), rdv.hints_dict(hints))
 
     # ----------------------------------------------------------------- lifetime
     @_checked

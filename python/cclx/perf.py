@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from . import _perf_baselines as BL
 from . import _perf_bench as B
+from . import _perf_fused as F
 from . import _perf_report as R
 
 
@@ -57,8 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-z", "--blocking", type=int, default=0, help="host sync after each op")
     p.add_argument("-C", "--coll", default="all_reduce",
                    help="comma list of " + ",".join(B.COLLS) + " (or allgather, reducescatter, "
-                   "alltoall, alltoallv) or 'all'; all_to_all_v moves all_to_all's bytes in unequal "
-                   "splits (1.5 blocks to itself, half a block to the next rank)")
+                   "alltoall, alltoallv) or 'all' (all but allreduce_rmsnorm); all_to_all_v moves "
+                   "all_to_all's bytes in unequal splits (1.5 blocks to itself, half a block to the "
+                   "next rank); allreduce_rmsnorm is the fused allreduce + residual add + RMSNorm, "
+                   "rows by --tokens x --hidden, against NCCL allreduce + torch add + RMSNorm")
+    p.add_argument("--tokens", default="1:8192",
+                   help="allreduce_rmsnorm: token counts, 'A:B' (powers of two) or a comma list "
+                   "(default 1:8192)")
+    p.add_argument("--hidden", default="4096,8192",
+                   help="allreduce_rmsnorm: hidden sizes, comma list (default 4096,8192)")
+    p.add_argument("--fused-algo", default="auto",
+                   choices=("auto", "oneshot", "twoshot", "unfused"),
+                   help="allreduce_rmsnorm: hint fused_algo for cclx")
     p.add_argument("--algo", default="auto",
                    choices=("auto", "flat", "lamport", "tree", "nccl", "dda"),
                    help="per-call hint 'algo' for cclx (all-gather, reduce-scatter, all-to-all: "
@@ -112,13 +123,26 @@ def _resolve(args: argparse.Namespace, torch: Any) -> None:
         args.maxbytes = parse_size("256M" if args.cuda else "64M")
     names = [c.strip() for c in args.coll.split(",") if c.strip()]
     if names == ["all"]:
-        names = list(B.COLLS)
-    args.colls = [B.ALIASES.get(c, c) for c in names]
+        names = list(B.ALL)
+    args.colls = [F.ALIASES.get(c, B.ALIASES.get(c, c)) for c in names]
     for c in args.colls:
         if c not in B.COLLS:
             raise SystemExit(f"cclx-perf: unknown collective {c!r}")
     if args.stepfactor <= 1:
         raise SystemExit("cclx-perf: -f must be > 1")
+    try:
+        args.tokens = F.parse_tokens(args.tokens)
+        args.hidden = F.parse_hidden(args.hidden)
+    except ValueError as e:
+        raise SystemExit(f"cclx-perf: {e}") from None
+    if F.COLL in args.colls:
+        if args.dtype not in F.ROUNDOFF:
+            raise SystemExit(f"cclx-perf: {F.COLL} takes bf16, f16 or f32, not {args.dtype}")
+        if torch is None:
+            try:
+                import torch as _t  # noqa: F401
+            except ImportError:
+                raise SystemExit(f"cclx-perf: {F.COLL} needs torch (pip install torch)") from None
     if args.minbytes > args.maxbytes:
         raise SystemExit(f"cclx-perf: no sizes to run: -b {args.minbytes} is larger than "
                          f"-e {args.maxbytes} (bytes)")
@@ -141,6 +165,8 @@ def _resolve(args: argparse.Namespace, torch: Any) -> None:
         if _hints(args) or args.no_nccl:
             raise SystemExit("cclx-perf: --api nccl takes no --algo, --low-precision, "
                              "--fp8-algo or --no-nccl (the drop-in reads CCLX_* settings)")
+        if F.COLL in args.colls:
+            raise SystemExit(f"cclx-perf: --api nccl has no {F.COLL} (NCCL has no such call)")
         if args.baselines_explicit and args.baselines != ["nccl"]:
             raise SystemExit("cclx-perf: --api nccl compares the drop-in with the real NCCL "
                              "only; --baseline does not apply")
@@ -154,9 +180,10 @@ def _resolve(args: argparse.Namespace, torch: Any) -> None:
 def _check_plan(args: argparse.Namespace, n: int) -> None:
     """Exits with the reason when the sweep would have no row."""
     esize = B.DTYPES[args.dtype][1]
-    if B.plan(args.colls, args.minbytes, args.maxbytes, args.stepfactor, esize, n):
+    if F.COLL in args.colls or B.plan(args.colls, args.minbytes, args.maxbytes, args.stepfactor,
+                                      esize, n):
         return
-    total = [c for c in args.colls if not B.COLLS[c][1]]
+    total = [c for c in args.colls if c in B.ALL and not B.COLLS[c][1]]
     need = esize * (n if total else 1)
     raise SystemExit(
         f"cclx-perf: no sizes to run: every size from -b {args.minbytes} to -e {args.maxbytes} "
@@ -283,6 +310,13 @@ def run_rank(args: argparse.Namespace, torch: Any) -> int:
         rows.append(row)
         if rank == 0:
             print(R.row_line(row, names), flush=True)
+    if F.COLL in args.colls and args.api == "cclx":
+        import torch as torch_mod
+
+        fh = {"fused_algo": args.fused_algo} if args.fused_algo != "auto" else {}
+        rows += F.run_rows(args, torch_mod, comms, dev or torch_mod.device("cpu"), rank, n,
+                           dict(_hints(args), **fh), names, barrier, timer, ex,
+                           lambda row: rank == 0 and print(R.row_line(row, names), flush=True))
     device = "cuda" if cuda else "cpu"
     summ = R.summary(rows, names, n, device)
     if rank == 0:

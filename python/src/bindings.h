@@ -61,6 +61,8 @@ void bindDataMovement(CommClass& c);
 /// send_recv (batches), scatter, gather(_single), all_gather_v, all_to_all_list,
 /// reduce_scatter_v; set_timeout, set_hints, backend_version (comm_grouped.cc).
 void bindGrouped(CommClass& c);
+/// all_reduce_rmsnorm and its selection query (comm_fused.cc).
+void bindFused(CommClass& c);
 
 /// `seconds` (named `what` in messages) as milliseconds, rounded up; must be finite and >= 0.
 std::chrono::milliseconds msOf(double seconds, const char* what);

@@ -142,6 +142,7 @@ void bindComm(nb::module_& m) {
   bindReductions(c);
   bindDataMovement(c);
   bindGrouped(c);
+  bindFused(c);
 
   c.def(
        "split",

@@ -324,6 +324,29 @@ cclxResult_t cclxAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   });
 }
 
+cclxResult_t cclxAllReduceRmsNorm(const void* x, const void* residual, void* residualOut,
+                                  const void* weight, void* out, void* fp8Out, float* scales,
+                                  const float* staticScale, size_t tokens, size_t hidden,
+                                  cclxDataType_t datatype, float eps, cclxComm_t comm,
+                                  void* stream) {
+  return guard([&] {
+    RmsNormArgs r;
+    r.x = x;
+    r.residual = residual;
+    r.residualOut = residualOut;
+    r.weight = weight;
+    r.out = out;
+    r.fp8Out = fp8Out;
+    r.scales = scales;
+    r.staticScale = staticScale;
+    r.tokens = tokens;
+    r.hidden = hidden;
+    r.dtype = dtypeOf(datatype);
+    r.eps = eps;
+    handle(comm).comm->allReduceRmsNorm(r, streamOpts(stream));
+  });
+}
+
 cclxResult_t cclxReduce(const void* sendbuff, void* recvbuff, size_t count, cclxDataType_t datatype,
                         cclxRedOp_t op, int root, cclxComm_t comm, void* stream) {
   return guard([&] {

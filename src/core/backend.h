@@ -31,6 +31,7 @@ enum class CollType : int {
   SendRecv,        // grouped point to point (sends/recvs); scatter, gather, all-gather-v and
                    // all-to-all (lists) are lowered onto it by Comm (`what` names them)
   ReduceScatterV,  // sendList (size() entries of recvCounts[r] elements); recv gets recvCounts[rank]
+  AllReduceRmsNorm,  // fused allreduce + residual add + RMSNorm (+ FP8): CollArgs::rms
 };
 const char* collName(CollType t);
 struct CollArgs;
@@ -54,6 +55,8 @@ struct CollArgs {
   const char* what = nullptr;         // SendRecv: the collective lowered onto it ("Scatter", ...)
   size_t outCount = 0;                // ReduceScatterV: elements of this rank's output
   CollOptions opts;                   // async, stream, timeout (resolved: never 0), hints
+  RmsNormArgs rms;                    // AllReduceRmsNorm (send = rms.x, recv = rms.out,
+                                      // count = tokens * hidden)
   size_t bytes() const { return count * dtypeSize(dtype); }
   bool inPlace() const { return send == recv; }
 };

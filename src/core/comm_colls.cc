@@ -1,6 +1,7 @@
 // Comm collectives: argument validation, check mode, dispatch to the backend.
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <sstream>
 
 #include "store/bootstrap.h"
@@ -29,6 +30,7 @@ const char* apiName(CollType t) {
     case CollType::Barrier: return "barrier";
     case CollType::SendRecv: return "batch";
     case CollType::ReduceScatterV: return "reduce_scatter_v";
+    case CollType::AllReduceRmsNorm: return "all_reduce_rmsnorm";
   }
   return "collective";
 }
@@ -52,6 +54,55 @@ void checkOp(const ReduceOp& op, DataType dtype) {
                  opName(op.kind), dtypeName(dtype));
   if (op.kind == RedOpKind::PREMUL_SUM)
     CCLX_ARG_CHECK(std::isfinite(op.factor), "PREMUL_SUM factor %g is not finite", op.factor);
+}
+
+struct Span {
+  const void* p;
+  size_t n;
+  const char* what;
+};
+bool overlap(const Span& a, const Span& b) {
+  if (!a.p || !b.p || !a.n || !b.n) return false;
+  const auto x = reinterpret_cast<uintptr_t>(a.p), y = reinterpret_cast<uintptr_t>(b.p);
+  return x < y + b.n && y < x + a.n;
+}
+
+// AllReduceRmsNorm (core/rmsnorm.h). `buffers`: also the pointers (not for selection queries).
+void validateRms(const RmsNormArgs& r, bool buffers) {
+  const char* n = "AllReduceRmsNorm";
+  CCLX_ARG_CHECK(r.dtype == DataType::f32 || r.dtype == DataType::bf16 || r.dtype == DataType::f16,
+                 "%s: dtype %s is not f32, bf16 or f16", n, dtypeName(r.dtype));
+  CCLX_ARG_CHECK(r.hidden >= 1 && r.hidden < (size_t(1) << 24),
+                 "%s: hidden %zu is outside 1..16777215", n, r.hidden);
+  const size_t es = dtypeSize(r.dtype);
+  CCLX_ARG_CHECK(r.tokens <= SIZE_MAX / r.hidden / es, "%s: tokens %zu x hidden %zu is too large",
+                 n, r.tokens, r.hidden);
+  CCLX_ARG_CHECK(std::isfinite(r.eps) && r.eps >= 0, "%s: eps %g is not finite and >= 0", n,
+                 double(r.eps));
+  CCLX_ARG_CHECK(r.fp8Out || !r.staticScale, "%s: a static scale without an FP8 output", n);
+  if (!buffers || r.tokens == 0) return;
+  CCLX_ARG_CHECK(r.x && r.residual && r.residualOut && r.weight,
+                 "%s: x, residual, residualOut and weight must not be null", n);
+  CCLX_ARG_CHECK(r.out || r.fp8Out, "%s: neither an output nor an FP8 output", n);
+  CCLX_ARG_CHECK(!r.fp8Out || r.scales, "%s: an FP8 output needs the scales output", n);
+  const size_t bytes = r.tokens * r.hidden * es;
+  const Span ins[] = {{r.x, bytes, "x"}, {r.residual, bytes, "residual"},
+                      {r.weight, r.hidden * es, "weight"}, {r.staticScale, 4, "static scale"}};
+  const Span outs[] = {{r.residualOut, bytes, "residualOut"}, {r.out, bytes, "out"},
+                       {r.fp8Out, r.tokens * r.hidden, "fp8Out"},
+                       {r.fp8Out ? r.scales : nullptr, r.tokens * 4, "scales"}};
+  for (size_t i = 0; i < std::size(outs); ++i) {
+    for (size_t j = i + 1; j < std::size(outs); ++j)
+      CCLX_ARG_CHECK(!overlap(outs[i], outs[j]), "%s: outputs %s and %s overlap", n, outs[i].what,
+                     outs[j].what);
+    for (const Span& in : ins) {
+      const bool inPlace = outs[i].p == in.p && ((i == 0 && in.p == r.residual) ||
+                                                 (i == 1 && in.p == r.x));
+      CCLX_ARG_CHECK(inPlace || !overlap(outs[i], in),
+                     "%s: output %s overlaps input %s (only out == x and residualOut == residual "
+                     "may alias)", n, outs[i].what, in.what);
+    }
+  }
 }
 
 void validate(const CollArgs& a, int rank, int size) {
@@ -132,6 +183,9 @@ void validate(const CollArgs& a, int rank, int size) {
     case CollType::ReduceScatterV:
       validateReduceScatterV(a, rank, size);
       break;
+    case CollType::AllReduceRmsNorm:
+      validateRms(a.rms, true);
+      break;
   }
 }
 
@@ -150,6 +204,9 @@ std::string describe(const CollArgs& a) {
   if (a.type == CollType::ReduceScatterV)
     s = strFormat("%s dtype=%s op=%s counts=%s", apiName(a.type), dtypeName(a.dtype),
                   opName(a.op.kind), joinCounts(a.recvCounts).c_str());
+  if (a.type == CollType::AllReduceRmsNorm)
+    s += strFormat(" tokens=%zu hidden=%zu out=%d fp8=%d static=%d", a.rms.tokens, a.rms.hidden,
+                   a.rms.out != nullptr, a.rms.fp8Out != nullptr, a.rms.staticScale != nullptr);
   return s;
 }
 
@@ -361,6 +418,23 @@ std::shared_ptr<Work> Comm::recv(void* buf, size_t count, DataType dtype, int pe
 
 std::shared_ptr<Work> Comm::barrier(const CollOptions& o) {
   return dispatch(*st_, baseArgs(*st_, CollType::Barrier, nullptr, nullptr, 0, DataType::f32, o));
+}
+
+std::shared_ptr<Work> Comm::allReduceRmsNorm(const RmsNormArgs& r, const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::AllReduceRmsNorm, r.x, r.out, 0, r.dtype, o);
+  validateRms(r, false);  // the count below must not overflow
+  a.count = r.tokens * r.hidden;
+  a.rms = r;
+  return dispatch(*st_, a);
+}
+
+std::string Comm::selectAllReduceRmsNormAlgo(const RmsNormArgs& r, const CollOptions& o) {
+  requireUsable(*st_, "selectAllReduceRmsNormAlgo");
+  validateRms(r, false);
+  CollArgs a = baseArgs(*st_, CollType::AllReduceRmsNorm, nullptr, nullptr, r.tokens * r.hidden,
+                        r.dtype, o);
+  a.rms = r;
+  return st_->backend->selectAllReduce(a);
 }
 
 std::string Comm::selectAllReduceAlgo(size_t count, DataType dtype, ReduceOp op,

@@ -255,6 +255,17 @@ Config Config::fromEnv() {
   }
   readSize("CCLX_FP8_ONESHOT_MAX_BYTES", c.fp8OneShotMaxBytes);
 
+  if (const char* v = envOrNull("CCLX_FUSED_ALGO")) {
+    std::string s = lower(v);
+    if (s != "auto" && s != "oneshot" && s != "twoshot" && s != "unfused")
+      CCLX_THROW(cclxInvalidArgument,
+                 "CCLX_FUSED_ALGO='%s' is not one of auto, oneshot, twoshot, unfused", v);
+    c.fusedAlgo = s;
+  }
+  readSize("CCLX_FUSED_ONESHOT_MAX_BYTES", c.fusedOneShotMaxBytes);
+  readSize("CCLX_FUSED_TWOSHOT_MAX_BYTES", c.fusedTwoShotMaxBytes);
+  readSize("CCLX_FUSED_STAGING_BYTES", c.fusedStagingBytes);
+
   readBool("CCLX_NCCL_INTERCEPT", c.ncclIntercept);
   if (const char* v = envOrNull("CCLX_NCCL_FORWARD")) {
     std::string list = lower(v) + ",";

@@ -66,6 +66,12 @@ struct Config {
   std::string fp8AllReduceAlgo = "auto";  // CCLX_FP8_ALLREDUCE_ALGO=auto|oneshot|twoshot
   size_t fp8OneShotMaxBytes = 0;    // CCLX_FP8_ONESHOT_MAX_BYTES (0 = tuned table)
 
+  // Fused allreduce + residual add + RMSNorm (Comm::allReduceRmsNorm).
+  std::string fusedAlgo = "auto";   // CCLX_FUSED_ALGO=auto|oneshot|twoshot|unfused
+  size_t fusedOneShotMaxBytes = 0;  // CCLX_FUSED_ONESHOT_MAX_BYTES (0 = tuned table)
+  size_t fusedTwoShotMaxBytes = 0;  // CCLX_FUSED_TWOSHOT_MAX_BYTES (0 = tuned table)
+  size_t fusedStagingBytes = 32ull << 20;  // CCLX_FUSED_STAGING_BYTES: its peer-visible inboxes
+
   // NCCL drop-in (libnccl.so.2 built by cclx).
   bool ncclIntercept = true;     // CCLX_NCCL_INTERCEPT=0: forward every call to the real NCCL
   unsigned ncclForward = 0;      // CCLX_NCCL_FORWARD=allreduce,allgather,...: kForward* bits

@@ -39,6 +39,12 @@ inline std::vector<std::pair<void*, size_t>> outputSpans(const CollArgs& a, int 
       for (const P2PRecv& m : a.recvs) add(m.buf, m.count * es);
       break;
     case CollType::ReduceScatterV: add(a.recv, a.outCount * es); break;
+    case CollType::AllReduceRmsNorm:
+      add(a.rms.residualOut, a.count * es);
+      add(a.rms.out, a.count * es);
+      add(a.rms.fp8Out, a.count);
+      add(a.rms.scales, a.rms.fp8Out ? a.rms.tokens * sizeof(float) : 0);
+      break;
     case CollType::Send:
     case CollType::Barrier: break;
   }

@@ -34,6 +34,15 @@ size_t exchangeTable(CollType t, int n) {
     default: return kNever;
   }
 }
+// Fused allreduce + RMSNorm, bytes = tokens x hidden x element size. Start: TensorRT-LLM's SM90
+// tables (TP 8, hidden 4096: one-shot to 32 tokens = 256 KiB, two-shot to 512 tokens = 4 MiB;
+// TP 2: one-shot to 8 MiB) and vLLM's fusion caps ({2: 64, 4: 2, 8: 0.5} MiB); not yet measured
+// on cclx's kernels. With 2 ranks the two-shot moves more than the one-shot (r and y travel
+// back), so above the one-shot the unfused sequence runs.
+size_t fusedOneShotTable(int n) {
+  return n <= 2 ? (size_t(8) << 20) : n <= 4 ? (size_t(512) << 10) : (size_t(256) << 10);
+}
+size_t fusedTwoShotTable(int n) { return n <= 2 ? kNever : (size_t(4) << 20); }
 
 size_t pick(size_t setting, size_t table) { return setting ? setting : table; }
 
@@ -47,6 +56,7 @@ constexpr HintSpec kHints[] = {
     {"algo", "auto|flat|lamport|tree|nccl|dda"},
     {"low_precision", "fp8|off"},
     {"fp8_algo", "auto|oneshot|twoshot"},
+    {"fused_algo", "auto|oneshot|twoshot|unfused"},
 };
 
 bool listed(const char* values, const std::string& v) {
@@ -99,6 +109,52 @@ bool fp8OneShotWanted(const CollArgs& a, const Config& cfg, const Caps& c) {
 
 bool isBitwise(RedOpKind k) {
   return k == RedOpKind::BAND || k == RedOpKind::BOR || k == RedOpKind::BXOR;
+}
+
+enum class Fused { Auto, OneShot, TwoShot, Unfused };
+
+// Hint "fused_algo", else CCLX_FUSED_ALGO.
+Fused fusedWant(const CollArgs& a, const Config& cfg) {
+  const std::string* h = hint(a, "fused_algo");
+  const std::string& w = h ? *h : cfg.fusedAlgo;
+  if (w == "auto") return Fused::Auto;
+  if (w == "oneshot") return Fused::OneShot;
+  if (w == "twoshot") return Fused::TwoShot;
+  if (w == "unfused") return Fused::Unfused;
+  CCLX_THROW(cclxInvalidArgument,
+             "fused allreduce + RMSNorm algorithm '%s' is not one of auto|oneshot|twoshot|unfused",
+             w.c_str());
+}
+
+// Fused allreduce + RMSNorm. Forced: one-shot (two-shot where it does not fit, else unfused),
+// two-shot (else unfused), unfused. Auto: CPU comms one-shot up to CCLX_SHM_FLAT_MAX_BYTES,
+// two-shot above (where a row fits the step slots); GPU comms by the table (every size where ranks
+// share a GPU), never the data-as-flag kernels where they are not known to be safe.
+Algo selectRmsNorm(const CollArgs& a, const Config& cfg, const Caps& c) {
+  const Fused want = fusedWant(a, cfg);
+  (void)allReduceWant(a, cfg);  // a bad "algo" fails whatever runs
+  const Algo one = c.rmsOneShot ? Algo::RmsOneShot : c.rmsTwoShot ? Algo::RmsTwoShot : Algo::RmsUnfused;
+  const Algo two = c.rmsTwoShot ? Algo::RmsTwoShot : Algo::RmsUnfused;
+  const size_t bytes = a.bytes();
+  if (c.host) {
+    if (want == Fused::OneShot) return one;
+    if (want == Fused::TwoShot) return two;
+    if (want == Fused::Unfused) return Algo::RmsUnfused;
+    return bytes <= cfg.shmFlatMaxBytes ? one : two;
+  }
+  if (!c.peer || c.plainNccl) return Algo::Base;  // NCCL allreduce + the local norm kernel
+  switch (want) {
+    case Fused::OneShot: return one;
+    case Fused::TwoShot: return two;
+    case Fused::Unfused: return Algo::RmsUnfused;
+    case Fused::Auto: break;
+  }
+  if (!c.dataAsFlag) return Algo::RmsUnfused;
+  const size_t oneMax = c.timed ? fusedOneShotMaxBytes(cfg, c.worldSize) : kAlways;
+  const size_t twoMax = c.timed ? fusedTwoShotMaxBytes(cfg, c.worldSize) : kAlways;
+  if (bytes <= oneMax && c.rmsOneShot) return Algo::RmsOneShot;
+  if (bytes <= twoMax && c.rmsTwoShot) return Algo::RmsTwoShot;
+  return Algo::RmsUnfused;
 }
 
 Algo selectAllReduce(const CollArgs& a, const Config& cfg, const Caps& c) {
@@ -196,6 +252,9 @@ const char* algoName(Algo a) {
     case Algo::Fp8: return "fp8";
     case Algo::Fp8OneShot: return "fp8_oneshot";
     case Algo::PeerBarrier: return "peer-barrier";
+    case Algo::RmsOneShot: return "fused_oneshot";
+    case Algo::RmsTwoShot: return "fused_twoshot";
+    case Algo::RmsUnfused: return "unfused";
   }
   return "?";
 }
@@ -215,6 +274,12 @@ size_t ddaExchangeMaxBytes(const Config& cfg, CollType t, int n) {
     case CollType::AllToAll: return pick(cfg.ddaAllToAllMaxBytes, exchangeTable(t, n));
     default: return kNever;
   }
+}
+size_t fusedOneShotMaxBytes(const Config& cfg, int n) {
+  return pick(cfg.fusedOneShotMaxBytes, fusedOneShotTable(n));
+}
+size_t fusedTwoShotMaxBytes(const Config& cfg, int n) {
+  return pick(cfg.fusedTwoShotMaxBytes, fusedTwoShotTable(n));
 }
 
 bool lowPrecisionWanted(const CollArgs& a, const Config& cfg) {
@@ -246,6 +311,7 @@ Algo select(const CollArgs& a, const Config& cfg, const Caps& c) {
     case CollType::AllToAll:
     case CollType::AllToAllV: return selectExchange(a, cfg, c);
     case CollType::Barrier: return c.peerBarrier && !c.plainNccl ? Algo::PeerBarrier : Algo::Base;
+    case CollType::AllReduceRmsNorm: return selectRmsNorm(a, cfg, c);
     default: return Algo::Base;
   }
 }

@@ -23,6 +23,9 @@ enum class Algo : uint8_t {
   Fp8,         // FP8: two-shot allreduce, or the all-gather / reduce-scatter / all-to-all
   Fp8OneShot,  // FP8 one-shot allreduce (one quantization)
   PeerBarrier, // barrier: the peer-memory barrier kernel (GPU)
+  RmsOneShot,  // allreduce + RMSNorm: one shot, the norm as the reduction's epilogue
+  RmsTwoShot,  // allreduce + RMSNorm: reduce-scatter by token rows, norm, all-gather
+  RmsUnfused,  // allreduce + RMSNorm: the allreduce select() picks, then the local norm kernel
 };
 const char* algoName(Algo a);
 
@@ -39,6 +42,7 @@ struct Caps {
   bool flat = false, lamport = false, tree = false;  // exchanges: flat = LL, tree = pipelined
   bool fp8 = false, fp8OneShot = false;
   bool peerBarrier = false;
+  bool rmsOneShot = false, rmsTwoShot = false;  // the fused allreduce + RMSNorm kernels accept
   bool dataAsFlag = true;  // auto may pick the kernels whose data is its own flag (flat, lamport,
                            // fp8_oneshot); false on HIP builds, where that relies on a link
                            // property AMD does not document (forced choices still run them)
@@ -65,6 +69,10 @@ size_t ddaFlatMaxBytes(const Config& cfg, int worldSize);
 size_t ddaLamportMaxBytes(const Config& cfg, int worldSize);
 size_t ddaTreeMaxBytes(const Config& cfg, int worldSize);
 size_t fp8OneShotMaxBytes(const Config& cfg, int worldSize);
+/// Largest message (tokens x hidden x element size) auto runs fused one-shot / two-shot on GPUs
+/// (CCLX_FUSED_ONESHOT_MAX_BYTES / CCLX_FUSED_TWOSHOT_MAX_BYTES override; 0 = never).
+size_t fusedOneShotMaxBytes(const Config& cfg, int worldSize);
+size_t fusedTwoShotMaxBytes(const Config& cfg, int worldSize);
 
 /// Largest call auto runs on the DDA exchange kernels with `worldSize` ranks on GPUs, in bytes of
 /// the larger buffer of a rank (all-gather: its output, reduce-scatter and all-to-all: its input);

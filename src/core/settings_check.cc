@@ -51,6 +51,9 @@ std::vector<std::pair<std::string, std::string>> layoutSettings(const Config& c,
   s.emplace_back("CCLX_FP8_BLOCK_SIZE", n(uint64_t(c.fp8BlockSize)));
   s.emplace_back("CCLX_FP8_ALLREDUCE_ALGO", c.fp8AllReduceAlgo);
   s.emplace_back("CCLX_FP8_ONESHOT_MAX_BYTES", n(c.fp8OneShotMaxBytes));
+  s.emplace_back("CCLX_FUSED_ALGO", c.fusedAlgo);
+  s.emplace_back("CCLX_FUSED_ONESHOT_MAX_BYTES", n(c.fusedOneShotMaxBytes));
+  s.emplace_back("CCLX_FUSED_TWOSHOT_MAX_BYTES", n(c.fusedTwoShotMaxBytes));
   if (scope == SettingsScope::kHost) {
     s.emplace_back("CCLX_SHM_CHUNK_BYTES", n(c.shmChunkBytes));
     s.emplace_back("CCLX_SHM_FLAT_MAX_BYTES", n(c.shmFlatMaxBytes));
@@ -63,6 +66,10 @@ std::vector<std::pair<std::string, std::string>> layoutSettings(const Config& c,
   s.emplace_back("CCLX_DDA_FLAT_MAX_BYTES", n(c.ddaFlatMaxBytes));
   s.emplace_back("CCLX_DDA_LAMPORT_MAX_BYTES", n(c.ddaLamportMaxBytes));
   s.emplace_back("CCLX_DDA_TREE_MAX_BYTES", n(c.ddaTreeMaxBytes));
+  s.emplace_back("CCLX_DDA_ALLGATHER_MAX_BYTES", n(c.ddaAllGatherMaxBytes));
+  s.emplace_back("CCLX_DDA_REDUCESCATTER_MAX_BYTES", n(c.ddaReduceScatterMaxBytes));
+  s.emplace_back("CCLX_DDA_ALLTOALL_MAX_BYTES", n(c.ddaAllToAllMaxBytes));
+  s.emplace_back("CCLX_FUSED_STAGING_BYTES", n(c.fusedStagingBytes));
   s.emplace_back("CCLX_FP8_TILES_PER_CTA", n(uint64_t(c.fp8TilesPerCta)));
   if (scope == SettingsScope::kDropin) {
     s.emplace_back("CCLX_NCCL_INTERCEPT", b(c.ncclIntercept));

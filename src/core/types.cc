@@ -99,6 +99,7 @@ const char* collName(CollType t) {
     case CollType::Barrier: return "Barrier";
     case CollType::SendRecv: return "SendRecv";
     case CollType::ReduceScatterV: return "ReduceScatterV";
+    case CollType::AllReduceRmsNorm: return "AllReduceRmsNorm";
   }
   return "Unknown";
 }

@@ -21,6 +21,7 @@ enum : int {
   kCounterBarrier = 256,  // [256, 384): barrier kernel
   kCounterLamport = 384,  // [384, 512): DDA Lamport, one per block
   kCounterFp8OneShot = 512,  // [512, 640): FP8 one-shot allreduce, one per CTA
+  kCounterFused = 640,    // [640, 768): fused allreduce + RMSNorm (one-shot and two-shot share it)
   kCounterFp8 = 1024,     // [1024, 2048): FP8 collectives (free use)
   kCounterXchg = 2048,    // [2048, 4096): DDA pipelined exchange: chunks sent [peer][block], then
                           // chunks received [peer][block] (kMaxRanks * kMaxBlocks each)

@@ -10,6 +10,7 @@
 #include "gpu/runtime.h"
 #include "gpu/dda/dda.h"
 #include "gpu/fp8/fp8.h"
+#include "gpu/fused/fused.h"
 #include "gpu/nccl/colls.h"
 
 namespace cclx {
@@ -162,6 +163,8 @@ void CudaBackend::setupAlgorithms() {
   fp8Ag_ = makeFp8AllGather();
   fp8Rs_ = makeFp8ReduceScatter();
   fp8A2a_ = makeFp8AllToAll();
+  rmsOne_ = makeRmsOneShot();
+  rmsTwo_ = makeRmsTwoShot();
   CCLX_INFO("GPU backend '%s': rank %d/%d on cuda:%d (%d SMs), peer memory %s%s", name(),
             ctx_.rank, ctx_.size, sh_->device, ctx_.smCount, pm_.usable ? "on" : "off: ",
             pm_.usable ? "" : pm_.whyNot.c_str());
@@ -218,6 +221,10 @@ Caps CudaBackend::caps(const CollArgs& a) const {
       break;
     }
     case CollType::Barrier: c.peerBarrier = runs(*barrier_, a); break;
+    case CollType::AllReduceRmsNorm:
+      c.rmsOneShot = runs(*rmsOne_, a);
+      c.rmsTwoShot = runs(*rmsTwo_, a);
+      break;
     default: break;
   }
   return c;
@@ -234,6 +241,9 @@ DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
     case Algo::Tree: return exchange ? xchgPipe_.get() : tree_.get();
     case Algo::PeerBarrier: return barrier_.get();
     case Algo::Fp8OneShot: return fp8Os_.get();
+    case Algo::RmsOneShot: return rmsOne_.get();
+    case Algo::RmsTwoShot: return rmsTwo_.get();
+    case Algo::RmsUnfused: break;
     case Algo::Fp8:
       return a.type == CollType::AllReduce       ? fp8Ar_.get()
              : a.type == CollType::AllGather     ? fp8Ag_.get()
@@ -246,7 +256,40 @@ DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
 
 std::string CudaBackend::selectAllReduce(const CollArgs& a) {
   const Algo algo = select(a);
+  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused)) {
+    const CollArgs ar = rmsAllReduce(a, nullptr);
+    return "unfused(" + (algo == Algo::Base ? std::string("nccl") : selectAllReduce(ar)) + ")";
+  }
   return algo == Algo::Base ? "nccl" : algoFor(a, algo)->name();
+}
+
+CollArgs CudaBackend::rmsAllReduce(const CollArgs& a, void* recv) {
+  CollArgs ar;
+  ar.type = CollType::AllReduce;
+  ar.send = a.rms.x;
+  ar.recv = recv;
+  ar.count = a.count;
+  ar.dtype = a.dtype;
+  ar.op = RedOpKind::SUM;
+  ar.opts = a.opts;
+  ar.opts.hints["low_precision"] = "off";
+  return ar;
+}
+
+void CudaBackend::enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
+  CollArgs ar = rmsAllReduce(a, a.rms.out);
+  // The allreduce of the sequence may need staging of its own (collective: every rank derives
+  // the same inner algorithm).
+  const Algo inner = algo == Algo::Base ? Algo::Base : growStaging(ar, select(ar), capturing);
+  if (inner == Algo::Base) requireNccl(ar);
+  void* tmp = nullptr;
+  if (!ar.recv) {  // FP8 output only: the allreduce result needs a place
+    CCLX_CUDA_CHECK(cudaMallocAsync(&tmp, a.bytes(), s));
+    ar.recv = tmp;
+  }
+  enqueue(ar, inner, s, capturing);
+  launchRmsLocal(a, ar.recv, ctx_, s);
+  if (tmp) CCLX_CUDA_CHECK(cudaFreeAsync(tmp, s));
 }
 
 void CudaBackend::checkPointer(const void* p, const char* what) const {
@@ -270,6 +313,18 @@ void CudaBackend::checkPointers(const CollArgs& a) const {
     for (size_t c : a.recvCounts) total += c;
   }
   if (a.type == CollType::Barrier || total == 0) return;
+  if (a.type == CollType::AllReduceRmsNorm) {
+    const RmsNormArgs& r = a.rms;
+    checkPointer(r.x, "x");
+    checkPointer(r.residual, "residual");
+    checkPointer(r.residualOut, "residualOut");
+    checkPointer(r.weight, "weight");
+    checkPointer(r.out, "out");
+    checkPointer(r.fp8Out, "fp8Out");
+    checkPointer(r.scales, "scales");
+    checkPointer(r.staticScale, "static scale");
+    return;
+  }
   checkPointer(a.send, "send");
   if (a.recv != a.send) checkPointer(a.recv, "recv");
   for (void* p : a.recvList) checkPointer(p, "recv list");
@@ -375,6 +430,8 @@ bool CudaBackend::stagingReady(const CollArgs& a, Algo algo) const {
 
 void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
   if (a.type != CollType::AllToAllV && a.type != CollType::Barrier && a.count == 0) return;
+  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused))
+    return enqueueRmsUnfused(a, algo, s, capturing);
   if (DeviceAlgo* alg = algoFor(a, algo)) {
     orderPeerKernel(s, capturing);
     if (xchgNeedsStagedInput(a, ctx_.rank, ctx_.size)) {

@@ -168,6 +168,11 @@ class CudaBackend final : public Backend {
   void enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
   bool runs(const DeviceAlgo& alg, const CollArgs& a) const;
   Algo growStaging(const CollArgs& a, Algo algo, bool capturing);
+  /// AllReduceRmsNorm's unfused sequence: the allreduce (NCCL for Base, else what select() picks
+  /// for it) into the output (or a stream-ordered temporary), then the local norm kernel.
+  void enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
+  /// The allreduce of that sequence (a SUM of x, never FP8), into `recv`.
+  static CollArgs rmsAllReduce(const CollArgs& a, void* recv);
   void orderPeerKernel(cudaStream_t s, bool capturing);
   void peerKernelDone(cudaStream_t s, bool capturing);
   void ncclOpsPoll();
@@ -210,6 +215,7 @@ class CudaBackend final : public Backend {
   gpures::DeviceMem scratch_;   // 1-element NCCL barrier buffer
   std::unique_ptr<DeviceAlgo> flat_, lamport_, tree_, barrier_, xchgLL_, xchgPipe_;
   std::unique_ptr<DeviceAlgo> fp8Ar_, fp8Os_, fp8Ag_, fp8Rs_, fp8A2a_;
+  std::unique_ptr<DeviceAlgo> rmsOne_, rmsTwo_;
   std::mutex runMu_;
   bool finalized_ = false;
   std::atomic<bool> abandoned_{false};  // abandon() was called: teardown leaks instead of freeing

@@ -22,11 +22,12 @@ namespace cclx {
 namespace {
 
 // Shares of S (22nds) per StagingRegion, in enum order.
-constexpr size_t kShare[kNumStagingRegions] = {1, 3, 4, 4, 7, 3};
+constexpr size_t kShare[kNumStagingRegions] = {1, 3, 4, 4, 7, 3, 0};  // kFused: its own size
 
 // Regions whose inboxes start "empty" as all-ones bytes (the data-as-flag protocols).
 bool filledWithOnes(int r) {
-  return r == int(StagingRegion::kLamport) || r == int(StagingRegion::kFp8OneShot);
+  return r == int(StagingRegion::kLamport) || r == int(StagingRegion::kFp8OneShot) ||
+         r == int(StagingRegion::kFused);
 }
 
 // Growth record of region r in a signal area: [0, 8) state, [16, 80) the IPC handle.
@@ -44,11 +45,13 @@ const char* regionName(StagingRegion r) {
     case StagingRegion::kFp8: return "fp8";
     case StagingRegion::kFp8OneShot: return "fp8-oneshot";
     case StagingRegion::kXchg: return "exchange";
+    case StagingRegion::kFused: return "fused";
   }
   return "?";
 }
 
 size_t PeerMem::regionBytes(StagingRegion r) const {
+  if (r == StagingRegion::kFused) return fusedBytes;
   return (stagingBytes / 22 * kShare[int(r)] + stagingBytes % 22 * kShare[int(r)] / 22) & ~size_t(255);
 }
 
@@ -241,6 +244,7 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
   }
   if (published) {
     pm.stagingBytes = staging;
+    pm.fusedBytes = (s.cfg.fusedStagingBytes + 4095) & ~size_t(4095);
     pm.signal[s.rank] = static_cast<char*>(buf.get());
   }
 
@@ -304,7 +308,7 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
   // Off on every rank: nothing was written into any buffer.
   closePeers(pm);
   pm.signal[s.rank] = nullptr;
-  pm.stagingBytes = 0;
+  pm.stagingBytes = pm.fusedBytes = 0;
   if (initPending) (void)buf.leak();  // an initialization still queued may write into it
   CCLX_INFO("peer memory off: %s", pm.whyNot.c_str());
 }

@@ -16,8 +16,11 @@
 //   [kFp8OneShot] 7/22 (56 MiB)   FP8 one-shot allreduce: inboxes [parity][src], 0xFF at init
 //   [kXchg]       3/22 (24 MiB)   DDA pipelined exchange (dda/xchg_pipe.cu): inboxes
 //                                 [src][block][parity]
+//   [kFused]      F (32 MiB)      fused allreduce + RMSNorm (gpu/fused): two parity halves of
+//                                 inboxes, 0xFF at init (F = CCLX_FUSED_STAGING_BYTES rounded up
+//                                 to 4 KiB; its own size, not a share of S)
 // Each region is its own allocation, made on every rank at the first call whose algorithm needs
-// it (peerMemGrow), so a comm holds only what its calls used, at most S. Regions are disjoint so
+// it (peerMemGrow), so a comm holds only what its calls used, at most S + F. Regions are disjoint so
 // that one protocol's late readers are never overwritten by another protocol that a faster peer
 // already started (two algorithms share a region only when they share its protocol and counters).
 //
@@ -59,8 +62,9 @@ enum class StagingRegion : int {
   kFp8 = 3,
   kFp8OneShot = 4,
   kXchg = 5,
+  kFused = 6,
 };
-constexpr int kNumStagingRegions = 6;
+constexpr int kNumStagingRegions = 7;
 /// A set of staging regions (bit r: StagingRegion r), what an algorithm needs.
 constexpr uint32_t regionBit(StagingRegion r) { return 1u << int(r); }
 const char* regionName(StagingRegion r);
@@ -91,7 +95,8 @@ struct PeerMem {
   int rank = 0;             // this rank (global rank == index below)
   int size = 1;
   int device = -1;
-  size_t stagingBytes = 0;  // the cap S per rank: every region's capacity is a fixed share of it
+  size_t stagingBytes = 0;  // the cap S per rank: each region but kFused a fixed share of it
+  size_t fusedBytes = 0;    // F: region kFused's capacity
   char* regions[kNumStagingRegions][kMaxRanks] = {};  // [region][r]: rank r's region (null: none yet)
   char* signal[kMaxRanks] = {};    // signal[r]: rank r's signal area
   uint32_t allocated = 0;   // regions allocated on every rank and mapped here (regionBit)

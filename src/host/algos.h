@@ -40,4 +40,11 @@ std::unique_ptr<HostAlgo> makeHostFp8AllGather();         // "fp8"
 std::unique_ptr<HostAlgo> makeHostFp8ReduceScatter();     // "fp8"
 std::unique_ptr<HostAlgo> makeHostFp8AllToAll();          // "fp8"
 
+// Fused allreduce + residual add + RMSNorm (+ FP8), the CPU twins of src/gpu/fused (rmsnorm.cc).
+std::unique_ptr<HostAlgo> makeHostRmsOneShot();  // "shm-fused-oneshot"
+std::unique_ptr<HostAlgo> makeHostRmsTwoShot();  // "shm-fused-twoshot"
+/// The local part of the unfused sequence: rows [row0, row0 + rows) of a.rms's outputs from `ar`,
+/// the allreduce result of those rows (rows of hidden elements of a.dtype, row0 first).
+void hostRmsRows(const CollArgs& a, const void* ar, size_t row0, size_t rows);
+
 }  // namespace cclx

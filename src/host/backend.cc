@@ -1,6 +1,7 @@
 // The CPU backend: every collective runs on the calling thread over the host shared-memory
 // transport and has finished when run() returns. core/select.h chooses the algorithm.
 #include <memory>
+#include <vector>
 
 #include "core/outputs.h"
 #include "core/watchdog.h"
@@ -36,6 +37,8 @@ class HostBackend final : public Backend {
     fp8AllGather_ = makeHostFp8AllGather();
     fp8ReduceScatter_ = makeHostFp8ReduceScatter();
     fp8AllToAll_ = makeHostFp8AllToAll();
+    rmsOneShot_ = makeHostRmsOneShot();
+    rmsTwoShot_ = makeHostRmsTwoShot();
   }
 
   const char* name() const override { return "shm"; }
@@ -51,9 +54,10 @@ class HostBackend final : public Backend {
     if (args.count == 0 && args.type != CollType::AllToAllV && args.type != CollType::Barrier)
       return completedWork();
     CCLX_TRACE("host %s count=%zu dtype=%s algo=%s", collLabel(args), args.count,
-               dtypeName(args.dtype), algo->name());
+               dtypeName(args.dtype), algo ? algo->name() : "unfused");
     try {
-      algo->run(args, *ctx_);
+      if (args.type == CollType::AllReduceRmsNorm && !algo) runUnfused(args);
+      else algo->run(args, *ctx_);
     } catch (const Error& e) {
       // A collective that failed (a timeout, a peer's failure) never leaves a plausible value
       // behind (core/outputs.h); rejected arguments leave everything as it was.
@@ -63,7 +67,10 @@ class HostBackend final : public Backend {
     return completedWork();
   }
 
-  std::string selectAllReduce(const CollArgs& args) override { return pick(args)->name(); }
+  std::string selectAllReduce(const CollArgs& args) override {
+    if (HostAlgo* h = pick(args)) return h->name();
+    return std::string("unfused(") + pick(unfusedAllReduce(args, nullptr))->name() + ")";
+  }
 
   void finalize() override {
     if (ctx_) ctx_->finalize();
@@ -95,11 +102,39 @@ class HostBackend final : public Backend {
         c.fp8 = fp8 && a.sendList.empty() && fp8ReduceScatter_->canRun(a, *ctx_);
         break;
       case CollType::AllToAll: c.fp8 = fp8 && fp8AllToAll_->canRun(a, *ctx_); break;
+      case CollType::AllReduceRmsNorm:
+        c.peer = true;
+        c.rmsOneShot = rmsOneShot_->canRun(a, *ctx_);
+        c.rmsTwoShot = rmsTwoShot_->canRun(a, *ctx_);
+        break;
       default: break;
     }
     return c;
   }
 
+  // The allreduce of the unfused sequence (into `recv`): a plain SUM allreduce of x, never FP8.
+  static CollArgs unfusedAllReduce(const CollArgs& a, void* recv) {
+    CollArgs ar;
+    ar.type = CollType::AllReduce;
+    ar.send = a.rms.x;
+    ar.recv = recv;
+    ar.count = a.count;
+    ar.dtype = a.dtype;
+    ar.op = RedOpKind::SUM;
+    ar.opts = a.opts;
+    ar.opts.hints["low_precision"] = "off";
+    return ar;
+  }
+
+  // The unfused sequence: the allreduce select() picks, into a temporary, then the row epilogue.
+  void runUnfused(const CollArgs& a) {
+    std::vector<char> tmp(a.bytes());
+    const CollArgs ar = unfusedAllReduce(a, tmp.data());
+    pick(ar)->run(ar, *ctx_);
+    hostRmsRows(a, tmp.data(), 0, a.rms.tokens);
+  }
+
+  // nullptr for AllReduceRmsNorm's unfused sequence (runUnfused).
   HostAlgo* pick(const CollArgs& a) const {
     if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
     const Algo algo = select(a, info_.cfg, caps(a));
@@ -124,6 +159,10 @@ class HostBackend final : public Backend {
       case CollType::Recv:
       case CollType::SendRecv: return p2p_.get();
       case CollType::Barrier: return barrier_.get();
+      case CollType::AllReduceRmsNorm:
+        return algo == Algo::RmsOneShot   ? rmsOneShot_.get()
+               : algo == Algo::RmsTwoShot ? rmsTwoShot_.get()
+                                          : nullptr;
     }
     CCLX_THROW(cclxInternalError, "host backend: unknown collective %d", int(a.type));
   }
@@ -133,6 +172,7 @@ class HostBackend final : public Backend {
   std::unique_ptr<HostAlgo> flat_, tree_, lamport_, reduce_, bcast_, allGather_, reduceScatter_, allToAll_,
       allToAllV_, p2p_, barrier_, reduceScatterV_;
   std::unique_ptr<HostAlgo> fp8AllReduce_, fp8OneShot_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;
+  std::unique_ptr<HostAlgo> rmsOneShot_, rmsTwoShot_;
 };
 
 }  // namespace

@@ -27,7 +27,7 @@ def _reduce(t):
     _comm["c"].all_reduce(t, cclx.ReduceOp.SUM, async_op=False)
 
 
-def _compare(ctx, shape, batch, length, pos0, positions):
+def _compare(ctx, shape, batch, length, pos0, positions, fused=False):
     tp, rank = ctx.size, ctx.rank
     mdl = M.TPLlama(shape, tp, rank, "cpu", torch.float32, seed=3, max_positions=positions)
     one = M.TPLlama(shape, 1, 0, "cpu", torch.float32, seed=3, max_positions=positions)
@@ -40,7 +40,12 @@ def _compare(ctx, shape, batch, length, pos0, positions):
         calls.append(t.numel())
         _reduce(t)
 
-    logits, hidden = mdl.forward(tok, pos0, mdl.new_cache(batch, positions), reduce)
+    def fuse(t, res, w):  # allreduce + residual add + norm in one call
+        calls.append(t.numel())
+        return _comm["c"].all_reduce_rmsnorm(t, res, w, M.NORM_EPS)
+
+    logits, hidden = mdl.forward(tok, pos0, mdl.new_cache(batch, positions),
+                                 None if fused else reduce, None, fuse if fused else None)
     ref_l, ref_h = one.forward(tok, pos0, one.new_cache(batch, positions), None)
     assert calls == [batch * length * shape.hidden] * (2 * shape.layers), calls
     s = mdl.sh
@@ -116,3 +121,12 @@ def case_sp_decode_gqa(ctx):
 
 def case_sp_prefill_kv_replicated(ctx):
     _compare_sp(ctx, SHAPES["kv_replicated"], batch=1, length=7, pos0=0, positions=7)
+
+
+# The same with the fused allreduce + residual add + RMSNorm (cclx-bench tp's cclx-fused).
+def case_decode_gqa_fused(ctx):
+    _compare(ctx, SHAPES["gqa"], batch=3, length=1, pos0=9, positions=10, fused=True)
+
+
+def case_prefill_kv_replicated_fused(ctx):
+    _compare(ctx, SHAPES["kv_replicated"], batch=2, length=5, pos0=0, positions=5, fused=True)

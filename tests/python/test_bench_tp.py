@@ -36,7 +36,7 @@ def test_defaults_cpu():
     assert a.device == "cpu" and not a.cuda and a.execs == ["eager"]
     assert a.batch == [1, 8, 32, 64] and a.context == [1024, 4096]
     assert a.tokens == [1024, 4096, 8192]
-    assert a.comm_list == ["nccl", "cclx", "dropin", "cclx-fp8", "nccl-sym"]
+    assert a.comm_list == ["nccl", "cclx", "dropin", "cclx-fp8", "nccl-sym", "cclx-fused"]
     assert a.fp8_min_bytes == 16 << 20 and a.tol == 1e-4
     assert a.shape == M.PRESETS["llama3-8b"]
     rows = T.plan_rows(a, False)
@@ -241,7 +241,8 @@ def test_forward_into_given_buffers():
 
 @pytest.mark.parametrize("case", ["decode_gqa", "prefill_gqa", "decode_kv_replicated",
                                   "prefill_kv_replicated", "sp_decode_gqa",
-                                  "sp_prefill_kv_replicated"])
+                                  "sp_prefill_kv_replicated", "decode_gqa_fused",
+                                  "prefill_kv_replicated_fused"])
 def test_forward_two_ranks_matches_one(tp_results, case):
     harness.check(tp_results, case)
 
@@ -278,6 +279,8 @@ def test_tool_two_cpu_ranks(tmp_path):
         assert x["allreduce"]["bytes_per_call"] == x["step_tokens"] * 64 * 4
         assert res["gloo"]["check"] == "ref" and res["cclx"]["check"] == "ok"
         assert res["cclx"]["logits_rel_err"] < 1e-4 and res["cclx"]["top1_agree"] == 1.0
+        # the fused allreduce + add + norm: float32 roundings of the norm in another order
+        assert res["cclx-fused"]["check"] == "ok" and res["cclx-fused"]["logits_rel_err"] < 1e-4
         for n, d in res.items():
             assert d["ms"] > 0 and d["tok_s"] > 0
         assert 0 <= res["skip"]["ms"]

@@ -1,7 +1,7 @@
 """The communicators of cclx-bench tp (torch.distributed as the reference, cclx, NCCL through
-the cclx drop-in, cclx with FP8, NCCL with symmetric windows) as interchangeable allreduces, or
-(sequence parallelism) as interchangeable all-gather / reduce-scatter pairs, and the rank
-environment."""
+the cclx drop-in, cclx with FP8, NCCL with symmetric windows, cclx's fused allreduce + residual
+add + RMSNorm) as interchangeable allreduces, or (sequence parallelism) as interchangeable
+all-gather / reduce-scatter pairs, and the rank environment."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,8 @@ import dataclasses
 import os
 import socket
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .model import NORM_EPS
 
 SKIP = "skip"  # the same step with the allreduces left out: the compute-only bound
 
@@ -24,6 +26,7 @@ class Variant:
     leave: Callable[[], None] = lambda: None
     out: Optional[Callable[[int, int, int], Any]] = None  # where the model writes what it reduces
     sp: Optional[Tuple[Callable[[Any], Any], Callable[[Any], Any]]] = None  # (gather, scatter)
+    fused: Optional[Callable[[Any, Any, Any], Any]] = None  # allreduce + residual add + norm
 
 
 def find_intercept() -> Optional[Callable[[int], int]]:
@@ -101,6 +104,9 @@ class Ranks:
                 out[self.ref_name] = Variant(self.ref_name, lambda t: dist.all_reduce(t))
             elif n == "cclx":
                 out[n] = Variant(n, lambda t: comm.all_reduce(t, SUM, False))
+            elif n == "cclx-fused":
+                out[n] = Variant(n, None, fused=lambda t, res, w: comm.all_reduce_rmsnorm(
+                    t, res, w, NORM_EPS))
             elif n == "cclx-fp8":
                 out[n] = Variant(n, lambda t: comm.all_reduce(
                     t, SUM, False, fp8 if t.numel() * t.element_size() >= fp8_min else None))

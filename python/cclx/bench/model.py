@@ -230,6 +230,11 @@ OutBuf = Callable[[int, int, int], Any]
 Gather = Callable[[Any], Any]
 Scatter = Callable[[Any], Any]
 
+# fused(t, residual, weight) -> (rmsnorm(allreduce(t) + residual) * weight, allreduce(t) +
+# residual): the allreduce, the residual add and the next norm in one call
+# (Comm.all_reduce_rmsnorm)
+Fused = Callable[[Any, Any, Any], Tuple[Any, Any]]
+
 
 class KVCache:
     """Per-layer K and V of shape (batch, local kv heads, positions, head dim)."""
@@ -375,12 +380,15 @@ class TPLlama:
         return buf.view(*x.shape[:-1], int(w.shape[0]))
 
     def forward(self, tokens: Any, pos0: int, cache: KVCache, reduce: Optional[Reduce],
-                out: Optional[OutBuf] = None) -> Tuple[Any, Any]:
+                out: Optional[OutBuf] = None, fused: Optional[Fused] = None) -> Tuple[Any, Any]:
         """One step over tokens (B, T) at positions pos0..pos0+T-1. T == 1 (decode) attends to
         cache slots 0..pos0 after writing the new K/V at pos0; T > 1 (prefill, pos0 == 0) writes
         the cache and attends causally. Returns (this rank's logits of the last position
         (B, local vocab), last hidden state (B, hidden)). reduce=None skips the allreduces;
-        out places the row-parallel outputs (the allreduces' buffers), see OutBuf."""
+        out places the row-parallel outputs (the allreduces' buffers), see OutBuf. fused: each
+        allreduce runs with the residual add and the norm after it (the next layer's attention
+        norm, or the final norm after the last layer) as one call, see Fused; reduce is then
+        not used."""
         torch = self.torch
         F = torch.nn.functional
         s, hd = self.sh, self.shape.head_dim
@@ -394,8 +402,10 @@ class TPLlama:
         cos = self.cos[pos0:pos0 + T][None, :, None, :]
         sin = self.sin[pos0:pos0 + T][None, :, None, :]
         x = F.embedding(tokens, self.embed)
+        h = self._norm(x, self.layers[0]["attn_norm"]) if fused is not None and self.layers else x
         for li, w in enumerate(self.layers):
-            h = self._norm(x, w["attn_norm"])
+            if fused is None:
+                h = self._norm(x, w["attn_norm"])
             qkv = F.linear(h, w["qkv"])
             q = self._rope(qkv[..., :nq].view(B, T, s.heads, hd), cos, sin)
             k = self._rope(qkv[..., nq:nq + nkv].view(B, T, s.kv_heads, hd), cos, sin)
@@ -412,17 +422,26 @@ class TPLlama:
                 a = self._attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True)
                 a = a.transpose(1, 2).reshape(B, T, nq)
             o = self._row_parallel(a, w["o"], out, 0)
-            if reduce is not None:
-                reduce(o)
-            x = x + o
-            h = self._norm(x, w["mlp_norm"])
+            if fused is not None:
+                h, x = fused(o, x, w["mlp_norm"])
+            else:
+                if reduce is not None:
+                    reduce(o)
+                x = x + o
+                h = self._norm(x, w["mlp_norm"])
             gu = F.linear(h, w["gate_up"])
             d = self._row_parallel(F.silu(gu[..., :s.ffn]) * gu[..., s.ffn:], w["down"], out, 1)
+            if fused is not None:
+                nxt = (self.layers[li + 1]["attn_norm"] if li + 1 < len(self.layers)
+                       else self.final_norm)
+                h, x = fused(d, x, nxt)
+                continue
             if reduce is not None:
                 reduce(d)
             x = x + d
         last = x[:, -1]
-        logits = F.linear(self._norm(last, self.final_norm), self.lm_head)
+        normed = h[:, -1] if fused is not None and self.layers else self._norm(last, self.final_norm)
+        logits = F.linear(normed, self.lm_head)
         return logits, last
 
     def forward_sp(self, tokens: Any, pos0: int, cache: KVCache, gather: Gather,

@@ -52,6 +52,9 @@ def header(m: Dict[str, Any]) -> str:
         lines.append(f"# nccl-sym: NCCL {f.get('version', '?')} ({f.get('library', '?')}) with the "
                      "row-parallel outputs written into ncclMemAlloc memory registered as "
                      "symmetric windows, reduced in place there (no copy)")
+    if "cclx-fused" in m["comms"]:
+        lines.append("# cclx-fused: each allreduce, its residual add and the next RMSNorm (or the "
+                     "final one) as one call (Comm.all_reduce_rmsnorm)")
     if "cclx-fp8" in m["comms"]:
         lines.append(f"# cclx-fp8: hint low_precision=fp8 on allreduces >= "
                      f"{fmt_bytes(m['fp8_min_bytes'])}; rows with smaller ones leave it out "

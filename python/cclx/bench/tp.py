@@ -1,6 +1,8 @@
 """cclx-bench tp: decode and prefill of a tensor-parallel Llama-shaped model, one rank per GPU
-(torchrun), with NCCL, cclx, NCCL through the cclx drop-in, cclx with FP8 and NCCL with
-symmetric windows measured in the same process, their timed repetitions interleaved.
+(torchrun), with NCCL, cclx, NCCL through the cclx drop-in, cclx with FP8, NCCL with symmetric
+windows and cclx's fused allreduce + residual add + RMSNorm (cclx-fused: attention -> fused
+AR+add+norm -> MLP -> fused AR+add+norm) measured in the same process, their timed repetitions
+interleaved.
 
     torchrun --nproc-per-node 8 -m cclx.bench tp --preset llama3-70b
     torchrun --nproc-per-node 2 -m cclx.bench tp --mode decode --batch 1,8 --graph --json r.json
@@ -23,7 +25,7 @@ from . import model as M
 from . import report as R
 from .comms import SKIP, Ranks, Variant
 
-COMMS = ("nccl", "cclx", "dropin", "cclx-fp8", "nccl-sym")
+COMMS = ("nccl", "cclx", "dropin", "cclx-fp8", "nccl-sym", "cclx-fused")
 DECODE_DEFAULTS = {"batch": "1,8,32,64", "context": "1024,4096"}
 PREFILL_DEFAULT = "1024,4096,8192"
 
@@ -76,7 +78,8 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     g.add_argument("--eager", action="store_true", help="decode eager only")
     g.add_argument("--comms", default=",".join(COMMS),
                    help="comma list of " + ", ".join(COMMS) + " (nccl is always the reference; "
-                   "nccl-sym: NCCL with the reduced tensors in symmetric windows)")
+                   "nccl-sym: NCCL with the reduced tensors in symmetric windows; cclx-fused: "
+                   "each allreduce, its residual add and the next RMSNorm as one cclx call)")
     g.add_argument("--fp8-min-bytes", type=parse_count, default=16 << 20,
                    help="cclx-fp8: FP8 hint on allreduces of at least this size (default 16M)")
     g.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
@@ -183,7 +186,7 @@ class Step:
         if v.sp is not None:
             fwd = (lambda: mdl.forward_sp(tokens, pos0, cache, v.sp[0], v.sp[1]))
         else:
-            fwd = (lambda: mdl.forward(tokens, pos0, cache, v.reduce, v.out))
+            fwd = (lambda: mdl.forward(tokens, pos0, cache, v.reduce, v.out, v.fused))
         self.fwd = fwd
         v.enter()
         try:

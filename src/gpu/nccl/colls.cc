@@ -242,6 +242,7 @@ void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, cuda
       return;
     }
     case CollType::Barrier:
+    case CollType::AllReduceRmsNorm:  // the backend runs NCCL's allreduce + a norm kernel
       break;
   }
   CCLX_THROW(cclxInternalError, "ncclRunCollective: unexpected collective %s", collName(a.type));
