@@ -57,6 +57,8 @@ void bindWork(nb::module_& m);
 void bindReductions(CommClass& c);
 /// broadcast, all_gather (single and list), all_to_all(_v), send, recv, barrier.
 void bindDataMovement(CommClass& c);
+/// Window (put, signal, wait_signal, ...), Comm.new_window, alloc_shared (window.cc).
+void bindWindow(nb::module_& m, CommClass& c);
 
 /// `seconds` (named `what` in messages) as milliseconds, rounded up; must be finite and >= 0.
 std::chrono::milliseconds msOf(double seconds, const char* what);

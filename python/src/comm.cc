@@ -141,6 +141,7 @@ void bindComm(nb::module_& m) {
 
   bindReductions(c);
   bindDataMovement(c);
+  bindWindow(m, c);
 
   c.def(
        "split",

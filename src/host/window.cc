@@ -108,9 +108,10 @@ std::string sharedFileOf(const void* ptr, size_t bytes) {
   std::fclose(f);
   if (found.empty())
     CCLX_THROW(cclxInvalidArgument,
-               "tensor_register: a CPU window needs memory its peers can map, but %s: use "
-               "cclx::allocShared() (cclxMemAllocShared), a MAP_SHARED mapping of a file in "
-               "/dev/shm, or (Python) a torch CPU tensor, whose storage is moved to shared memory",
+               "tensor_register: a CPU window needs memory its peers can map, but %s: use a "
+               "torch CPU tensor (its storage is moved to shared memory), cclx.empty_shared() "
+               "(Python), cclx::allocShared() (C++), cclxMemAllocShared (C), or a MAP_SHARED "
+               "mapping of a named file",
                why.c_str());
   return found;
 }
