@@ -16,6 +16,7 @@ COLLS = {
     "all_to_all": (lambda n: (n - 1) / n, False),
     "broadcast": (lambda n: 1.0, True),
     "reduce": (lambda n: 1.0, True),
+    "put": (lambda n: 1.0, True),  # window put + signal + wait_signal (_perf_put.py)
 }
 ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter":
            "reduce_scatter", "alltoall": "all_to_all", "bcast": "broadcast"}
@@ -115,6 +116,7 @@ class Case:
             self.exp, vals, recv_n = self._build()
         self.values, self.recv_numel = vals, recv_n
         self.src = None
+        self.barrier: Optional[Callable[[], Any]] = None  # after poison(): receivers written by peers
         if send_buf is not None:
             self.send = send_buf(_numel(vals))
             xp.fill_(self.send, vals)
@@ -166,6 +168,9 @@ class Case:
         if self.coll == "all_to_all":
             j = xp.idx(c * n)
             return (xp.f64(a2a(j // c, r, j % c)), xp.cast(a2a(r, j // c, j % c)), c * n)
+        if self.coll == "put":  # the previous rank's values land in this rank's window
+            i = xp.idx(c)
+            return xp.f64(val((r - 1) % n, i)), xp.cast(val(r, i)), c
         raise ValueError(self.coll)
 
     def call(self, comm: Any, redop: Any, hints: Dict[str, str]) -> Callable[[], Any]:
@@ -188,6 +193,8 @@ class Case:
             self.recv.fill_(-77)
         else:
             self.recv[...] = -77
+        if self.barrier is not None:
+            self.barrier()
 
     def refill(self) -> None:
         """Copies the input values in again (buffers a library may have written into)."""
@@ -266,7 +273,7 @@ def _numel(a) -> int:
 
 def buffer_numels(coll: str, count: int, n: int) -> Tuple[int, int]:
     """(send, receive) elements of a Case with this count."""
-    if coll in ("all_reduce", "reduce", "broadcast"):
+    if coll in ("all_reduce", "reduce", "broadcast", "put"):
         return count, count
     if coll == "all_gather":
         return count, count * n

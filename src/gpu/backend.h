@@ -130,6 +130,15 @@ class CudaBackend final : public Backend {
   /// The message of the failure that made the comm unusable ("" while healthy).
   std::string failureMessage() const;
 
+  // One-sided windows (gpu/window/): CUDA IPC between the ranks of one host, else NCCL's
+  // one-sided API. What a window of this comm uses:
+  std::unique_ptr<WinImpl> newWindow(const WinExchange& ex) override;
+  DeviceCtx& deviceCtx() { return ctx_; }
+  const std::shared_ptr<CudaShared>& shared() const { return sh_; }
+  /// Collective: the lowest window signal slot free on every rank (-1: none).
+  int takeWindowSlot(const WinExchange& ex);
+  void returnWindowSlot(int slot);
+
  private:
   void setupDevice(const GpuSetup& setup);
   void setupPeers(const GpuSetup& setup, Exchange& ex);
@@ -173,6 +182,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DeviceAlgo> fp8Ar_, fp8Os_, fp8Ag_, fp8Rs_, fp8A2a_;
   std::mutex runMu_;
   bool finalized_ = false;
+  std::mutex winMu_;
+  std::vector<char> winSlotUsed_;  // window signal slots in use on this rank
 };
 
 }  // namespace cclx

@@ -21,7 +21,9 @@
 //   [512 KiB, +4 KiB)   control words: the comm's abort word (a timeout's and the host's) and the
 //                       missing-rank mask (gpu/algo.h kCtl*, device/fail.cuh; written by any
 //                       rank, never reset)
-//   [516 KiB,   1 MiB)  reserved
+//   [516 KiB,   1 MiB)  one-sided windows (gpu/window/): one 1 KiB slot per live window:
+//                       uint64 signal counts [kMaxRanks] (64 bytes apart, index = source rank,
+//                       added to by the source), then uint64 waits consumed [kMaxRanks] (local)
 // Flags only ever increase (no resets): a waiter compares against the value it expects.
 #pragma once
 
@@ -40,7 +42,7 @@ constexpr int kMaxBlocks = 128;    // largest grid of any peer-memory kernel
 constexpr size_t kSignalBytes = 1u << 20;
 
 enum class StagingRegion : int { kFlat = 0, kTree = 1, kLamport = 2, kFp8 = 3, kFp8OneShot = 4 };
-enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2, kControl = 3 };
+enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2, kControl = 3, kWindow = 4 };
 
 /// How ranks trade setup records: every rank calls allGather() with the same tag and gets every
 /// rank's value (index = rank). Comms made by cclx go through their store, the NCCL drop-in
@@ -80,18 +82,20 @@ struct PeerMem {
       case SignalRegion::kBarrier: return 0;
       case SignalRegion::kTree: return 64u << 10;
       case SignalRegion::kFp8: return 256u << 10;
-      case SignalRegion::kControl: break;
+      case SignalRegion::kControl: return 512u << 10;
+      case SignalRegion::kWindow: break;
     }
-    return 512u << 10;
+    return 516u << 10;
   }
   static size_t signalRegionBytes(SignalRegion r) {
     switch (r) {
       case SignalRegion::kBarrier: return 64u << 10;
       case SignalRegion::kTree: return 192u << 10;
       case SignalRegion::kFp8: return 256u << 10;
-      case SignalRegion::kControl: break;
+      case SignalRegion::kControl: return 4u << 10;
+      case SignalRegion::kWindow: break;
     }
-    return 4u << 10;
+    return 508u << 10;
   }
   char* signalRegion(int peer, SignalRegion r) const { return signal[peer] + signalOffset(r); }
 };

@@ -8,6 +8,7 @@
 #if defined(CCLX_HAVE_HIP)
 #include <hip/hip_runtime.h>
 #else
+#include <cuda.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -68,6 +69,8 @@ constexpr unsigned cudaHostAllocMapped = hipHostMallocMapped | hipHostMallocCohe
 #define cudaEventDestroy hipEventDestroy
 #define cudaEventRecord hipEventRecord
 #define cudaEventQuery hipEventQuery
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaStreamSynchronize hipStreamSynchronize
 #define cudaIpcGetMemHandle hipIpcGetMemHandle
 #define cudaIpcOpenMemHandle hipIpcOpenMemHandle
 #define cudaIpcCloseMemHandle hipIpcCloseMemHandle
@@ -128,6 +131,22 @@ inline MemKind memKind(const void* p, int& device) {
 #endif
   device = at.device;
   return MemKind::kDevice;
+}
+
+/// The allocation that device pointer p lies in (base and size): what CUDA IPC exports.
+inline cudaError_t allocationRange(const void* p, char** base, size_t* size) {
+#if defined(CCLX_HAVE_HIP)
+  hipDeviceptr_t b = nullptr;
+  hipError_t e = hipMemGetAddressRange(&b, size, const_cast<void*>(p));
+  *base = static_cast<char*>(b);
+  return e;
+#else
+  CUdeviceptr b = 0;
+  if (cuMemGetAddressRange(&b, size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  *base = reinterpret_cast<char*>(b);
+  return cudaSuccess;
+#endif
 }
 
 /// Device memory that peer GPUs access while kernels run (staging and flags). HIP: fine-grained,
