@@ -52,20 +52,6 @@ def empty_shared(shape: Any, dtype: Any = np.float32) -> np.ndarray:
     return raw[: n * dt.itemsize].view(dt).reshape(shp)
 
 
-class _Mem:
-    """Raw memory as the array interfaces describe it; keeps `owner` (the window) alive."""
-
-    def __init__(self, ptr: int, nbytes: int, cuda: bool, owner: Any) -> None:
-        iface = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3,
-                 "strides": None}
-        if cuda:
-            iface["stream"] = None
-            self.__cuda_array_interface__ = iface
-        else:
-            self.__array_interface__ = iface
-        self._owner = owner
-
-
 def _share_cpu_storage(t: Any) -> None:
     """Moves a torch CPU tensor's storage into a named shared-memory file (in place: every view
     of the storage follows), unless it is shared already."""
@@ -85,6 +71,7 @@ class Window:
         self._dtype: Any = None      # torch or numpy dtype of the registered tensor
         self._code = -1
         self._fw = TORCH
+        self._devidx = 0
         self._nbytes = 0
 
     def __repr__(self) -> str:
@@ -110,6 +97,9 @@ class Window:
         self._dtype = tensor.dtype
         self._code = int(self._w.dtype)
         self._fw = fw
+        is_torch = torch is not None and isinstance(tensor, torch.Tensor)
+        idx = tensor.device.index if is_torch else None
+        self._devidx = int(idx) if idx is not None else max(self._comm._dev, 0)
         self._nbytes = int(self._w.count) * _C.dtype_size(self._w.dtype)
 
     def tensor_deregister(self) -> None:
@@ -156,20 +146,15 @@ class Window:
         """A tensor view of `rank`'s registered memory (same shape and dtype as this rank's)
         when it is directly accessible (get_attr(rank) is UNIFIED); raises otherwise."""
         self._comm._require_open("map_remote_tensor")
-        ptr = self._w.remote_ptr(int(rank))
-        if int(rank) == self._comm.get_rank() and self._tensor is not None:
+        rank = int(rank)
+        if rank == self._comm.get_rank() and self._tensor is not None:
+            self._w.remote_ptr(rank)  # the checks (registered, rank) as for a peer
             return self._tensor
         torch = sys.modules.get("torch")
         if self._fw == TORCH and torch is not None:
-            if self._comm._cuda:
-                raw = torch.as_tensor(_Mem(ptr, self._nbytes, True, self),
-                                      device=torch.device("cuda", self._comm._dev))
-            else:
-                raw = torch.from_numpy(np.asarray(_Mem(ptr, self._nbytes, False, self)))
-            return raw.view(self._dtype).view(self._shape)
+            return self._w.remote_view(rank, True, self._devidx).view(self._dtype).view(self._shape)
         if self._fw == NUMPY and not self._comm._cuda:
-            raw = np.asarray(_Mem(ptr, self._nbytes, False, self))
-            return raw.view(self._dtype).reshape(self._shape)
+            return self._w.remote_view(rank, False, 0).view(self._dtype).reshape(self._shape)
         raise _C.CclxUnsupportedError("map_remote_tensor: supported for torch tensors and numpy "
                                       "arrays")
 

@@ -81,6 +81,28 @@ void bindWindow(nb::module_& m, CommClass& c) {
           },
           nb::arg("rank"), "Address of rank's window in this process (raises when not direct).")
       .def(
+          "remote_view",
+          [](nb::handle self, int rank, bool torch, int devId) -> nb::object {
+            Window& w = nb::cast<Window&>(self);
+            checkRank("map_remote_tensor", "rank", rank, *w.comm());
+            void* p = w.remotePtr(rank);
+            size_t shape[1] = {w.count() * dtypeSize(w.dtype())};
+            const DeviceSpec d = w.comm()->device();
+            // The memory as this rank's device addresses it (a peer's mapping reports the peer's
+            // GPU to the runtime; the view belongs to this rank's device, as torchcomms' does).
+            const int32_t devType = d.type == DeviceSpec::CPU ? nb::device::cpu::value
+                                                             : nb::device::cuda::value;
+            if (d.type == DeviceSpec::CPU) devId = 0;
+            if (torch)
+              return nb::cast(nb::ndarray<nb::pytorch, uint8_t, nb::ndim<1>>(
+                  p, 1, shape, self, nullptr, nb::dtype<uint8_t>(), devType, devId));
+            if (d.type != DeviceSpec::CPU) argError("map_remote_tensor: CUDA views need torch");
+            return nb::cast(nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(p, 1, shape, self));
+          },
+          nb::arg("rank"), nb::arg("torch"), nb::arg("device_index"),
+          "Rank's window as a uint8 tensor (torch) or array (numpy) of device device_index; it "
+          "keeps the window alive and is invalid after deregistration.")
+      .def(
           "access",
           [](Window& w, int peer) {
             checkRank("get_attr", "peer_rank", peer, *w.comm());

@@ -225,9 +225,10 @@ class HostWindow final : public WinImpl {
   void detach(const WinExchange& ex, bool healthy) override {
     // Puts and signals finish before their call returns: once every rank says "done", nobody
     // writes into anybody's window any more.
-    if (healthy && ctx_->usable()) ex("done", "1");
+    // A failed transport still takes part (the store works), so that no peer waits for it.
+    if (healthy) ex("done", "1");
     release();
-    if (healthy && ctx_->usable()) ex("closed", "1");
+    if (healthy) ex("closed", "1");
   }
 
   void release() override {

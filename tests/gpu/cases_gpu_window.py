@@ -47,7 +47,8 @@ def case_ring_caching_allocator(ctx):
             assert bool((others == -3).all()), (dtype, k)
             c.barrier()
         for q in range(n):
-            assert win.get_attr(q).access_type == cclx.TorchCommWinAccessType.WIN_ACCESS_TYPE_UNIFIED
+            unified = cclx.TorchCommWinAccessType.WIN_ACCESS_TYPE_UNIFIED
+            assert win.get_attr(q).access_type == unified
             view = win.map_remote_tensor(q)
             assert view.shape == buf.shape and view.dtype == dtype and view.device == dev
             assert torch.equal(view[(q - 1) % n], _data((q - 1) % n, 4, count, dtype, dev))

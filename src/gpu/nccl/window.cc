@@ -51,25 +51,32 @@ class NcclWindow final : public WinImpl {
       if (oks[r] != "1")
         bad += strFormat("%srank %zu: %s", bad.empty() ? "" : "; ", r, oks[r].c_str() + 1);
     if (!bad.empty()) {
-      release();
+      deregister();  // the ranks that registered (NCCL gave them a window)
       CCLX_THROW(cclxInvalidArgument, "tensor_register: %s", bad.c_str());
     }
     mine_ = ptr;
   }
 
   void detach(const WinExchange& ex, bool healthy) override {
-    if (healthy && !sh_->failed.load()) {
-      calls_.drain();
+    if (healthy) {
+      if (!sh_->failed.load()) calls_.drain();
       ex("done", "1");
-      release();
+      deregister();  // collective in NCCL: every rank is here
       ex("closed", "1");
       return;
     }
-    win_ = nullptr;  // a failed comm: NCCL's state is gone with it
+    win_ = nullptr;  // an aborted or finalized comm: NCCL's state is gone with it
     mine_ = nullptr;
   }
 
+  // A window destroyed without deregistration: NCCL's deregistration is collective, so the
+  // registration stays with the NCCL comm (released when the comm is destroyed).
   void release() override {
+    win_ = nullptr;
+    mine_ = nullptr;
+  }
+
+  void deregister() {
     if (win_ && !sh_->failed.load() && comm()) {
       DeviceGuard g(sh_->device);
       calls_.drain();

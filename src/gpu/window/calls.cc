@@ -75,13 +75,9 @@ std::shared_ptr<Work> WinCalls::finish(const Call& c, const CollOptions& o) {
   record(c, on(lastOnStream_, c.stream));
   if (!o.async && c.capturing) return completedWork();
   const std::shared_ptr<CudaShared>& sh = b_.shared();
-  cudaEvent_t ev = sh->takeEvent();
-  cudaError_t e = cudaEventRecord(ev, S(c.stream));
-  if (e != cudaSuccess) {
-    sh->returnEvent(ev);
-    CCLX_CUDA_CHECK(e);
-  }
-  return makeCudaWork(sh, ev, c.capturing, o.timeout);
+  EventRef ev = sh->takeEventRef(sh);
+  CCLX_CUDA_CHECK(cudaEventRecord(ev.get(), S(c.stream)));
+  return makeCudaWork(sh, std::move(ev), c.capturing, o.timeout);
 }
 
 WinCalls::Last& WinCalls::on(std::vector<Last>& v, void* stream) {

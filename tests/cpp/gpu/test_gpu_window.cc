@@ -105,8 +105,8 @@ TEST(GpuWindow, Ring) {
       MP_CHECK(std::string(w->transport()) == "ipc", "transport %s", w->transport());
       const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
       for (uint64_t k = 0; k < 20; ++k) {
-        CK(cudaMemcpyAsync(src.base + c.srcShift, pattern(rank, k, block).data(), block,
-                           cudaMemcpyHostToDevice, s));
+        const std::vector<char> mine = pattern(rank, k, block);
+        CK(cudaMemcpyAsync(src.base + c.srcShift, mine.data(), block, cudaMemcpyHostToDevice, s));
         CK(cudaStreamSynchronize(s));
         w->put(src.base + c.srcShift, c.count, next, c.lead + size_t(rank) * c.count, on(s, c.path));
         w->signal(next, on(s));
