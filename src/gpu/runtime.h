@@ -8,7 +8,6 @@
 #if defined(CCLX_HAVE_HIP)
 #include <hip/hip_runtime.h>
 #else
-#include <cuda.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -131,22 +130,6 @@ inline MemKind memKind(const void* p, int& device) {
 #endif
   device = at.device;
   return MemKind::kDevice;
-}
-
-/// The allocation that device pointer p lies in (base and size): what CUDA IPC exports.
-inline cudaError_t allocationRange(const void* p, char** base, size_t* size) {
-#if defined(CCLX_HAVE_HIP)
-  hipDeviceptr_t b = nullptr;
-  hipError_t e = hipMemGetAddressRange(&b, size, const_cast<void*>(p));
-  *base = static_cast<char*>(b);
-  return e;
-#else
-  CUdeviceptr b = 0;
-  if (cuMemGetAddressRange(&b, size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
-    return cudaErrorInvalidValue;
-  *base = reinterpret_cast<char*>(b);
-  return cudaSuccess;
-#endif
 }
 
 /// Device memory that peer GPUs access while kernels run (staging and flags). HIP: fine-grained,

@@ -76,6 +76,36 @@ void ipcClose(const std::string& handle) {
   c.open.erase(it);
 }
 
+// The allocation that device pointer p lies in (its base): what CUDA IPC exports. CUDA: the
+// driver's cuMemGetAddressRange, reached through the runtime (libcclx does not link libcuda).
+cudaError_t allocationBase(const void* p, char** base) {
+  size_t size = 0;
+#if defined(CCLX_HAVE_HIP)
+  hipDeviceptr_t b = nullptr;
+  hipError_t e = hipMemGetAddressRange(&b, &size, const_cast<void*>(p));
+  *base = static_cast<char*>(b);
+  return e;
+#else
+  using Fn = int (*)(unsigned long long*, size_t*, unsigned long long);  // CUresult, CUdeviceptr
+  static const Fn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return Fn(nullptr);
+    }
+    return reinterpret_cast<Fn>(f);
+  }();
+  if (!fn) return cudaErrorNotSupported;
+  unsigned long long b = 0;
+  if (fn(&b, &size, reinterpret_cast<unsigned long long>(p)) != 0) return cudaErrorInvalidValue;
+  *base = reinterpret_cast<char*>(b);
+  return cudaSuccess;
+#endif
+}
+
 // "rank 1: ...; rank 3: ..." for the records that start with '!'.
 std::string failures(const std::vector<std::string>& recs) {
   std::string bad;
@@ -231,8 +261,7 @@ class IpcWindow final : public WinImpl {
                  "the buffer %p is not device memory of the comm's device cuda:%d (CUDA IPC "
                  "exports cudaMalloc memory only)", ptr, sh_->device);
     char* base = nullptr;
-    size_t size = 0;
-    cudaError_t e = gpurt::allocationRange(ptr, &base, &size);
+    cudaError_t e = allocationBase(ptr, &base);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       CCLX_THROW(cclxInvalidArgument, "cannot find the allocation of buffer %p: %s", ptr,

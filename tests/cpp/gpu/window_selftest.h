@@ -6,11 +6,17 @@
 #include <cstddef>
 #include <cstdint>
 
+#if defined(__CUDACC__)
+#define CCLX_WINTEST_HD __host__ __device__
+#else
+#define CCLX_WINTEST_HD
+#endif
+
 namespace cclx {
 namespace wintest {
 
 /// Byte i of what rank `rank` sends in round `round` (never 0x00 or 0xff).
-__host__ __device__ inline uint8_t byteOf(int rank, uint64_t round, size_t i) {
+CCLX_WINTEST_HD inline uint8_t byteOf(int rank, uint64_t round, size_t i) {
   uint64_t x = uint64_t(rank) * 0x9e3779b97f4a7c15ull + round * 0xbf58476d1ce4e5b9ull + i;
   x = (x ^ (x >> 31)) * 0x94d049bb133111ebull;
   x ^= x >> 29;
