@@ -6,6 +6,11 @@
 #   scripts/gpu_one.sh cpp [N]  device codec checks (test_gpu_fp8) and the several-ranks-per-GPU
 #                               suites (test_gpu_shared, test_gpu_failure, test_gpu_shared_colls)
 #                               (scripts/gpu_shared.sh; N = world sizes, default "2 3 4 5 8")
+#   scripts/gpu_one.sh window [N]  one-sided windows with ranks sharing the GPU (test_gpu_window at
+#                               N = world sizes, default "2 3 4 8": 10^4 back-to-back put/signal
+#                               rounds eager and replayed from a CUDA graph at 2 ranks, 500
+#                               above; gpu_window_<n>.json) and the torch window cases
+#                               (tests/gpu/test_gpu_window.py)
 #   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench,
 #                               cclx-perf baselines, the fused allreduce + RMSNorm custom ops at 1,
 #                               2 and 3 ranks) and the TP benchmark smoke run
@@ -18,7 +23,7 @@
 # Results and logs go to ${OUT:-bench/results}; each stage prints one summary line.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|py|baselines}
+STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|window|py|baselines}
 OUT=${OUT:-bench/results}
 BUILD=build-dev
 mkdir -p "$OUT"
@@ -51,7 +56,7 @@ build)
       { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
   fi
   # TARGETS overrides what is built (default: everything the stages below run).
-  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_rmsnorm} \
+  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_rmsnorm test_gpu_window} \
        >>"$log" 2>&1; then
     grep -E "error|FAILED" "$log" | head -40
     line "BUILD FAILED"
@@ -69,6 +74,25 @@ cpp)
   src=$?
   line "codec rc=$crc shared rc=$src"
   [ $crc -eq 0 ] && [ $src -eq 0 ]
+  ;;
+window)
+  sizes=${2:-2 3 4 8}
+  wrc=0
+  for n in $sizes; do
+    rounds=500
+    [ "$n" -eq 2 ] && rounds=10000
+    CCLX_TEST_RANKS=$n CCLX_TEST_WINDOW_ROUNDS=$rounds "$BUILD/tests/test_gpu_window" \
+      --gtest_output="json:$OUT/gpu_window_$n.json" >"$OUT/gpu_window_$n.log" 2>&1 || wrc=1
+    echo "gpu_one window: $n ranks, $rounds rounds: $(grep -E '^\[  (PASSED|FAILED)  \]|\[window rounds\]' \
+      "$OUT/gpu_window_$n.log" | tr '\n' ' ')"
+  done
+  export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  $PY -m pytest -q -rs tests/gpu/test_gpu_window.py --junitxml="$OUT/pytest_gpu_window.xml" \
+    >"$OUT/pytest_gpu_window.log" 2>&1
+  prc=$?
+  tail -4 "$OUT/pytest_gpu_window.log"
+  line "test_gpu_window rc=$wrc pytest rc=$prc"
+  [ $wrc -eq 0 ] && [ $prc -eq 0 ]
   ;;
 py)
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"

@@ -184,6 +184,36 @@ cclxResult_t cclxAllReduceRmsNorm(const void* x, const void* residual, void* res
                                   cclxDataType_t datatype, float eps, cclxComm_t comm,
                                   void* stream);
 
+/* One-sided windows (torchcomms' new_window; the contract is cclx::Window's in cclx.hpp). Every
+ * rank registers a buffer of the same count and datatype; cclxPut copies into a peer's buffer
+ * without the peer taking part; cclxSignal(peer) adds one to peer's counter for this rank once
+ * every earlier cclxPut to peer is visible there; cclxWaitSignal(peer) waits for the next signal
+ * from peer. CUDA communicators: stream-ordered on `stream`, capturable in CUDA graphs. CPU
+ * communicators: `buff` must be shared memory peers can map (cclxMemAllocShared). */
+typedef struct cclxWindow* cclxWindow_t;
+
+/* Collective: a window on comm with `count` elements of `datatype` at buff registered.
+ * Errors: cclxInvalidArgument (NULL pointers, ranks registering different sizes: nothing is
+ *         registered on any rank; CPU memory peers cannot map), cclxUnsupported (no transport:
+ *         e.g. ranks on several hosts with an NCCL older than 2.29). */
+cclxResult_t cclxWinCreate(cclxWindow_t* win, void* buff, size_t count, cclxDataType_t datatype,
+                           cclxComm_t comm);
+/* Collective: waits until every rank is done with the window, then releases it. NULL: no-op. */
+cclxResult_t cclxWinFree(cclxWindow_t win);
+/* Copies `count` elements from sendbuff into `peer`'s window at element targetOffset.
+ * Errors: cclxInvalidArgument (the range does not fit the window; nothing is written). */
+cclxResult_t cclxPut(const void* sendbuff, size_t count, int peer, size_t targetOffset,
+                     cclxWindow_t win, void* stream);
+cclxResult_t cclxSignal(int peer, cclxWindow_t win, void* stream);
+/* Errors: cclxTimeout (no signal within the timeout; the message names peer). */
+cclxResult_t cclxWaitSignal(int peer, cclxWindow_t win, void* stream);
+/* Rank `rank`'s window as addressed by this process (cclxUnsupported when not directly
+ * accessible, e.g. across hosts). */
+cclxResult_t cclxWinRemotePtr(cclxWindow_t win, int rank, void** ptr);
+/* Shared host memory for the windows of CPU communicators (zeroed). */
+cclxResult_t cclxMemAllocShared(void** ptr, size_t size);
+cclxResult_t cclxMemFreeShared(void* ptr);
+
 #ifdef __cplusplus
 }
 #endif

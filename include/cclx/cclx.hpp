@@ -223,6 +223,12 @@ struct RmsNormArgs {
 
 class Backend;
 struct CommState;
+class Window;
+
+/// Whether a peer's window memory is directly addressable from this rank (torchcomms'
+/// TorchCommWinAccessType): Unified = Window::remotePtr() works (same host, peer memory);
+/// Separate = only put / signal / waitSignal reach it.
+enum class WinAccess : int { Unified = 0, Separate = 1 };
 
 class Comm : public std::enable_shared_from_this<Comm> {
  public:
@@ -354,6 +360,10 @@ class Comm : public std::enable_shared_from_this<Comm> {
   int addAbortHook(std::function<void(const std::string& reason)> hook);
   void removeAbortHook(int handle);
 
+  /// Collective over all ranks: a one-sided window (torchcomms' new_window), with nothing
+  /// registered yet. See Window.
+  std::shared_ptr<Window> newWindow();
+
   /// Which algorithm the dispatcher would pick for an allreduce of these arguments
   /// ("flat", "lamport", "tree", "fp8", "nccl", "shm-flat", ...). For tools and tests.
   std::string selectAllReduceAlgo(size_t count, DataType dtype, ReduceOp op,
@@ -370,5 +380,74 @@ class Comm : public std::enable_shared_from_this<Comm> {
   friend struct CommAccess;
   std::unique_ptr<CommState> st_;
 };
+
+/// One-sided communication over memory every rank registers (torchcomms' TorchCommWindow).
+///
+/// Every rank registers a buffer of the same element count and type (registerBuffer, collective).
+/// put() copies local data into a peer's registered buffer at an element offset without the peer
+/// taking part; signal(dst) adds one to dst's counter for this rank once every earlier put from
+/// this rank to dst is visible in dst's buffer; waitSignal(src) waits until src's counter has
+/// advanced past what earlier waits on src consumed (one signal per wait). Nothing else orders
+/// puts: read what a peer put only after the waitSignal that consumed its signal.
+///
+/// CUDA comms: all three are stream-ordered like collectives (CollOptions::stream / async, the
+/// returned Work), capturable in CUDA graphs (the counters and the expected values live on the
+/// device), and watched by the comm's timeout (a signal that never comes fails the wait naming
+/// the missing rank; the registered buffer is then poisoned). Ranks of one host reach each other
+/// through CUDA IPC (copy engine or SM stores); across hosts through NCCL's one-sided API (NCCL
+/// 2.29 or later). CPU comms: the registered memory must be shared memory peers can map (a
+/// MAP_SHARED mapping of a file that still has a name, e.g. from allocShared() or a torch storage
+/// shared with the file-system strategy); the calls finish before returning.
+///
+/// Operations on a window are issued by one thread at a time. Destroying a Window releases this
+/// rank's mappings without waiting for peers: call deregisterBuffer() on every rank first.
+class Window {
+ public:
+  ~Window();
+  Window(const Window&) = delete;
+  Window& operator=(const Window&) = delete;
+
+  /// Collective: makes `count` elements of `dtype` at `ptr` (device memory of the comm's device,
+  /// or shared host memory on CPU comms) this rank's window. Every rank must pass the same count
+  /// and dtype (cclxInvalidArgument on every rank, naming the ranks that differ, with nothing
+  /// registered). The memory must stay alive until deregisterBuffer().
+  void registerBuffer(void* ptr, size_t count, DataType dtype);
+  /// Collective: waits until this rank's window operations are complete and every rank is done
+  /// with the window, then unmaps the peers' buffers. Pointers from remotePtr() become invalid.
+  void deregisterBuffer();
+  bool registered() const;
+  void* data() const;
+  size_t count() const;
+  DataType dtype() const;
+
+  /// Copies `count` elements (the window's dtype) from `src` into rank `dst`'s buffer starting at
+  /// element `targetOffset`. targetOffset + count beyond the window: cclxInvalidArgument, nothing
+  /// written. `src` must not overlap the destination range.
+  std::shared_ptr<Work> put(const void* src, size_t count, int dst, size_t targetOffset,
+                            const CollOptions& o = {});
+  /// Adds one to rank dst's counter for this rank, after every earlier put to dst is visible.
+  std::shared_ptr<Work> signal(int dst, const CollOptions& o = {});
+  /// Waits for the next signal from rank src (stream-ordered on CUDA comms).
+  std::shared_ptr<Work> waitSignal(int src, const CollOptions& o = {});
+  /// Rank `rank`'s registered buffer as this process addresses it (this rank: data()); throws
+  /// cclxUnsupported when it is not directly accessible (access() == Separate).
+  void* remotePtr(int rank) const;
+  WinAccess access(int peer) const;
+  /// "shm" (host shared memory), "ipc" (CUDA IPC) or "nccl" (NCCL's one-sided API).
+  const char* transport() const;
+  const std::shared_ptr<Comm>& comm() const;
+
+  // Internal.
+  struct State;
+  explicit Window(std::unique_ptr<State> st);
+
+ private:
+  std::unique_ptr<State> st_;
+};
+
+/// Host memory that a CPU comm's window can register: `bytes` of a new shared-memory file
+/// (zeroed), mapped here. Free it with freeShared() once no window uses it.
+void* allocShared(size_t bytes);
+void freeShared(void* ptr);
 
 }  // namespace cclx

@@ -375,6 +375,48 @@ class Comm:
     def select_all_reduce_rmsnorm_algo(self, tokens: int, hidden: int, dtype: int, out: bool, fp8: bool, static_scale: bool, hints: Mapping[str, str]) -> str:
         """What all_reduce_rmsnorm would run for these arguments."""
 
+    def new_window(self) -> Window:
+        """Collective: a new one-sided window with nothing registered."""
+
+class WinAccess(enum.Enum):
+    UNIFIED = 0
+    SEPARATE = 1
+
+class Window:
+    """A one-sided window (low level; see cclx.Comm.new_window)."""
+
+    def register(self, tensor: Annotated[NDArray, dict(writable=False)], dtype: int) -> None:
+        """Collective: registers the tensor's memory."""
+
+    def deregister(self) -> None:
+        """Collective: every rank done, then the peers' memory is unmapped."""
+
+    def put(self, tensor: Annotated[NDArray, dict(writable=False)], dtype: int, dst: int, offset: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work: ...
+
+    def signal(self, dst: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work: ...
+
+    def wait_signal(self, src: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work: ...
+
+    def remote_ptr(self, rank: int) -> int:
+        """Address of rank's window in this process (raises when not direct)."""
+
+    def access(self, peer: int) -> WinAccess: ...
+
+    @property
+    def registered(self) -> bool: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def dtype(self) -> DataType: ...
+
+    @property
+    def transport(self) -> str: ...
+
+def alloc_shared(nbytes: int) -> NDArray:
+    """A uint8 numpy array of `nbytes` in a new shared-memory file (zeroed), freed with it."""
+
 def nccl_version() -> tuple[int, int, int] | None:
     """(major, minor, patch) of the NCCL library cclx loads (loading it if needed), or None."""
 

@@ -33,6 +33,12 @@ from ._C import (  # noqa: E402
 from .comm import Comm, Work, new_comm  # noqa: E402
 from ._comm_ops import BatchSendRecv, CommOptions, P2POp, P2POpType  # noqa: E402
 from ._hooks import OpName, RemovableHandle  # noqa: E402
+from .window import (  # noqa: E402
+    TorchCommWinAccessType,
+    TorchCommWindowAttr,
+    Window,
+    empty_shared,
+)
 from ._tensor import dtype_of  # noqa: E402
 from ._info import nccl_version, build_info  # noqa: E402
 
@@ -58,9 +64,13 @@ __all__ = [
     "Result",
     "Store",
     "TcpStore",
+    "TorchCommWinAccessType",
+    "TorchCommWindowAttr",
+    "Window",
     "Work",
     "build_info",
     "dtype_of",
+    "empty_shared",
     "nccl_version",
     "new_comm",
     "prefix_store",

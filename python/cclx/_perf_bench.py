@@ -20,6 +20,7 @@ COLLS = {
     # the fused allreduce + residual add + RMSNorm (_perf_fused): rows by tokens x hidden, not
     # in 'all' nor in plan()
     "allreduce_rmsnorm": (lambda n: 2.0 * (n - 1) / n, True),
+    "put": (lambda n: 1.0, True),  # window put + signal + wait_signal (_perf_put.py)
 }
 ALL = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v", "broadcast",
        "reduce")
@@ -142,6 +143,7 @@ class Case:
             self.exp, vals, recv_n = self._build()
         self.values, self.recv_numel = vals, recv_n
         self.src = None
+        self.barrier: Optional[Callable[[], Any]] = None  # after poison(): receivers written by peers
         if send_buf is not None:
             self.send = send_buf(_numel(vals))
             xp.fill_(self.send, vals)
@@ -199,6 +201,9 @@ class Case:
             vals = xp.cat([a2a(r, d, xp.idx(k)) for d, k in enumerate(self.splits_in)])
             exp = xp.cat([a2a(s, r, xp.idx(k)) for s, k in enumerate(self.splits_out)])
             return xp.f64(exp), xp.cast(vals), c * n
+        if self.coll == "put":  # the previous rank's values land in this rank's window
+            i = xp.idx(c)
+            return xp.f64(val((r - 1) % n, i)), xp.cast(val(r, i)), c
         raise ValueError(self.coll)
 
     def call(self, comm: Any, redop: Any, hints: Dict[str, str]) -> Callable[[], Any]:
@@ -224,6 +229,8 @@ class Case:
             self.recv.fill_(-77)
         else:
             self.recv[...] = -77
+        if self.barrier is not None:
+            self.barrier()
 
     def refill(self) -> None:
         """Copies the input values in again (buffers a library may have written into)."""
@@ -302,7 +309,7 @@ def _numel(a) -> int:
 
 def buffer_numels(coll: str, count: int, n: int) -> Tuple[int, int]:
     """(send, receive) elements of a Case with this count."""
-    if coll in ("all_reduce", "reduce", "broadcast"):
+    if coll in ("all_reduce", "reduce", "broadcast", "put"):
         return count, count
     if coll == "all_gather":
         return count, count * n
@@ -316,7 +323,7 @@ def plan(colls: List[str], minb: int, maxb: int, factor: float, esize: int,
     """(collective, count, bytes) of every row of a sweep, in order."""
     out = []
     for coll in colls:
-        if coll not in ALL:
+        if coll not in ALL and coll != "put":  # allreduce_rmsnorm: rows by tokens x hidden
             continue
         seen = set()
         for size in sizes(minb, maxb, factor):

@@ -435,6 +435,22 @@ class Comm(CommOps):
                                                       bool(out), quant == "fp8",
                                                       bool(static_scale), rdv.hints_dict(hints))
 
+    # ----------------------------------------------------------------- one-sided windows
+    @_checked
+    def new_window(self, tensor: Any = None) -> "Window":
+        """Collective: a one-sided window (cclx.window.Window), with `tensor` registered when
+        given (tensor_register is collective too: every rank the same size and dtype)."""
+        from .window import Window
+
+        w = Window(self, self._c.new_window())
+        if tensor is not None:
+            w.tensor_register(tensor)
+        return w
+
+    def _require_open(self, what: str) -> None:
+        if self._closed is not None:
+            raise _C.CclxUsageError(f"{what}: communicator {self._name!r} was {self._closed}")
+
     # ----------------------------------------------------------------- lifetime
     @_checked
     def split(self, ranks: Sequence[int], name: str, hints: Optional[Dict[str, Any]] = None,

@@ -58,10 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-z", "--blocking", type=int, default=0, help="host sync after each op")
     p.add_argument("-C", "--coll", default="all_reduce",
                    help="comma list of " + ",".join(B.COLLS) + " (or allgather, reducescatter, "
-                   "alltoall, alltoallv) or 'all' (all but allreduce_rmsnorm); all_to_all_v moves "
-                   "all_to_all's bytes in unequal splits (1.5 blocks to itself, half a block to the "
-                   "next rank); allreduce_rmsnorm is the fused allreduce + residual add + RMSNorm, "
-                   "rows by --tokens x --hidden, against NCCL allreduce + torch add + RMSNorm")
+                   "alltoall, alltoallv) or 'all' (all but allreduce_rmsnorm and put); all_to_all_v "
+                   "moves all_to_all's bytes in unequal splits (1.5 blocks to itself, half a block "
+                   "to the next rank); allreduce_rmsnorm is the fused allreduce + residual add + RMSNorm, "
+                   "rows by --tokens x --hidden, against NCCL allreduce + torch add + RMSNorm; put = "
+                   "one-sided window put + signal + wait_signal around the ring")
     p.add_argument("--tokens", default="1:8192",
                    help="allreduce_rmsnorm: token counts, 'A:B' (powers of two) or a comma list "
                    "(default 1:8192)")
@@ -77,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--low-precision", action="store_true", help="hint low_precision=fp8")
     p.add_argument("--fp8-algo", default="auto", choices=("auto", "oneshot", "twoshot"),
                    help="FP8 allreduce algorithm (hint fp8_algo)")
+    p.add_argument("--put-path", default="auto", choices=("auto", "ce", "sm"),
+                   help="-C put between GPUs: copy engine, SM stores, or by size (hint put_path)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="where to run (default: cuda when torch sees a GPU, else cpu)")
     p.add_argument("-N", "--nranks", type=int, default=None,
@@ -159,6 +162,8 @@ def _resolve(args: argparse.Namespace, torch: Any) -> None:
         if args.baselines_explicit and args.baselines:
             raise SystemExit("cclx-perf: --no-nccl and --baseline contradict each other")
         args.baselines, args.baselines_explicit = [], True
+    if args.api == "nccl" and "put" in args.colls:
+        raise SystemExit("cclx-perf: -C put measures cclx windows; --api nccl has no put")
     if args.api == "nccl":
         if not args.cuda:
             raise SystemExit("cclx-perf: --api nccl needs CUDA")
@@ -283,9 +288,19 @@ def run_rank(args: argparse.Namespace, torch: Any) -> int:
                  "avg": cclx.ReduceOp.AVG}[args.op]
         cols = [M.comm_column("cclx", comms["cclx"], redop, _hints(args), make_case)]
         closers = [comms["cclx"]]
+        if "put" in args.colls:
+            from . import _perf_put as PP
+
+            put_hints = {} if args.put_path == "auto" else {"put_path": args.put_path}
+            closers.append(PP.with_put(cols[0], comms["cclx"], xp, rows_plan, make_case,
+                                       put_hints, rank, n))
         if cuda:
-            cols += _baseline_columns(args, torch, rank, n, ex, rows_plan, esize, make_case,
-                                      redop, info, closers, comms)
+            base_cols = _baseline_columns(args, torch, rank, n, ex, rows_plan, esize, make_case,
+                                          redop, info, closers, comms)
+            if "put" in args.colls:
+                for col in base_cols:
+                    PP.skip_put(col)
+            cols += base_cols
         elif args.baselines_explicit:
             for b in args.baselines:
                 info[b] = {"skipped": "needs CUDA (this run is on CPU)", "measured": False}

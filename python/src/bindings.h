@@ -63,6 +63,8 @@ void bindDataMovement(CommClass& c);
 void bindGrouped(CommClass& c);
 /// all_reduce_rmsnorm and its selection query (comm_fused.cc).
 void bindFused(CommClass& c);
+/// Window (put, signal, wait_signal, ...), Comm.new_window, alloc_shared (window.cc).
+void bindWindow(nb::module_& m, CommClass& c);
 
 /// `seconds` (named `what` in messages) as milliseconds, rounded up; must be finite and >= 0.
 std::chrono::milliseconds msOf(double seconds, const char* what);

@@ -143,6 +143,7 @@ void bindComm(nb::module_& m) {
   bindDataMovement(c);
   bindGrouped(c);
   bindFused(c);
+  bindWindow(m, c);
 
   c.def(
        "split",

@@ -18,6 +18,10 @@
 #include "core/comm_internal.h"
 #include "core/error.h"
 
+struct cclxWindow {
+  std::shared_ptr<cclx::Window> win;
+};
+
 struct cclxComm {
   std::shared_ptr<cclx::Comm> comm;
   std::mutex opsMu;
@@ -160,6 +164,13 @@ void setOut(cclxComm_t* out, std::shared_ptr<Comm> comm) {
   *out = h;
 }
 
+}  // namespace
+
+namespace {
+cclx::Window& winOf(cclxWindow_t w) {
+  CCLX_ARG_CHECK(w != nullptr && w->win != nullptr, "window is NULL");
+  return *w->win;
+}
 }  // namespace
 
 extern "C" {
@@ -434,6 +445,55 @@ cclxResult_t cclxGroupSendRecv(const cclxP2PMessage* sends, int nsends,
     for (int i = 0; i < nrecvs; ++i) r.push_back({recvs[i].peer, recvs[i].buff, recvs[i].count});
     c.comm->sendRecv(s, r, dtypeOf(datatype), streamOpts(stream));
   });
+}
+
+cclxResult_t cclxWinCreate(cclxWindow_t* win, void* buff, size_t count, cclxDataType_t datatype,
+                           cclxComm_t comm) {
+  return guard([&] {
+    CCLX_ARG_CHECK(win != nullptr, "win is NULL");
+    auto w = handle(comm).comm->newWindow();
+    w->registerBuffer(buff, count, dtypeOf(datatype));
+    *win = new cclxWindow{std::move(w)};
+  });
+}
+
+cclxResult_t cclxWinFree(cclxWindow_t win) {
+  return guard([&] {
+    if (!win) return;
+    std::unique_ptr<cclxWindow> owned(win);
+    if (owned->win && owned->win->registered()) owned->win->deregisterBuffer();
+  });
+}
+
+cclxResult_t cclxPut(const void* sendbuff, size_t count, int peer, size_t targetOffset,
+                     cclxWindow_t win, void* stream) {
+  return guard([&] { winOf(win).put(sendbuff, count, peer, targetOffset, streamOpts(stream)); });
+}
+
+cclxResult_t cclxSignal(int peer, cclxWindow_t win, void* stream) {
+  return guard([&] { winOf(win).signal(peer, streamOpts(stream)); });
+}
+
+cclxResult_t cclxWaitSignal(int peer, cclxWindow_t win, void* stream) {
+  return guard([&] { winOf(win).waitSignal(peer, streamOpts(stream)); });
+}
+
+cclxResult_t cclxWinRemotePtr(cclxWindow_t win, int rank, void** ptr) {
+  return guard([&] {
+    CCLX_ARG_CHECK(ptr != nullptr, "ptr is NULL");
+    *ptr = winOf(win).remotePtr(rank);
+  });
+}
+
+cclxResult_t cclxMemAllocShared(void** ptr, size_t size) {
+  return guard([&] {
+    CCLX_ARG_CHECK(ptr != nullptr, "ptr is NULL");
+    *ptr = allocShared(size);
+  });
+}
+
+cclxResult_t cclxMemFreeShared(void* ptr) {
+  return guard([&] { freeShared(ptr); });
 }
 
 }  // extern "C"

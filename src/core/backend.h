@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/window.h"
 
 namespace cclx {
 
@@ -93,6 +94,9 @@ class Backend {
   /// (later calls throw it), as (code, message); cclxSuccess when healthy. Never throws or blocks
   /// for long.
   virtual std::pair<cclxResult_t, std::string> poll() { return {cclxSuccess, ""}; }
+  /// Collective: a one-sided window's transport (core/window.h). `ex` trades records between the
+  /// ranks under the window's keys. Default: cclxUnsupported.
+  virtual std::unique_ptr<WinImpl> newWindow(const WinExchange& ex);
 };
 
 /// A Work that is already complete (host collectives finish before returning).
@@ -108,6 +112,7 @@ struct CommState {
   std::shared_ptr<Store> rootStore;  // un-prefixed store (for split)
   uint64_t checkSeq = 0;             // check-mode sequence number
   int splitSeq = 0;
+  int windowSeq = 0;                 // windows created so far (their store namespace)
   bool finalized = false;
   bool aborted = false;
   bool abortOnError = true;          // Options::abortOnError resolved (core/watchdog.h)

@@ -227,6 +227,7 @@ Config Config::fromEnv() {
   readSize("CCLX_DDA_STAGING_BYTES", c.ddaStagingBytes);
   if (const char* v = envOrNull("CCLX_DDA_MAX_BLOCKS"))
     c.ddaMaxBlocks = int(parseInt("CCLX_DDA_MAX_BLOCKS", v, 0, 1024));
+  readSize("CCLX_WIN_PUT_CE_MIN_BYTES", c.winPutCeMinBytes);
 
   bool lpAll = false;
   readBool("CCLX_LOW_PRECISION_ENABLE", lpAll);

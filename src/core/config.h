@@ -53,6 +53,8 @@ struct Config {
   size_t ddaAllToAllMaxBytes = 0;       // CCLX_DDA_ALLTOALL_MAX_BYTES (0 = table; input bytes)
   size_t ddaStagingBytes = 176ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
   int ddaMaxBlocks = 0;                 // CCLX_DDA_MAX_BLOCKS (0 = tuned)
+  size_t winPutCeMinBytes = 256 << 10;  // CCLX_WIN_PUT_CE_MIN_BYTES: window puts by copy engine
+                                        // from this size up, by SM stores below
 
   // Low-precision (FP8) collectives.
   bool lpAllReduce = false;      // CCLX_LOW_PRECISION_ENABLE / _ALLREDUCE

@@ -57,6 +57,7 @@ constexpr HintSpec kHints[] = {
     {"low_precision", "fp8|off"},
     {"fp8_algo", "auto|oneshot|twoshot"},
     {"fused_algo", "auto|oneshot|twoshot|unfused"},
+    {"put_path", "auto|ce|sm"},  // window puts between GPUs (gpu/window/ipc.cc)
 };
 
 bool listed(const char* values, const std::string& v) {

@@ -155,6 +155,15 @@ class CudaBackend final : public Backend {
   /// are counted in one log line. The destructor does nothing afterwards.
   void abandon();
 
+  // One-sided windows (gpu/window/): CUDA IPC between the ranks of one host, else NCCL's
+  // one-sided API. What a window of this comm uses:
+  std::unique_ptr<WinImpl> newWindow(const WinExchange& ex) override;
+  DeviceCtx& deviceCtx() { return ctx_; }
+  const std::shared_ptr<CudaShared>& shared() const { return sh_; }
+  /// Collective: the lowest window signal slot free on every rank (-1: none).
+  int takeWindowSlot(const WinExchange& ex);
+  void returnWindowSlot(int slot);
+
  private:
   void setupDevice(const GpuSetup& setup);
   void setupPeers(const GpuSetup& setup, SetupSequence& seq);
@@ -219,6 +228,8 @@ class CudaBackend final : public Backend {
   std::mutex runMu_;
   bool finalized_ = false;
   std::atomic<bool> abandoned_{false};  // abandon() was called: teardown leaks instead of freeing
+  std::mutex winMu_;
+  std::vector<char> winSlotUsed_;  // window signal slots in use on this rank
 };
 
 }  // namespace cclx

@@ -36,7 +36,9 @@
 //                       written by the owner (host copies), read by the peers (peerMemGrow)
 //   [520 KiB, +64 KiB)  DDA pipelined exchange flags: uint64 data [src][kMaxBlocks] and acks
 //                       [dst][kMaxBlocks] (dda/xchg_pipe.cu)
-//   [584 KiB,   1 MiB)  reserved
+//   [584 KiB,   1 MiB)  one-sided windows (gpu/window/): one 1 KiB slot per live window:
+//                       uint64 signal counts [kMaxRanks] (64 bytes apart, index = source rank,
+//                       added to by the source), then uint64 waits consumed [kMaxRanks] (local)
 // Flags only ever increase (no resets): a waiter compares against the value it expects.
 #pragma once
 
@@ -69,7 +71,15 @@ constexpr int kNumStagingRegions = 7;
 constexpr uint32_t regionBit(StagingRegion r) { return 1u << int(r); }
 const char* regionName(StagingRegion r);
 
-enum class SignalRegion : int { kBarrier = 0, kTree = 1, kFp8 = 2, kControl = 3, kGrow = 4, kXchg = 5 };
+enum class SignalRegion : int {
+  kBarrier = 0,
+  kTree = 1,
+  kFp8 = 2,
+  kControl = 3,
+  kGrow = 4,
+  kXchg = 5,
+  kWindow = 6,
+};
 
 struct PeerSetup {
   int rank = 0;
@@ -117,9 +127,10 @@ struct PeerMem {
       case SignalRegion::kFp8: return 256u << 10;
       case SignalRegion::kControl: return 512u << 10;
       case SignalRegion::kGrow: return 516u << 10;
-      case SignalRegion::kXchg: break;
+      case SignalRegion::kXchg: return 520u << 10;
+      case SignalRegion::kWindow: break;
     }
-    return 520u << 10;
+    return 584u << 10;
   }
   static size_t signalRegionBytes(SignalRegion r) {
     switch (r) {
@@ -128,9 +139,10 @@ struct PeerMem {
       case SignalRegion::kFp8: return 256u << 10;
       case SignalRegion::kControl: return 4u << 10;
       case SignalRegion::kGrow: return 4u << 10;
-      case SignalRegion::kXchg: break;
+      case SignalRegion::kXchg: return 64u << 10;
+      case SignalRegion::kWindow: break;
     }
-    return 64u << 10;
+    return 440u << 10;
   }
   char* signalRegion(int peer, SignalRegion r) const { return signal[peer] + signalOffset(r); }
 };

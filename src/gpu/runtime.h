@@ -77,6 +77,8 @@ constexpr unsigned cudaHostAllocMapped = hipHostMallocMapped | hipHostMallocCohe
 #define cudaEventDestroy hipEventDestroy
 #define cudaEventRecord hipEventRecord
 #define cudaEventQuery hipEventQuery
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaStreamSynchronize hipStreamSynchronize
 #define cudaIpcGetMemHandle hipIpcGetMemHandle
 #define cudaIpcOpenMemHandle hipIpcOpenMemHandle
 #define cudaIpcCloseMemHandle hipIpcCloseMemHandle

@@ -52,8 +52,9 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
     for (int r = 0; r < size && r < kMaxRanks; ++r)
       if (errHost[kErrMissing + r]) mask |= 1u << r;
     return {cclxTimeout,
-            strFormat("rank %d: a collective on comm '%s' (cuda:%d) timed out after %lld ms "
-                      "waiting for rank(s) %s; its output is NaN and the comm is unusable",
+            strFormat("rank %d: a collective or window wait_signal on comm '%s' (cuda:%d) timed "
+                      "out after %lld ms waiting for rank(s) %s; its output is NaN and the comm "
+                      "is unusable",
                       rank, name.c_str(), device, ms, rankList(mask).c_str())};
   }
   if (errHost[kErrCode] == kErrMismatch) {

@@ -10,6 +10,7 @@
 #include "core/select.h"
 #include "core/log.h"
 #include "host/shm.h"
+#include "host/window.h"
 
 namespace cclx {
 namespace {
@@ -19,7 +20,7 @@ class HostBackend final : public Backend {
   explicit HostBackend(const BootstrapInfo& info) : info_(info) {
     if (info.device.type != DeviceSpec::CPU)
       CCLX_THROW(cclxInvalidUsage, "host backend asked to serve a non-CPU device");
-    ctx_ = std::make_unique<HostCtx>(info);
+    ctx_ = std::make_shared<HostCtx>(info);
     flat_ = makeHostFlatAllReduce();
     tree_ = makeHostTreeAllReduce();
     lamport_ = makeHostLamportAllReduce();
@@ -70,6 +71,11 @@ class HostBackend final : public Backend {
   std::string selectAllReduce(const CollArgs& args) override {
     if (HostAlgo* h = pick(args)) return h->name();
     return std::string("unfused(") + pick(unfusedAllReduce(args, nullptr))->name() + ")";
+  }
+
+  std::unique_ptr<WinImpl> newWindow(const WinExchange& ex) override {
+    if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
+    return makeHostWindow(ctx_, ex);
   }
 
   void finalize() override {
@@ -168,7 +174,7 @@ class HostBackend final : public Backend {
   }
 
   BootstrapInfo info_;
-  std::unique_ptr<HostCtx> ctx_;
+  std::shared_ptr<HostCtx> ctx_;  // shared with the windows (host/window.h)
   std::unique_ptr<HostAlgo> flat_, tree_, lamport_, reduce_, bcast_, allGather_, reduceScatter_, allToAll_,
       allToAllV_, p2p_, barrier_, reduceScatterV_;
   std::unique_ptr<HostAlgo> fp8AllReduce_, fp8OneShot_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;

@@ -288,54 +288,87 @@ void HostCtx::waitFor(const std::vector<int>& peers, int line, uint64_t target, 
   for (int p : peers) {
     const ShmSegment& seg = *segs_[size_t(p)];
     if (loadAcq(seg, line) >= target) continue;
-    bool ok = false;
-    for (int k = 0; k < cfg.spinIterations && !ok; ++k) {
-      cpuRelax();
-      ok = loadAcq(seg, line) >= target;
+    waitOne(p, seg.word(line), target, what, [&] {
+      std::string missing;
+      for (int q : peers)
+        if (loadAcq(*segs_[size_t(q)], line) < target)
+          missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+      return missing;
+    });
+  }
+}
+
+void HostCtx::waitWord(int peer, uint64_t* word, uint64_t target, const char* what) {
+  if (broken_) CCLX_THROW(cclxInvalidUsage, "communicator is unusable: %s", brokenWhy_.c_str());
+  if (std::atomic_ref<uint64_t>(*word).load(std::memory_order_acquire) >= target) return;
+  waitOne(peer, word, target, what, [&] { return std::to_string(peer); });
+}
+
+void HostCtx::addWord(uint64_t* word, uint64_t delta) {
+  std::atomic_ref<uint64_t>(*word).fetch_add(delta, std::memory_order_seq_cst);
+  uint32_t* waiters = reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(word) + 8);
+  if (std::atomic_ref<uint32_t>(*waiters).load(std::memory_order_seq_cst) != 0)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void HostCtx::checkPeer(int peer) {
+  if (broken_) CCLX_THROW(cclxInvalidUsage, "communicator is unusable: %s", brokenWhy_.c_str());
+  if (std::atomic_ref<uint32_t>(*segs_[size_t(peer)]->abortedWord()).load(std::memory_order_acquire) != 0) {
+    broken_ = true;
+    brokenWhy_ = peerFailure(peer);
+    throw Error(peerFailureCode(peer), brokenWhy_);
+  }
+}
+
+// Waits for *word >= target, `peer` being the rank that advances it: spins, yields, then sleeps
+// on a futex on the word's low 32 bits in 2 ms slices (the waiter count sits 8 bytes after the
+// word, see publish()). `missing` names the ranks still behind for the timeout message.
+void HostCtx::waitOne(int p, uint64_t* wordPtr, uint64_t target, const char* what,
+                      const std::function<std::string()>& missing) {
+  std::atomic_ref<uint64_t> word(*wordPtr);
+  std::atomic_ref<uint32_t> waiters(*reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(wordPtr) + 8));
+  const ShmSegment& seg = *segs_[size_t(p)];
+  bool ok = false;
+  for (int k = 0; k < cfg.spinIterations && !ok; ++k) {
+    cpuRelax();
+    ok = word.load(std::memory_order_acquire) >= target;
+  }
+  for (int k = 0; k < 16 && !ok; ++k) {
+    sched_yield();
+    ok = word.load(std::memory_order_acquire) >= target;
+  }
+  while (!ok) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline_) {
+      broken_ = true;
+      brokenWhy_ = strFormat("host %s #%llu (rank %d of %d, %s %llu) timed out after %lld ms; "
+                             "rank(s) [%s] did not arrive",
+                             coll_, static_cast<unsigned long long>(collSeq_), rank, size, what,
+                             static_cast<unsigned long long>(target),
+                             static_cast<long long>(timeout.count()), missing().c_str());
+      raiseFailed(p);
+      throw Error(cclxTimeout, brokenWhy_);
     }
-    for (int k = 0; k < 16 && !ok; ++k) {
-      sched_yield();
-      ok = loadAcq(seg, line) >= target;
+    if (std::atomic_ref<uint32_t>(*seg.abortedWord()).load(std::memory_order_acquire) != 0) {
+      broken_ = true;
+      brokenWhy_ = peerFailure(p);
+      throw Error(peerFailureCode(p), brokenWhy_);
     }
-    std::atomic_ref<uint64_t> word(*seg.word(line));
-    std::atomic_ref<uint32_t> waiters(*seg.waiters(line));
-    while (!ok) {
-      auto now = std::chrono::steady_clock::now();
-      if (now >= deadline_) {
-        std::string missing;
-        for (int q : peers)
-          if (loadAcq(*segs_[size_t(q)], line) < target)
-            missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-        broken_ = true;
-        brokenWhy_ = strFormat("host %s #%llu (rank %d of %d, %s %llu) timed out after %lld ms; "
-                               "rank(s) [%s] did not arrive",
-                               coll_, static_cast<unsigned long long>(collSeq_), rank, size, what,
-                               static_cast<unsigned long long>(target),
-                               static_cast<long long>(timeout.count()), missing.c_str());
-        raiseFailed(p);
-        throw Error(cclxTimeout, brokenWhy_);
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now).count();
+    long slice = left < 2000000 ? long(left) : 2000000L;  // 2 ms slices
+    waiters.fetch_add(1, std::memory_order_seq_cst);
+    uint64_t v = word.load(std::memory_order_seq_cst);
+    if (v < target) {
+      timespec ts{0, slice};
+      long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(wordPtr), FUTEX_WAIT, uint32_t(v),
+                        &ts, nullptr, 0);
+      if (rc != 0 && errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR) {
+        timespec nap{0, 50000};
+        nanosleep(&nap, nullptr);  // futex unavailable: sleep briefly instead
       }
-      if (std::atomic_ref<uint32_t>(*seg.abortedWord()).load(std::memory_order_acquire) != 0) {
-        broken_ = true;
-        brokenWhy_ = peerFailure(p);
-        throw Error(peerFailureCode(p), brokenWhy_);
-      }
-      auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now).count();
-      long slice = left < 2000000 ? long(left) : 2000000L;  // 2 ms slices
-      waiters.fetch_add(1, std::memory_order_seq_cst);
-      uint64_t v = word.load(std::memory_order_seq_cst);
-      if (v < target) {
-        timespec ts{0, slice};
-        long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(seg.word(line)), FUTEX_WAIT,
-                          uint32_t(v), &ts, nullptr, 0);
-        if (rc != 0 && errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR) {
-          timespec nap{0, 50000};
-          nanosleep(&nap, nullptr);  // futex unavailable: sleep briefly instead
-        }
-      }
-      waiters.fetch_sub(1, std::memory_order_seq_cst);
-      ok = loadAcq(seg, line) >= target;
     }
+    waiters.fetch_sub(1, std::memory_order_seq_cst);
+    ok = word.load(std::memory_order_acquire) >= target;
   }
 }
 

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -118,6 +119,19 @@ struct HostCtx {
   /// then naps. Throws cclxTimeout naming them at the deadline, cclxRemoteError when one aborted.
   void idle(const std::vector<int>& pending, uint32_t rounds);
 
+  // ---- words of one-sided windows (host/window.cc) --------------------------------------------
+  /// Waits until *word >= target (acquire), `peer` being the rank that advances it, with the
+  /// schedule, deadline (beginColl) and peer-failure checks of the collective waits: throws
+  /// cclxTimeout naming `peer` and `what`, or the peer's failure, and the context becomes
+  /// unusable. `word` starts a 64-byte line of shared memory whose bytes 8..11 count its futex
+  /// waiters.
+  void waitWord(int peer, uint64_t* word, uint64_t target, const char* what);
+  /// Adds `delta` to such a word and wakes its waiters.
+  static void addWord(uint64_t* word, uint64_t delta);
+  /// Throws what `peer`'s failure word says (it aborted or timed out), if anything; and
+  /// cclxInvalidUsage when this context is unusable.
+  void checkPeer(int peer);
+
   /// Marks this rank aborted (peers waiting on it fail fast with cclxRemoteError), unmaps.
   void abort();
   /// Unmaps every segment; later calls raise cclxInvalidUsage.
@@ -126,6 +140,8 @@ struct HostCtx {
 
  private:
   void waitFor(const std::vector<int>& peers, int line, uint64_t target, const char* what);
+  void waitOne(int peer, uint64_t* word, uint64_t target, const char* what,
+               const std::function<std::string()>& missing);
   void pollCheck(int peer, uint32_t polls);
   [[noreturn]] void failWaiting(int peer, bool aborted, const std::string& detail);
   /// Marks this rank's segment failed (timed out waiting for `missing`), once.

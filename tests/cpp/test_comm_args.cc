@@ -142,7 +142,7 @@ void badCalls(cclx::Comm& c, int rank, int size) {
   cclx::CollOptions typo;
   typo.hints = {{"algoo", "tree"}};
   codeOf([&] { c.allGather(s, r, n, f32, typo); }, &m);
-  MP_CHECK(m == "unknown hint 'algoo' (valid hints: algo, low_precision, fp8_algo, fused_algo)", "%s",
+  MP_CHECK(m == "unknown hint 'algoo' (valid hints: algo, low_precision, fp8_algo, fused_algo, put_path)", "%s",
            m.c_str());
   typo.hints = {{"low_precision", "fp4"}};
   codeOf([&] { c.allReduce(s, r, n, f32, RedOpKind::SUM, typo); }, &m);

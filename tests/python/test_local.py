@@ -172,7 +172,7 @@ def test_per_call_timeout_zero_means_the_comms(comm):
 
 
 @pytest.mark.parametrize("hints,text", [
-    ({"algoo": "tree"}, "unknown hint 'algoo' (valid hints: algo, low_precision, fp8_algo, fused_algo)"),
+    ({"algoo": "tree"}, "unknown hint 'algoo' (valid hints: algo, low_precision, fp8_algo, fused_algo, put_path)"),
     ({"low_precision": "fp4"}, "hint low_precision='fp4' is not one of fp8, off"),
     ({"fp8_algo": "bogus"}, "hint fp8_algo='bogus' is not one of auto, oneshot, twoshot"),
     ({"algo": "bogus"}, "hint algo='bogus' is not one of auto, flat, lamport, tree, nccl, dda"),

@@ -146,7 +146,7 @@ def test_bad_device_fails_every_rank_at_once(runs):
 
 def test_bad_comm_hint_fails_every_rank_at_once(runs):
     _fail_at_once(_results(runs, "bad_hint_rank1"), [1],
-                  "unknown hint 'algoo' (valid hints: algo, low_precision, fp8_algo, fused_algo)")
+                  "unknown hint 'algoo' (valid hints: algo, low_precision, fp8_algo, fused_algo, put_path)")
 
 
 def test_job_id_mismatch_is_refused(runs):

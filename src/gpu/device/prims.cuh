@@ -70,7 +70,7 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
   return t;
 }
 
-// ---- flags: 8-byte acquire / release / relaxed at system scope ----
+// ---- flags: 8-byte acquire / release / relaxed at system scope, release add ----
 
 __device__ __forceinline__ uint64_t ldAcquireSys(const uint64_t* p) {
   uint64_t v;
@@ -84,6 +84,11 @@ __device__ __forceinline__ uint64_t ldRelaxedSys(const uint64_t* p) {
   uint64_t v;
   asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
+}
+/// Atomic *p += v at system scope with release semantics (the counter of one-sided signals): a
+/// reader that sees the new value (acquire) sees every store this thread made before it.
+__device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 // ---- LL16 packets: 16 bytes = {data0, flag, data1, flag} ----
@@ -244,7 +249,7 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
 #endif
 }
 
-// ---- flags: 8-byte acquire / release / relaxed at system scope ----
+// ---- flags: 8-byte acquire / release / relaxed at system scope, release add ----
 
 __device__ __forceinline__ uint64_t ldAcquireSys(const uint64_t* p) {
   return __hip_atomic_load(const_cast<uint64_t*>(p), __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
@@ -254,6 +259,9 @@ __device__ __forceinline__ void stReleaseSys(uint64_t* p, uint64_t v) {
 }
 __device__ __forceinline__ uint64_t ldRelaxedSys(const uint64_t* p) {
   return __hip_atomic_load(const_cast<uint64_t*>(p), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
+  (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
 }
 
 // ---- LL16 packets: 16 bytes = {data0, flag, data1, flag} ----

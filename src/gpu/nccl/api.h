@@ -68,5 +68,21 @@ using RedOpCreatePreMulSumFn = ncclResult_t (*)(ncclRedOp_t*, void*, ncclDataTyp
                                                 ncclScalarResidence_t, ncclComm_t);
 using RedOpDestroyFn = ncclResult_t (*)(ncclRedOp_t, ncclComm_t);
 
+// One-sided API (NCCL 2.27 adds windows, 2.29 puts and signals); every symbol optional.
+typedef struct ncclWindow_vidmem* ncclWindow_t;
+constexpr int kNcclWinCollSymmetric = 0x01;  // NCCL_WIN_COLL_SYMMETRIC
+typedef struct {
+  int opCnt;   // signal operations to wait for
+  int peer;
+  int sigIdx;  // NCCL 2.29 accepts 0 only
+  int ctx;     // NCCL 2.29 accepts 0 only
+} ncclWaitSignalDesc_t;
+using CommWindowRegisterFn = ncclResult_t (*)(ncclComm_t, void*, size_t, ncclWindow_t*, int);
+using CommWindowDeregisterFn = ncclResult_t (*)(ncclComm_t, ncclWindow_t);
+using PutSignalFn = ncclResult_t (*)(const void*, size_t, ncclDataType_t, int, ncclWindow_t, size_t,
+                                     int, int, unsigned int, ncclComm_t, ncclStream_t);
+using SignalFn = ncclResult_t (*)(int, int, int, unsigned int, ncclComm_t, ncclStream_t);
+using WaitSignalFn = ncclResult_t (*)(int, ncclWaitSignalDesc_t*, ncclComm_t, ncclStream_t);
+
 }  // namespace nccl
 }  // namespace cclx

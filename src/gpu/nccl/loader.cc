@@ -58,6 +58,11 @@ std::string bind(void* h, NcclLib& lib) {
   loadSym(h, "ncclGroupEnd", lib.groupEnd, true, missing);
   loadSym(h, "ncclRedOpCreatePreMulSum", lib.redOpCreatePreMulSum, true, missing);
   loadSym(h, "ncclRedOpDestroy", lib.redOpDestroy, true, missing);
+  loadSym(h, "ncclCommWindowRegister", lib.commWindowRegister, false, missing);
+  loadSym(h, "ncclCommWindowDeregister", lib.commWindowDeregister, false, missing);
+  loadSym(h, "ncclPutSignal", lib.putSignal, false, missing);
+  loadSym(h, "ncclSignal", lib.signal, false, missing);
+  loadSym(h, "ncclWaitSignal", lib.waitSignal, false, missing);
   if (!missing.empty()) return "missing symbols: " + missing;
   int v = 0;
   if (lib.getVersion(&v) != nccl::ncclSuccess || v < 21900)

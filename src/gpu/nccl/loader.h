@@ -33,6 +33,12 @@ struct NcclLib {
   nccl::GroupFn groupEnd = nullptr;
   nccl::RedOpCreatePreMulSumFn redOpCreatePreMulSum = nullptr;
   nccl::RedOpDestroyFn redOpDestroy = nullptr;
+  // One-sided windows (optional: NCCL 2.27+ / 2.29+; null when the library lacks them).
+  nccl::CommWindowRegisterFn commWindowRegister = nullptr;
+  nccl::CommWindowDeregisterFn commWindowDeregister = nullptr;
+  nccl::PutSignalFn putSignal = nullptr;
+  nccl::SignalFn signal = nullptr;
+  nccl::WaitSignalFn waitSignal = nullptr;
   int version = 0;   // NCCL_VERSION_CODE of the loaded library (e.g. 22809)
   std::string path;  // where it came from
 };

@@ -1,0 +1,44 @@
+// The internal contract between Window (core/window.cc: validation, registration agreement,
+// error handling) and a backend's window transport (host shared memory: host/window.cc; CUDA IPC:
+// gpu/window/; NCCL's one-sided API: gpu/nccl/window.cc). A transport receives arguments that
+// Window already validated (ranks in range, bounds checked, a buffer registered where needed).
+#pragma once
+
+#include <cclx/cclx.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cclx {
+
+/// Every rank calls it with the same tag and gets every rank's value (index = rank), through the
+/// comm's store under the window's keys; a rank that never arrives fails it with cclxTimeout
+/// naming the rank.
+using WinExchange = std::function<std::vector<std::string>(const std::string& tag,
+                                                           const std::string& mine)>;
+
+class WinImpl {
+ public:
+  virtual ~WinImpl() = default;
+  virtual const char* transport() const = 0;
+  /// Collective: [ptr, ptr + bytes) becomes this rank's window memory; every peer's is mapped
+  /// where it can be. Every rank reaches the same verdict: a failure on one rank throws on all
+  /// (the ranks exchange a verdict before anything is kept).
+  virtual void attach(void* ptr, size_t bytes, const WinExchange& ex) = 0;
+  /// Collective: this rank's operations on the window complete, every rank says so, then peers'
+  /// memory is unmapped and every rank says that too (so no rank frees memory a peer still maps).
+  /// On a failed comm: local release only, no exchange.
+  virtual void detach(const WinExchange& ex, bool healthy) = 0;
+  /// Local release of what attach() mapped (a Window destroyed while registered).
+  virtual void release() = 0;
+  virtual std::shared_ptr<Work> put(const void* src, size_t bytes, int dst, size_t offset,
+                                    const CollOptions& o) = 0;
+  virtual std::shared_ptr<Work> signal(int dst, const CollOptions& o) = 0;
+  virtual std::shared_ptr<Work> waitSignal(int src, const CollOptions& o) = 0;
+  /// Rank `rank`'s window memory as mapped in this process; nullptr when not directly accessible.
+  virtual void* peerPtr(int rank) const = 0;
+};
+
+}  // namespace cclx

@@ -1,0 +1,120 @@
+// Device side of one-sided windows (gpu/window/window.h): put by SM stores, signal, wait.
+// Every kernel follows the failure model (device/fail.cuh): it reads the comm's abort word at
+// entry and pushes nothing to a peer once it is raised, and its one spin loop polls through a
+// dev::Waiter.
+#include "gpu/device/sync.cuh"
+#include "gpu/runtime.h"
+#include "gpu/window/window.h"
+
+namespace cclx {
+namespace {
+
+// Copies [src, src + bytes) to dst in units of T, src and dst being equally aligned modulo
+// sizeof(T): a byte head up to dst's alignment, the body in T, a byte tail. Grid-stride.
+template <typename T>
+__device__ __forceinline__ void copyAs(const char* src, char* dst, size_t bytes, size_t t,
+                                       size_t threads) {
+  const size_t mis = (sizeof(T) - (reinterpret_cast<uintptr_t>(dst) & (sizeof(T) - 1))) & (sizeof(T) - 1);
+  const size_t head = mis < bytes ? mis : bytes;
+  for (size_t i = t; i < head; i += threads) dst[i] = src[i];
+  const size_t n = (bytes - head) / sizeof(T);
+  const T* s = reinterpret_cast<const T*>(src + head);
+  T* d = reinterpret_cast<T*>(dst + head);
+  size_t i = t;
+  for (; i + 3 * threads < n; i += 4 * threads) {  // four loads in flight before the stores
+    const T a = s[i], b = s[i + threads], c = s[i + 2 * threads], e = s[i + 3 * threads];
+    d[i] = a;
+    d[i + threads] = b;
+    d[i + 2 * threads] = c;
+    d[i + 3 * threads] = e;
+  }
+  for (; i < n; i += threads) d[i] = s[i];
+  for (size_t j = head + n * sizeof(T) + t; j < bytes; j += threads) dst[j] = src[j];
+}
+
+// Put: plain stores into the destination's window (peer memory, or this rank's own). Nothing
+// orders them here: the kernel's completion does, and the signal kernel that follows in stream
+// order publishes them (see winSignalKernel). Entry: with the abort word raised nothing is
+// written to the peer.
+__global__ void winPutKernel(WinPutParams p) {
+  if (dev::abortedAtEntry(p.fail)) return;
+  const size_t t = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t threads = size_t(gridDim.x) * blockDim.x;
+  const uintptr_t x = reinterpret_cast<uintptr_t>(p.src) ^ reinterpret_cast<uintptr_t>(p.dst);
+  if ((x & 15) == 0) copyAs<uint4>(p.src, p.dst, p.bytes, t, threads);
+  else if ((x & 7) == 0) copyAs<uint2>(p.src, p.dst, p.bytes, t, threads);
+  else if ((x & 3) == 0) copyAs<uint32_t>(p.src, p.dst, p.bytes, t, threads);
+  else if ((x & 1) == 0) copyAs<uint16_t>(p.src, p.dst, p.bytes, t, threads);
+  else copyAs<uint8_t>(p.src, p.dst, p.bytes, t, threads);
+}
+
+// Signal: counts[me] in the destination's slot += 1, release-ordered at system scope. Every
+// earlier put of this rank to that destination came before this kernel in stream order (the host
+// orders streams, WinCalls) and therefore completed: its stores (SM stores of a finished kernel,
+// or a finished copy-engine copy) are performed at the destination. The system fence and the
+// release add order them, and everything else this GPU wrote before, before the new count for
+// any reader that loads it with acquire. With the abort word raised nothing is signalled: the
+// destination's wait then stops on the abort word, never on data that did not arrive.
+__global__ void winSignalKernel(WinSignalParams p) {
+  if (dev::abortedAtEntry(p.fail)) return;
+  if (threadIdx.x == 0) {
+    dev::fenceSystem();
+    dev::atomAddReleaseSys(p.count, 1);
+  }
+}
+
+// Wait: the next signal from src is number waited[src] + 1; thread 0 spins (acquire, system
+// scope, through a Waiter) until counts[src] reaches it, the block barrier then orders every
+// later access of the stream after that acquire. Exit paths: success, abort at entry, and a wait
+// that stopped (abort word, host request, deadline: recorded in the error words, the abort word
+// raised on every rank with src as the missing rank) all advance waited[src]; the last two
+// poison the whole window first (0xFF bytes), so a consumer never reads stale data as new.
+__global__ void winWaitKernel(WinWaitParams p) {
+  const uint64_t target = *p.waited + 1;
+  bool failed = dev::abortedAtEntry(p.fail);  // also the barrier after every thread read waited
+  if (!failed) {
+    int stop = 0;
+    if (threadIdx.x == 0) {
+      dev::Waiter w(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
+      stop = !dev::waitFlagGE(p.count, target, w, p.src);
+    }
+    failed = dev::syncThreadsOr(stop) != 0;
+  }
+  if (failed) dev::poisonAll(p.window, p.bytes);
+  dev::fenceAfterWait();
+  __syncthreads();
+  if (threadIdx.x == 0) *p.waited = target;
+}
+
+// A slot taken for a new window: what its waits consumed starts at what was sent into it
+// (no signal is in flight into a free slot, see ipc.cc).
+__global__ void winBaselineKernel(char* slot, int n) {
+  const int r = threadIdx.x;
+  if (r < n)
+    reinterpret_cast<uint64_t*>(slot + kWinWaitedOffset)[r] =
+        *reinterpret_cast<const uint64_t*>(slot + size_t(r) * kWinCountStride);
+}
+
+}  // namespace
+
+void launchWinPut(const WinPutParams& p, int blocks, void* stream) {
+  winPutKernel<<<blocks, 512, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  CCLX_CUDA_CHECK(cudaGetLastError());
+}
+
+void launchWinSignal(const WinSignalParams& p, void* stream) {
+  winSignalKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  CCLX_CUDA_CHECK(cudaGetLastError());
+}
+
+void launchWinWait(const WinWaitParams& p, void* stream) {
+  winWaitKernel<<<1, 256, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  CCLX_CUDA_CHECK(cudaGetLastError());
+}
+
+void launchWinBaseline(char* slot, int n, void* stream) {
+  winBaselineKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(slot, n);
+  CCLX_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace cclx

@@ -1,0 +1,16 @@
+// One-sided windows of CPU comms over host shared memory (host/window.cc; contract in
+// core/window.h and docs/DESIGN.md "One-sided windows").
+#pragma once
+
+#include <memory>
+
+#include "core/window.h"
+
+namespace cclx {
+
+struct HostCtx;
+
+/// Collective: a window whose control segments (signal counts) every rank maps.
+std::unique_ptr<WinImpl> makeHostWindow(std::shared_ptr<HostCtx> ctx, const WinExchange& ex);
+
+}  // namespace cclx
