@@ -38,6 +38,9 @@ const char* collName(CollType t);
 struct CollArgs;
 /// The name of a call in messages: the lowered collective's (`what`) when set, else collName.
 const char* collLabel(const CollArgs& a);
+/// The allreduce of AllReduceRmsNorm's unfused sequence, into `recv`: a plain SUM allreduce of x
+/// with a's options, never FP8 (both backends run it before their row epilogue).
+CollArgs rmsUnfusedAllReduce(const CollArgs& a, void* recv);
 
 struct CollArgs {
   CollType type = CollType::Barrier;

@@ -106,6 +106,19 @@ const char* collName(CollType t) {
 
 const char* collLabel(const CollArgs& a) { return a.what ? a.what : collName(a.type); }
 
+CollArgs rmsUnfusedAllReduce(const CollArgs& a, void* recv) {
+  CollArgs ar;
+  ar.type = CollType::AllReduce;
+  ar.send = a.rms.x;
+  ar.recv = recv;
+  ar.count = a.count;
+  ar.dtype = a.dtype;
+  ar.op = RedOpKind::SUM;
+  ar.opts = a.opts;
+  ar.opts.hints["low_precision"] = "off";
+  return ar;
+}
+
 // Work handles that are complete on creation (host collectives finish before returning).
 
 namespace {

@@ -257,27 +257,14 @@ DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
 std::string CudaBackend::selectAllReduce(const CollArgs& a) {
   const Algo algo = select(a);
   if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused)) {
-    const CollArgs ar = rmsAllReduce(a, nullptr);
+    const CollArgs ar = rmsUnfusedAllReduce(a, nullptr);
     return "unfused(" + (algo == Algo::Base ? std::string("nccl") : selectAllReduce(ar)) + ")";
   }
   return algo == Algo::Base ? "nccl" : algoFor(a, algo)->name();
 }
 
-CollArgs CudaBackend::rmsAllReduce(const CollArgs& a, void* recv) {
-  CollArgs ar;
-  ar.type = CollType::AllReduce;
-  ar.send = a.rms.x;
-  ar.recv = recv;
-  ar.count = a.count;
-  ar.dtype = a.dtype;
-  ar.op = RedOpKind::SUM;
-  ar.opts = a.opts;
-  ar.opts.hints["low_precision"] = "off";
-  return ar;
-}
-
 void CudaBackend::enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
-  CollArgs ar = rmsAllReduce(a, a.rms.out);
+  CollArgs ar = rmsUnfusedAllReduce(a, a.rms.out);
   // The allreduce of the sequence may need staging of its own (collective: every rank derives
   // the same inner algorithm).
   const Algo inner = algo == Algo::Base ? Algo::Base : growStaging(ar, select(ar), capturing);

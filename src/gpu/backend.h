@@ -180,8 +180,6 @@ class CudaBackend final : public Backend {
   /// AllReduceRmsNorm's unfused sequence: the allreduce (NCCL for Base, else what select() picks
   /// for it) into the output (or a stream-ordered temporary), then the local norm kernel.
   void enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
-  /// The allreduce of that sequence (a SUM of x, never FP8), into `recv`.
-  static CollArgs rmsAllReduce(const CollArgs& a, void* recv);
   void orderPeerKernel(cudaStream_t s, bool capturing);
   void peerKernelDone(cudaStream_t s, bool capturing);
   void ncclOpsPoll();

@@ -70,7 +70,7 @@ class HostBackend final : public Backend {
 
   std::string selectAllReduce(const CollArgs& args) override {
     if (HostAlgo* h = pick(args)) return h->name();
-    return std::string("unfused(") + pick(unfusedAllReduce(args, nullptr))->name() + ")";
+    return std::string("unfused(") + pick(rmsUnfusedAllReduce(args, nullptr))->name() + ")";
   }
 
   std::unique_ptr<WinImpl> newWindow(const WinExchange& ex) override {
@@ -118,24 +118,10 @@ class HostBackend final : public Backend {
     return c;
   }
 
-  // The allreduce of the unfused sequence (into `recv`): a plain SUM allreduce of x, never FP8.
-  static CollArgs unfusedAllReduce(const CollArgs& a, void* recv) {
-    CollArgs ar;
-    ar.type = CollType::AllReduce;
-    ar.send = a.rms.x;
-    ar.recv = recv;
-    ar.count = a.count;
-    ar.dtype = a.dtype;
-    ar.op = RedOpKind::SUM;
-    ar.opts = a.opts;
-    ar.opts.hints["low_precision"] = "off";
-    return ar;
-  }
-
   // The unfused sequence: the allreduce select() picks, into a temporary, then the row epilogue.
   void runUnfused(const CollArgs& a) {
     std::vector<char> tmp(a.bytes());
-    const CollArgs ar = unfusedAllReduce(a, tmp.data());
+    const CollArgs ar = rmsUnfusedAllReduce(a, tmp.data());
     pick(ar)->run(ar, *ctx_);
     hostRmsRows(a, tmp.data(), 0, a.rms.tokens);
   }

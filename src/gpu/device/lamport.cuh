@@ -1,5 +1,6 @@
 // The data-as-flag ("Lamport") protocol on the device, written once for the kernels that use it:
-// the DDA Lamport allreduce (dda/lamport.cu) and the FP8 one-shot allreduce (fp8/oneshot.cu).
+// the DDA Lamport allreduce (dda/lamport.cu), the FP8 one-shot allreduce (fp8/oneshot.cu) and the
+// fused allreduce + RMSNorm (fused/oneshot.cu, fused/twoshot.cu).
 // What "empty" means for a payload is the caller's: core/lamport.h for float elements, the FP8
 // codec's never-0xFF codes for FP8 units.
 //
@@ -27,6 +28,7 @@
 #include <cstdint>
 
 #include "gpu/device/prims.cuh"
+#include "core/lamport.h"
 #include "gpu/peer_mem.h"
 
 namespace cclx {
@@ -107,6 +109,19 @@ __device__ __forceinline__ void teamRounds(size_t total, int R, int P, size_t pu
     for (size_t v = base + ct; v < hi + (kWarpWide ? (ct & 31) : 0); v += consumeStep(C))
       if (!consume(v, C, hi)) return;
   }
+}
+
+/// Polls the 16-byte unit at `src` (an inbox of float elements of S bytes each) until none of its
+/// elements is empty, asking `wait.again(peer)` (a Waiter) between polls. False: the wait stopped
+/// (abort, deadline; recorded by the Waiter) and `x` is not a value.
+template <int S, class W>
+__device__ __forceinline__ bool takeUnit16(const char* src, W& wait, int peer, V16& x) {
+  x = ldVolatile16(src);
+  while (lamport::hasEmpty<S>(x.lo) || lamport::hasEmpty<S>(x.hi)) {
+    if (!wait.again(peer)) return false;
+    x = ldVolatile16(src);
+  }
+  return true;
 }
 
 }  // namespace dev

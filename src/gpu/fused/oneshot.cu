@@ -85,16 +85,9 @@ __global__ void __launch_bounds__(512) rmsOneShotKernel(PeerParams p) {
           dev::V16 x;
           if (r == me) {
             x = ops.own(row, v);
-          } else {
-            const char* src = box(me, r) + off;
-            x = dev::ldVolatile16(src);
-            while (lamport::hasEmpty<S>(x.lo) || lamport::hasEmpty<S>(x.hi)) {
-              if (!wait.again(r)) {
-                failed = true;
-                break;
-              }
-              x = dev::ldVolatile16(src);
-            }
+          } else if (!dev::takeUnit16<S>(box(me, r) + off, wait, r, x)) {
+            failed = true;
+            break;
           }
           const Words w = {uint32_t(x.lo), uint32_t(x.lo >> 32), uint32_t(x.hi), uint32_t(x.hi >> 32)};
           sum.add(w, r == 0, 1.f);

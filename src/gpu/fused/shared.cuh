@@ -20,6 +20,7 @@
 #pragma once
 
 #include "gpu/fused/row.cuh"
+#include "gpu/device/lamport.cuh"
 
 #include "gpu/fused/fused.h"
 
