@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/outputs.h"
 #include "core/settings_check.h"
 #include "gpu/runtime.h"
 #include "gpu/dda/dda.h"
@@ -35,6 +36,23 @@ class RelaxedCapture {
   bool on_;
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
+
+// A call that fails before its kernel is enqueued (a staging growth that timed out or was
+// aborted) leaves its outputs all-ones, as a kernel that stops does (docs/DESIGN.md "Failure
+// model"), in the order of the call's stream. Not inside capture: the capture is the caller's to
+// discard.
+void poisonOutputs(const CollArgs& a, int size, bool capturing) {
+  if (capturing) return;
+  auto s = static_cast<cudaStream_t>(a.opts.stream);
+  for (const auto& [p, n] : outputSpans(a, size)) {
+    const cudaError_t e = cudaMemsetAsync(p, 0xFF, n, s);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      CCLX_WARN("poisoning the output of a failed %s: %s", collLabel(a), cudaGetErrorString(e));
+      return;
+    }
+  }
+}
 
 }  // namespace
 
@@ -267,7 +285,13 @@ void CudaBackend::enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s
   CollArgs ar = rmsUnfusedAllReduce(a, a.rms.out);
   // The allreduce of the sequence may need staging of its own (collective: every rank derives
   // the same inner algorithm).
-  const Algo inner = algo == Algo::Base ? Algo::Base : growStaging(ar, select(ar), capturing);
+  Algo inner = Algo::Base;
+  try {
+    if (algo != Algo::Base) inner = growStaging(ar, select(ar), capturing);
+  } catch (const Error&) {
+    poisonOutputs(a, ctx_.size, capturing);  // residualOut and the FP8 outputs too
+    throw;
+  }
   if (inner == Algo::Base) requireNccl(ar);
   void* tmp = nullptr;
   if (!ar.recv) {  // FP8 output only: the allreduce result needs a place
@@ -401,6 +425,7 @@ Algo CudaBackend::growStaging(const CollArgs& a, Algo algo, bool capturing) {
       // it; kernels read it), naming the missing ranks as a kernel's own timeout would.
       if (missing) sh_->requestAbort(kAbortTimeout, missing);
       else sh_->requestAbort();
+      poisonOutputs(a, ctx_.size, capturing);
       throw sh_->fail(e.code(), strFormat("%s; comm '%s' is unusable", e.what(), sh_->name.c_str()));
     }
     if (ok) return algo;
@@ -547,9 +572,9 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
   const bool capturing = cs != cudaStreamCaptureStatusNone;
   // Host-only queries (pointer attributes, event creation) are harmless during capture, but a
   // global-mode capture may count them as unsafe: run them with this thread in relaxed mode.
-  algo = growStaging(a, algo, capturing);
   RelaxedCapture relaxed(capturing);
-  checkPointers(a);
+  checkPointers(a);  // before growth: a failed growth poisons the outputs
+  algo = growStaging(a, algo, capturing);
   cudaStream_t s = user;
   if (a.opts.async) {
     CCLX_CUDA_CHECK(cudaEventRecord(forkEv_.get(), user));

@@ -103,7 +103,7 @@ def test_baselines_eager_every_collective(tmp_path):
     data, out = _perf(tmp_path, "eager", "-C", "all", "-b", "64K", "-e", "1M", "-f", "16",
                       "-n", "5", "-w", "1", "-R", "2", "-d", "f32")
     _check_baselines(data, out, ["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                 "broadcast", "reduce"])
+                                 "all_to_all_v", "broadcast", "reduce"])
 
 
 def test_torch_symm_skipped_for_f16(tmp_path):
