@@ -2,6 +2,7 @@
 // per-call choice through core/select.h, stream semantics, pointer checks, teardown.
 #include "gpu/backend.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -480,36 +481,66 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
 }
 
 // Completed NCCL operations give their events back; one that started on the device (its start
-// event completed) more than its timeout ago fails the comm.
+// event completed) more than its timeout ago fails the comm. Events of one stream complete in
+// the order they were recorded, so per stream: when its newest operation completed, all of its
+// operations did (one query); otherwise the operations complete up to the oldest one still
+// running, which alone can have started. The list is taken out of the lock while the events are
+// queried, so a thread enqueuing calls never waits for this poll.
 void CudaBackend::ncclOpsPoll() {
-  std::lock_guard<std::mutex> g(opsMu_);
-  const auto now = std::chrono::steady_clock::now();
-  size_t keep = 0;
-  for (size_t i = 0; i < ncclOps_.size(); ++i) {
-    NcclOp& op = ncclOps_[i];
-    if (cudaEventQuery(op.end.get()) == cudaSuccess) {
-      sh_->returnEvent(op.start);
-      continue;
-    }
-    (void)cudaGetLastError();
-    if (op.started == std::chrono::steady_clock::time_point{} &&
-        cudaEventQuery(op.start) == cudaSuccess)
-      op.started = now;
-    (void)cudaGetLastError();
-    if (op.started != std::chrono::steady_clock::time_point{} && op.timeout < kInfiniteTimeout &&
-        now - op.started > op.timeout && !sh_->failed.load()) {
-      sh_->requestAbort();
-      sh_->abortNccl();
-      sh_->fail(cclxTimeout,
-                strFormat("rank %d: NCCL %s on comm '%s' (cuda:%d) did not complete within %lld "
-                          "ms of starting (a peer never arrived or is stuck); NCCL aborted, the "
-                          "comm is unusable",
-                          ctx_.rank, collName(op.type), sh_->name.c_str(), sh_->device,
-                          (long long)op.timeout.count()));
-    }
-    ncclOps_[keep++] = op;
+  std::vector<NcclOp> ops;
+  {
+    std::lock_guard<std::mutex> g(opsMu_);
+    ops.swap(ncclOps_);
   }
-  ncclOps_.resize(keep);
+  if (ops.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  const auto never = std::chrono::steady_clock::time_point{};
+  std::vector<cudaStream_t> streams;
+  for (const NcclOp& op : ops)
+    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end())
+      streams.push_back(op.stream);
+  std::vector<char> done(ops.size(), 0);
+  for (cudaStream_t st : streams) {
+    size_t newest = ops.size();
+    for (size_t i = ops.size(); i-- > 0;)
+      if (ops[i].stream == st) {
+        newest = i;
+        break;
+      }
+    const bool all = cudaEventQuery(ops[newest].end.get()) == cudaSuccess;
+    (void)cudaGetLastError();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].stream != st) continue;
+      if (all || cudaEventQuery(ops[i].end.get()) == cudaSuccess) {
+        done[i] = 1;
+        continue;
+      }
+      (void)cudaGetLastError();
+      NcclOp& op = ops[i];  // the oldest running operation of this stream
+      if (op.started == never && cudaEventQuery(op.start) == cudaSuccess) op.started = now;
+      (void)cudaGetLastError();
+      if (op.started != never && op.timeout < kInfiniteTimeout && now - op.started > op.timeout &&
+          !sh_->failed.load()) {
+        sh_->requestAbort();
+        sh_->abortNccl();
+        sh_->fail(cclxTimeout,
+                  strFormat("rank %d: NCCL %s on comm '%s' (cuda:%d) did not complete within "
+                            "%lld ms of starting (a peer never arrived or is stuck); NCCL "
+                            "aborted, the comm is unusable",
+                            ctx_.rank, collName(op.type), sh_->name.c_str(), sh_->device,
+                            (long long)op.timeout.count()));
+      }
+      break;  // later operations of this stream have not started
+    }
+  }
+  std::vector<NcclOp> keep;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (done[i]) sh_->returnEvent(ops[i].start);
+    else keep.push_back(std::move(ops[i]));
+  }
+  std::lock_guard<std::mutex> g(opsMu_);
+  for (NcclOp& op : ncclOps_) keep.push_back(std::move(op));  // enqueued meanwhile: newer
+  ncclOps_.swap(keep);
 }
 
 std::pair<cclxResult_t, std::string> CudaBackend::poll() {
@@ -603,7 +634,7 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
   CCLX_CUDA_CHECK(cudaEventRecord(ev.get(), s));
   if (start) {
     std::lock_guard<std::mutex> g(opsMu_);
-    ncclOps_.push_back(NcclOp{a.type, start, ev, {}, a.opts.timeout});
+    ncclOps_.push_back(NcclOp{a.type, start, ev, {}, a.opts.timeout, s});
   }
   return makeCudaWork(sh_, std::move(ev), capturing, a.opts.timeout);
 }

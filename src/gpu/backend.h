@@ -196,6 +196,7 @@ class CudaBackend final : public Backend {
     EventRef end;
     std::chrono::steady_clock::time_point started{};
     std::chrono::milliseconds timeout;
+    cudaStream_t stream;  // where both events were recorded (they complete in stream order)
   };
   std::mutex opsMu_;
   std::vector<NcclOp> ncclOps_;
