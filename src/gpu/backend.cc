@@ -2,7 +2,6 @@
 // per-call choice through core/select.h, stream semantics, pointer checks, teardown.
 #include "gpu/backend.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -480,99 +479,6 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
   ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
 }
 
-// Completed NCCL operations give their events back; one that started on the device (its start
-// event completed) more than its timeout ago fails the comm. Events of one stream complete in
-// the order they were recorded, so per stream: when its newest operation completed, all of its
-// operations did (one query); otherwise the operations complete up to the oldest one still
-// running, which alone can have started. The list is taken out of the lock while the events are
-// queried, so a thread enqueuing calls never waits for this poll.
-void CudaBackend::ncclOpsPoll() {
-  std::vector<NcclOp> ops;
-  {
-    std::lock_guard<std::mutex> g(opsMu_);
-    ops.swap(ncclOps_);
-  }
-  if (ops.empty()) return;
-  const auto now = std::chrono::steady_clock::now();
-  const auto never = std::chrono::steady_clock::time_point{};
-  std::vector<cudaStream_t> streams;
-  for (const NcclOp& op : ops)
-    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end())
-      streams.push_back(op.stream);
-  std::vector<char> done(ops.size(), 0);
-  for (cudaStream_t st : streams) {
-    size_t newest = ops.size();
-    for (size_t i = ops.size(); i-- > 0;)
-      if (ops[i].stream == st) {
-        newest = i;
-        break;
-      }
-    const bool all = cudaEventQuery(ops[newest].end.get()) == cudaSuccess;
-    (void)cudaGetLastError();
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].stream != st) continue;
-      if (all || cudaEventQuery(ops[i].end.get()) == cudaSuccess) {
-        done[i] = 1;
-        continue;
-      }
-      (void)cudaGetLastError();
-      NcclOp& op = ops[i];  // the oldest running operation of this stream
-      if (op.started == never && cudaEventQuery(op.start) == cudaSuccess) op.started = now;
-      (void)cudaGetLastError();
-      if (op.started != never && op.timeout < kInfiniteTimeout && now - op.started > op.timeout &&
-          !sh_->failed.load()) {
-        sh_->requestAbort();
-        sh_->abortNccl();
-        sh_->fail(cclxTimeout,
-                  strFormat("rank %d: NCCL %s on comm '%s' (cuda:%d) did not complete within "
-                            "%lld ms of starting (a peer never arrived or is stuck); NCCL "
-                            "aborted, the comm is unusable",
-                            ctx_.rank, collName(op.type), sh_->name.c_str(), sh_->device,
-                            (long long)op.timeout.count()));
-      }
-      break;  // later operations of this stream have not started
-    }
-  }
-  std::vector<NcclOp> keep;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (done[i]) sh_->returnEvent(ops[i].start);
-    else keep.push_back(std::move(ops[i]));
-  }
-  std::lock_guard<std::mutex> g(opsMu_);
-  for (NcclOp& op : ncclOps_) keep.push_back(std::move(op));  // enqueued meanwhile: newer
-  ncclOps_.swap(keep);
-}
-
-std::pair<cclxResult_t, std::string> CudaBackend::poll() {
-  if (!sh_->failed.load()) {
-    auto dev = sh_->deviceError();
-    if (dev.first != cclxSuccess) {
-      sh_->requestAbort();
-      sh_->abortNccl();
-      sh_->fail(dev.first, dev.second);
-    }
-  }
-  if (!sh_->failed.load()) {
-    DeviceGuard guard(sh_->device);
-    ncclOpsPoll();
-    nccl::ncclComm_t c = nullptr;
-    {
-      std::lock_guard<std::mutex> g(sh_->mu);
-      if (sh_->ownsComm) c = sh_->comm;
-    }
-    nccl::ncclResult_t r = nccl::ncclSuccess;
-    if (c && ncclLib().commGetAsyncError(c, &r) == nccl::ncclSuccess && r != nccl::ncclSuccess &&
-        r != nccl::ncclInProgress) {
-      sh_->requestAbort();
-      sh_->fail(cclxNcclError, strFormat("rank %d: NCCL reported error %d on comm '%s'",
-                                         ctx_.rank, int(r), sh_->name.c_str()));
-    }
-  }
-  if (!sh_->failed.load()) return {cclxSuccess, ""};
-  std::lock_guard<std::mutex> g(sh_->mu);
-  return {sh_->failCode, sh_->failMsg};
-}
-
 void CudaBackend::enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
   std::lock_guard<std::mutex> lock(runMu_);
   CCLX_REQUIRE(!finalized_, cclxInvalidUsage, "the CUDA communicator was finalized");
@@ -637,28 +543,6 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
     ncclOps_.push_back(NcclOp{a.type, start, ev, {}, a.opts.timeout, s});
   }
   return makeCudaWork(sh_, std::move(ev), capturing, a.opts.timeout);
-}
-
-cclxResult_t CudaBackend::asyncError() {
-  if (sh_->failed.load()) {
-    std::lock_guard<std::mutex> g(sh_->mu);
-    return sh_->failCode;
-  }
-  try {
-    sh_->checkDeviceError();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  nccl::ncclComm_t c = nullptr;
-  {
-    std::lock_guard<std::mutex> g(sh_->mu);  // teardown on another thread clears it
-    if (sh_->ownsComm) c = sh_->comm;
-  }
-  if (!c) return cclxSuccess;
-  nccl::ncclResult_t r = nccl::ncclSuccess;
-  if (ncclLib().commGetAsyncError(c, &r) != nccl::ncclSuccess) return cclxNcclError;
-  if (r == nccl::ncclInProgress) return cclxInProgress;
-  return r == nccl::ncclSuccess ? cclxSuccess : cclxNcclError;
 }
 
 }  // namespace cclx
