@@ -11,6 +11,12 @@
 #   bash bench/device_sweep.sh xchg      the DDA all-gather / reduce-scatter / all-to-all /
 #                                        all-to-all-v (auto, LL and pipelined forced) against
 #                                        NCCL (the retuning of their selection table)
+#   bash bench/device_sweep.sh fused     the fused allreduce + residual add + RMSNorm against NCCL
+#                                        allreduce + torch add + RMSNorm (tokens 1..8192, hidden
+#                                        4096 and 8192, graphs), one-shot and two-shot forced
+#   bash bench/device_sweep.sh put       one-sided window put + signal + wait_signal around the
+#                                        ring by size: copy engine, SM stores, auto (sets
+#                                        CCLX_WIN_PUT_CE_MIN_BYTES)
 #   bash bench/device_sweep.sh dropin    bench/dropin_suite.sh (torch.distributed under the
 #                                        drop-in, the NCCL API against the real NCCL)
 #   bash bench/device_sweep.sh tp        cclx-bench tp at TP = GPU count, both presets, every
@@ -111,6 +117,21 @@ stage_xchg() {
   perf xchg_pipelined 200 -C "$c" -b 16K -e 256M -f 4 -G 10 -n 50 --algo tree --baseline nccl
 }
 
+stage_fused() {
+  perf fused_auto 300 -C allreduce_rmsnorm -G 10 -n 50 --baseline nccl
+  perf fused_oneshot 200 -C allreduce_rmsnorm --tokens 1:512 -G 10 -n 50 --fused-algo oneshot \
+    --baseline nccl
+  perf fused_twoshot 200 -C allreduce_rmsnorm --tokens 64:8192 -G 10 -n 50 --fused-algo twoshot \
+    --baseline nccl
+}
+
+stage_put() {
+  local path
+  for path in auto ce sm; do
+    perf "put_$path" 150 -C put -b 1K -e 64M -f 4 -n 50 --put-path "$path"
+  done
+}
+
 stage_dropin() {
   NP=$NP OUT="$OUT/dropin" BUILD_DIR="$BUILD" timeout 1500 bash bench/dropin_suite.sh \
     >"$OUT/dropin.txt" 2>&1
@@ -176,7 +197,7 @@ for name, (code, secs) in rc.items():
             r["json"] = os.path.relpath(path, out)
             s = d.get("summary", d.get("world_sizes", d.get("runs")))
             if isinstance(s, dict) and name.startswith(("allreduce", "fp8", "colls", "default",
-                                                         "xchg")):
+                                                         "xchg", "fused", "put")):
                 s = {k: s[k] for k in ("sizes", "wrong", "passed", "speedup_vs", "speedup_best")
                      if k in s}
             r["summary"] = s
@@ -192,9 +213,10 @@ EOF
 }
 
 case "$STAGE" in
-perf | fp8 | xchg | dropin | tp | shared) "stage_$STAGE" ;;
-all) for s in perf fp8 xchg dropin tp shared; do STAGE=$s; "stage_$s"; done ;;
+perf | fp8 | xchg | fused | put | dropin | tp | shared) "stage_$STAGE" ;;
+all) for s in perf fp8 xchg fused put dropin tp shared; do STAGE=$s; "stage_$s"; done ;;
 summary) ;;
-*) echo "usage: bench/device_sweep.sh build|perf|fp8|xchg|dropin|tp|shared|all|summary" >&2; exit 2 ;;
+*) echo "usage: bench/device_sweep.sh build|perf|fp8|xchg|fused|put|dropin|tp|shared|all|summary" >&2
+   exit 2 ;;
 esac
 summary
