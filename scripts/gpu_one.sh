@@ -56,7 +56,7 @@ build)
       { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
   fi
   # TARGETS overrides what is built (default: everything the stages below run).
-  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_rmsnorm test_gpu_window} \
+  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_rmsnorm test_gpu_window} \
        >>"$log" 2>&1; then
     grep -E "error|FAILED" "$log" | head -40
     line "BUILD FAILED"

@@ -226,6 +226,20 @@ Algo selectExchange(const CollArgs& a, const Config& cfg, const Caps& c) {
   return pipelined;
 }
 
+// Broadcast, reduce, reduce-scatter-v and the collectives lowered onto grouped messages (scatter,
+// gather, all-gather-v, all-to-all lists; a batch of point-to-point messages has no peer
+// algorithm): the
+// pipelined exchange where NCCL cannot run them (ranks sharing a GPU, no NCCL) or when a hint asks
+// for a peer algorithm (any of flat, lamport, tree, dda); NCCL otherwise: their speed against
+// NCCL on GPUs of their own is not measured yet.
+Algo selectGrouped(const CollArgs& a, const Caps& c) {
+  const std::string* h = hint(a, "algo");
+  const Want want = h ? parseWant(*h) : Want::Auto;
+  if (c.host || !c.peer || !c.tree || c.plainNccl || want == Want::Nccl) return Algo::Base;
+  if (want != Want::Auto || !c.timed || !c.nccl) return Algo::Tree;
+  return Algo::Base;
+}
+
 }  // namespace
 
 void checkHints(const std::map<std::string, std::string>& hints) {
@@ -311,6 +325,10 @@ Algo select(const CollArgs& a, const Config& cfg, const Caps& c) {
     case CollType::ReduceScatter:
     case CollType::AllToAll:
     case CollType::AllToAllV: return selectExchange(a, cfg, c);
+    case CollType::Broadcast:
+    case CollType::Reduce:
+    case CollType::ReduceScatterV:
+    case CollType::SendRecv: return selectGrouped(a, c);
     case CollType::Barrier: return c.peerBarrier && !c.plainNccl ? Algo::PeerBarrier : Algo::Base;
     case CollType::AllReduceRmsNorm: return selectRmsNorm(a, cfg, c);
     default: return Algo::Base;

@@ -238,6 +238,17 @@ Caps CudaBackend::caps(const CollArgs& a) const {
       c.fp8 = fp8 && f && runs(*f, a);
       break;
     }
+    case CollType::Broadcast:
+    case CollType::Reduce:
+    case CollType::ReduceScatterV:
+    case CollType::SendRecv: {
+      // Rooted collectives, reduce-scatter-v and the lowered collectives (`what`): the pipelined
+      // exchange (its plan refuses batches of point-to-point messages).
+      const bool reduce = a.type == CollType::Reduce || a.type == CollType::ReduceScatterV;
+      c.peer = ctx_.peerUsable() && (!reduce || ddaOpSupported(a.op.kind, a.dtype));
+      c.tree = runs(*xchgPipe_, a);
+      break;
+    }
     case CollType::Barrier: c.peerBarrier = runs(*barrier_, a); break;
     case CollType::AllReduceRmsNorm:
       c.rmsOneShot = runs(*rmsOne_, a);
@@ -252,7 +263,9 @@ Algo CudaBackend::select(const CollArgs& a) const { return cclx::select(a, cfg_,
 
 DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
   const bool exchange = a.type == CollType::AllGather || a.type == CollType::ReduceScatter ||
-                        a.type == CollType::AllToAll || a.type == CollType::AllToAllV;
+                        a.type == CollType::AllToAll || a.type == CollType::AllToAllV ||
+                        a.type == CollType::ReduceScatterV || a.type == CollType::SendRecv ||
+                        a.type == CollType::Broadcast || a.type == CollType::Reduce;
   switch (algo) {
     case Algo::Flat: return exchange ? xchgLL_.get() : flat_.get();
     case Algo::Lamport: return lamport_.get();
@@ -441,7 +454,10 @@ bool CudaBackend::stagingReady(const CollArgs& a, Algo algo) const {
 }
 
 void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
-  if (a.type != CollType::AllToAllV && a.type != CollType::Barrier && a.count == 0) return;
+  // Per-pair counts: a grouped form's peer kernel runs on every rank, whatever this rank's count.
+  if (a.type != CollType::AllToAllV && a.type != CollType::Barrier && a.count == 0 &&
+      !(a.type == CollType::SendRecv && algoFor(a, algo)))
+    return;
   if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused))
     return enqueueRmsUnfused(a, algo, s, capturing);
   if (DeviceAlgo* alg = algoFor(a, algo)) {
@@ -449,7 +465,9 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
     if (xchgNeedsStagedInput(a, ctx_.rank, ctx_.size)) {
       // Input and output overlap other than in place: the kernel reads a stream-ordered copy of
       // the input (legal inside capture, as NCCL's temporaries).
-      size_t in = a.bytes() * (a.type == CollType::AllGather ? 1 : size_t(ctx_.size));
+      const bool one = a.type == CollType::AllGather || a.type == CollType::Broadcast ||
+                       a.type == CollType::Reduce;  // the input is one block
+      size_t in = a.bytes() * (one ? 1 : size_t(ctx_.size));
       if (a.type == CollType::AllToAllV) {
         in = 0;
         for (size_t c : a.sendCounts) in += c * dtypeSize(a.dtype);
@@ -501,7 +519,11 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
   sh_->checkDeviceError();
   checkUsable(a);
   Algo algo = select(a);  // once per call; a bad "algo" hint fails here
-  if (algo == Algo::Base) requireNccl(a);
+  // A collective with nothing to move (the same count on every rank) enqueues nothing on any
+  // path, so it needs no NCCL either.
+  const bool empty = a.count == 0 && a.type != CollType::AllToAllV &&
+                     a.type != CollType::Barrier && a.type != CollType::SendRecv;
+  if (algo == Algo::Base && !empty) requireNccl(a);
   DeviceGuard guard(sh_->device);
   cudaStream_t user = static_cast<cudaStream_t>(a.opts.stream);
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;

@@ -316,6 +316,57 @@ TEST(Select, ExchangeOnASharedGpu) {
   EXPECT_EQ(select(f, cfg, c), Algo::Fp8);
 }
 
+// Broadcast, reduce, reduce-scatter-v and the lowered collectives (scatter, gather, all-gather-v,
+// all-to-all lists):
+// the pipelined exchange where ranks share a GPU or NCCL is absent, or by hint; NCCL on GPUs of
+// their own (not measured against it yet); batches of point-to-point messages (no plan, so no
+// pipelined capability) and CPU comms keep their own paths.
+TEST(Select, GroupedFormsAndReduceScatterV) {
+  Config cfg;
+  CollArgs g;
+  g.type = CollType::SendRecv;
+  g.what = "Scatter";
+  g.dtype = DataType::f32;
+  g.count = size_t(64) << 20;
+  CollArgs rv = g;
+  rv.type = CollType::ReduceScatterV;
+  rv.what = nullptr;
+  CollArgs bc = rv, rd = rv;
+  bc.type = CollType::Broadcast;
+  rd.type = CollType::Reduce;
+  for (const CollArgs& a : {g, rv, bc, rd}) {
+    EXPECT_EQ(select(a, cfg, gpu(4)), Algo::Base) << collName(a.type);
+    Caps shared = gpu(4);
+    shared.nccl = false;
+    shared.timed = false;
+    EXPECT_EQ(select(a, cfg, shared), Algo::Tree) << collName(a.type);
+    Caps noNccl = gpu(4);
+    noNccl.nccl = false;
+    EXPECT_EQ(select(a, cfg, noNccl), Algo::Tree) << collName(a.type);
+    for (const char* h : {"dda", "tree", "flat", "lamport"}) {
+      CollArgs b = a;
+      b.opts.hints["algo"] = h;
+      EXPECT_EQ(select(b, cfg, gpu(4)), Algo::Tree) << collName(a.type) << " " << h;
+    }
+    CollArgs n = a;
+    n.opts.hints["algo"] = "nccl";
+    EXPECT_EQ(select(n, cfg, gpu(4)), Algo::Base);
+    Caps noPipe = shared;
+    noPipe.tree = false;  // no plan (a batch) or its staging failed: NCCL, which refuses it
+    EXPECT_EQ(select(a, cfg, noPipe), Algo::Base);
+    Caps noPeer = shared;
+    noPeer.peer = false;
+    EXPECT_EQ(select(a, cfg, noPeer), Algo::Base);
+    EXPECT_EQ(select(a, cfg, host(4)), Algo::Base);
+    Caps plain = gpu(4);
+    plain.plainNccl = true;
+    EXPECT_EQ(select(a, cfg, plain), Algo::Base);
+    CollArgs bad = a;
+    bad.opts.hints["algo"] = "fastest";
+    EXPECT_THROW((void)select(bad, cfg, shared), Error);
+  }
+}
+
 // Allreduce: "dda" is auto without NCCL.
 TEST(Select, AllReduceDdaHint) {
   Config cfg;

@@ -64,6 +64,11 @@ def test_tp_all_modes_torchrun(tmp_path):
     data = json.loads(j.read_text())
     modes = {("decode", "graph"), ("decode", "eager"), ("prefill", "eager")}
     _check(data, ["nccl", "cclx"], modes)
+    # cclx-fused (allreduce + residual add + RMSNorm as one call) is a default column: measured
+    # in every row and checked against the reference like cclx
+    assert "cclx-fused" in data["meta"]["comms"]
+    assert "# cclx-fused: each allreduce" in r.stdout
+    _check(data, ["cclx-fused"], modes)
     # nccl-sym (windows registered on the NCCL cclx loaded, the model writing into them):
     # measured and checked like cclx, or not measured with the reason in the header
     sym = data["meta"]["nccl_sym"]

@@ -1,5 +1,6 @@
-// DDA pipelined exchange: all-gather, reduce-scatter, all-to-all and all-to-all-v at any size, in
-// one kernel, as chunks pushed through double-buffered inboxes with per-pair flags.
+// DDA pipelined exchange: all-gather, reduce-scatter, all-to-all, all-to-all-v, reduce-scatter-v,
+// broadcast, reduce and the grouped forms (scatter, gather, all-gather-v, all-to-all lists) at any size, in one kernel,
+// as chunks pushed through double-buffered inboxes with per-pair flags.
 //
 // Synchronization contract. The grid is always ddaTreeBlocks() blocks, identical on every rank;
 // block b only ever synchronizes with block b of the peers. Rank o's kXchg region holds, for every
@@ -313,11 +314,18 @@ class DdaXchgPipe final : public DeviceAlgo {
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kXchg); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllGather && a.type != CollType::ReduceScatter &&
-        a.type != CollType::AllToAll && a.type != CollType::AllToAllV)
+        a.type != CollType::AllToAll && a.type != CollType::AllToAllV &&
+        a.type != CollType::ReduceScatterV && a.type != CollType::SendRecv &&
+        a.type != CollType::Broadcast && a.type != CollType::Reduce)
       return false;
     if (!ctx.peerUsable() || ctx.size < 2) return false;
-    if (a.type != CollType::AllToAllV && a.count == 0) return false;
-    if (a.type == CollType::ReduceScatter && !ddaOpSupported(a.op.kind, a.dtype)) return false;
+    // Per-pair counts (all-to-all-v, the grouped forms) may be 0 on one rank and not another:
+    // those run whatever this rank's count (the plan decides); the others' count is global.
+    const bool perPair = a.type == CollType::AllToAllV || a.type == CollType::SendRecv;
+    if (!perPair && a.count == 0) return false;
+    const bool reduce = a.type == CollType::ReduceScatter || a.type == CollType::ReduceScatterV ||
+                        a.type == CollType::Reduce;
+    if (reduce && !ddaOpSupported(a.op.kind, a.dtype)) return false;
     XchgPlan plan;
     return inboxBytesOf(ctx) >= 32 && xchgPlan(a, ctx.rank, ctx.size, plan);
   }

@@ -34,6 +34,8 @@ bool xchgNeedsStagedInput(const CollArgs& a, int rank, int size) {
     case CollType::ReduceScatter:
       return a.sendList.empty() && recv != send + size_t(rank) * B && overlaps(send, N * B, recv, B);
     case CollType::AllToAll: return send != recv && overlaps(send, N * B, recv, N * B);
+    case CollType::Broadcast:
+    case CollType::Reduce: return rank == a.root && send != recv && overlaps(send, B, recv, B);
     case CollType::AllToAllV:
       return overlaps(send, total(a.sendCounts, es), recv, total(a.recvCounts, es));
     default: return false;
@@ -90,6 +92,70 @@ bool xchgPlan(const CollArgs& a, int rank, int size, XchgPlan& p) {
         so += p.srcBytes[r];
         ro += p.dstBytes[r];
       }
+      break;
+    }
+    case CollType::Broadcast: {
+      // The root's buffer to every rank, itself included (a copy unless in place); between two
+      // other ranks only the empty header chunks travel.
+      const size_t root = size_t(a.root);
+      if (a.root < 0 || root >= N) return false;
+      p.symmetric = false;
+      if (me == root)
+        for (size_t r = 0; r < N; ++r) {
+          p.src[r] = send;
+          p.srcBytes[r] = B;
+        }
+      p.dst[root] = recv;
+      p.dstBytes[root] = B;
+      break;
+    }
+    case CollType::Reduce: {
+      // A reduce-scatter-v whose only non-empty block is the root's.
+      const size_t root = size_t(a.root);
+      if (a.root < 0 || root >= N) return false;
+      p.reduce = true;
+      p.symmetric = false;
+      p.src[root] = send;
+      p.srcBytes[root] = B;
+      for (size_t r = 0; r < N; ++r) {
+        p.dst[r] = recv;
+        p.dstBytes[r] = me == root ? B : 0;
+      }
+      break;
+    }
+    case CollType::ReduceScatterV:
+      // Blocks of their own sizes: rank d's block goes to d; every rank's block for this rank
+      // (recvCounts[rank] elements) is combined into the output.
+      if (a.sendList.size() != N || a.recvCounts.size() != N) return false;
+      p.reduce = true;
+      p.symmetric = false;
+      for (size_t r = 0; r < N; ++r) {
+        p.src[r] = static_cast<const char*>(a.sendList[r]);
+        p.srcBytes[r] = a.recvCounts[r] * es;
+        p.dst[r] = recv;
+        p.dstBytes[r] = a.recvCounts[me] * es;
+      }
+      break;
+    case CollType::SendRecv: {
+      // A collective lowered onto grouped messages (scatter, gather, all-gather-v, all-to-all
+      // lists: `what` set, every rank calls it): at most one message to and from each rank.
+      // Batches of sends and receives are point to point (not every rank takes part): no plan.
+      if (!a.what) return false;
+      p.symmetric = false;
+      bool sent[kMaxRanks] = {}, got[kMaxRanks] = {};
+      for (const P2PSend& m : a.sends) {
+        if (m.peer < 0 || size_t(m.peer) >= N || sent[m.peer]) return false;
+        sent[m.peer] = true;
+        p.src[m.peer] = static_cast<const char*>(m.buf);
+        p.srcBytes[m.peer] = m.count * es;
+      }
+      for (const P2PRecv& m : a.recvs) {
+        if (m.peer < 0 || size_t(m.peer) >= N || got[m.peer]) return false;
+        got[m.peer] = true;
+        p.dst[m.peer] = static_cast<char*>(m.buf);
+        p.dstBytes[m.peer] = m.count * es;
+      }
+      if (p.srcBytes[me] != p.dstBytes[me]) return false;  // validation pairs them
       break;
     }
     default: return false;

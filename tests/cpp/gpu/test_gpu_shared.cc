@@ -387,7 +387,8 @@ TEST(GpuShared, BackToBackAndGraphReplay) {
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
-// Ranks that share a GPU have no NCCL comm: what needs NCCL fails with a message that says why.
+// Ranks that share a GPU have no NCCL comm: what needs NCCL (point to point) fails with a message
+// that says why.
 TEST(GpuShared, NcclCollectivesFailClearly) {
   GPU_REQUIRE(1);
   const int n = worldSize();
@@ -402,8 +403,8 @@ TEST(GpuShared, NcclCollectivesFailClearly) {
     char* p = poisoned(64);
     CollOptions co;
     try {
-      gpu->broadcast(p, p, 16, DataType::f32, 0, co);
-      MP_CHECK(false, "broadcast on a shared GPU did not fail");
+      gpu->send(p, 16, DataType::f32, (rank + 1) % size, co);
+      MP_CHECK(false, "send on a shared GPU did not fail");
     } catch (const Error& e) {
       MP_CHECK(e.code() == cclxUnsupported, "code %d: %s", int(e.code()), e.what());
       MP_CHECK(std::string(e.what()).find("share GPU") != std::string::npos &&
@@ -416,10 +417,11 @@ TEST(GpuShared, NcclCollectivesFailClearly) {
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
-// The grouped point-to-point operation and the collectives lowered onto it (and reduceScatterV)
-// run on NCCL only so far: where ranks share a GPU each fails, before anything runs, naming
-// itself and why.
-TEST(GpuShared, GroupedOpsNeedNccl) {
+// A batch of point-to-point messages (not every rank takes part: no peer algorithm) runs on NCCL
+// only: where ranks share a GPU it fails, before anything runs, naming itself and why. The
+// collectives lowered onto grouped messages and reduce-scatter-v run there on the pipelined
+// exchange (test_gpu_shared_grouped).
+TEST(GpuShared, PointToPointBatchNeedsNccl) {
   GPU_REQUIRE(1);
   const int n = worldSize();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
@@ -430,39 +432,23 @@ TEST(GpuShared, GroupedOpsNeedNccl) {
       gpu->finalize();
       return;
     }
-    const size_t N = size_t(size);
-    char* p = poisoned(64 * N);  // outputs
-    char* q = poisoned(64);      // inputs
-    std::vector<const void*> ins(N, q);
-    std::vector<void*> outs(N);
-    for (size_t r = 0; r < N; ++r) outs[r] = p + 64 * r;
-    std::vector<size_t> counts(N, 4);
+    char* p = poisoned(64);  // output
+    char* q = poisoned(64);  // input
     const int peer = (rank + 1) % size, from = (rank + size - 1) % size;
-    const std::vector<std::pair<const char*, std::function<void()>>> calls = {
-        {"SendRecv", [&] { gpu->sendRecv({{peer, q, 4}}, {{from, p, 4}}, DataType::f32); }},
-        {"Scatter", [&] { gpu->scatter(ins, p, 4, DataType::f32, rank); }},
-        {"Gather", [&] { gpu->gather(q, outs, 4, DataType::f32, rank); }},
-        {"GatherSingle", [&] { gpu->gatherSingle(q, p, 4, DataType::f32, rank); }},
-        {"AllGatherV", [&] { gpu->allGatherV(outs[size_t(rank)], outs, counts, DataType::f32); }},
-        {"AllToAllList", [&] {
-           std::vector<const void*> s(N, q);
-           std::vector<void*> r(outs);
-           gpu->allToAllList(s, std::vector<size_t>(N, 0), r, std::vector<size_t>(N, 0), DataType::f32);
-         }},
-        {"ReduceScatterV", [&] { gpu->reduceScatterV(ins, counts, p, DataType::f32, RedOpKind::SUM); }},
-    };
-    for (const auto& [name, call] : calls) {
+    for (const char* algo : {"auto", "dda"}) {
+      CollOptions co;
+      co.hints = {{"algo", algo}};
       try {
-        call();
-        MP_CHECK(false, "%s on a shared GPU did not fail", name);
+        gpu->sendRecv({{peer, q, 4}}, {{from, p, 4}}, DataType::f32, co);
+        MP_CHECK(false, "a send/receive batch on a shared GPU did not fail (algo=%s)", algo);
       } catch (const Error& e) {
         const std::string m = e.what();
-        MP_CHECK(e.code() == cclxUnsupported, "%s: code %d: %s", name, int(e.code()), e.what());
-        MP_CHECK(m.find(std::string(name) + " needs NCCL") != std::string::npos &&
-                     m.find("share GPU") != std::string::npos, "%s: unclear message: %s", name, e.what());
+        MP_CHECK(e.code() == cclxUnsupported, "code %d: %s", int(e.code()), e.what());
+        MP_CHECK(m.find("SendRecv needs NCCL") != std::string::npos &&
+                     m.find("share GPU") != std::string::npos, "unclear message: %s", e.what());
       }
     }
-    for (char ch : d2h(p, 64 * N)) MP_CHECK(uint8_t(ch) == 0xff, "a refused call wrote to its buffer");
+    for (char ch : d2h(p, 64)) MP_CHECK(uint8_t(ch) == 0xff, "a refused call wrote to its buffer");
     for (char ch : d2h(q, 64)) MP_CHECK(uint8_t(ch) == 0xff, "a refused call wrote to its input");
     (void)cudaFree(p);
     (void)cudaFree(q);
