@@ -22,21 +22,6 @@ bool isBitwise(RedOpKind k) {
   return k == RedOpKind::BAND || k == RedOpKind::BOR || k == RedOpKind::BXOR;
 }
 
-// Puts the calling thread in relaxed stream-capture mode for its lifetime (when `on`).
-class RelaxedCapture {
- public:
-  explicit RelaxedCapture(bool on) : on_(on) {
-    if (on_) CCLX_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_));
-  }
-  ~RelaxedCapture() {
-    if (on_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
-  }
-
- private:
-  bool on_;
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
 // A call that fails before its kernel is enqueued (a staging growth that timed out or was
 // aborted) leaves its outputs all-ones, as a kernel that stops does (docs/DESIGN.md "Failure
 // model"), in the order of the call's stream. Not inside capture: the capture is the caller's to

@@ -163,4 +163,25 @@ class LaunchCheck {
 };
 
 }  // namespace gpurt
+
+/// Puts the calling thread in relaxed stream-capture mode for its lifetime (when `on`): its host
+/// calls (event queries, pointer attributes) then neither fail nor invalidate a capture that this
+/// or another thread runs in global mode (torch.cuda.graph's default). The enqueuing thread uses
+/// it while its caller captures; the watchdog thread for every poll.
+class RelaxedCapture {
+ public:
+  explicit RelaxedCapture(bool on) : on_(on) {
+    if (on_) CCLX_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_));
+  }
+  ~RelaxedCapture() {
+    if (on_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  bool on_;
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 }  // namespace cclx

@@ -76,6 +76,9 @@ void CudaBackend::ncclOpsPoll() {
 }
 
 std::pair<cclxResult_t, std::string> CudaBackend::poll() {
+  // The watchdog thread's event queries must not invalidate a graph another thread captures in
+  // global mode (torch.cuda.graph's default), nor fail because of it.
+  RelaxedCapture relaxed(true);
   if (!sh_->failed.load()) {
     auto dev = sh_->deviceError();
     if (dev.first != cclxSuccess) {
