@@ -228,10 +228,9 @@ Algo selectExchange(const CollArgs& a, const Config& cfg, const Caps& c) {
 
 // Broadcast, reduce, reduce-scatter-v and the collectives lowered onto grouped messages (scatter,
 // gather, all-gather-v, all-to-all lists; a batch of point-to-point messages has no peer
-// algorithm): the
-// pipelined exchange where NCCL cannot run them (ranks sharing a GPU, no NCCL) or when a hint asks
-// for a peer algorithm (any of flat, lamport, tree, dda); NCCL otherwise: their speed against
-// NCCL on GPUs of their own is not measured yet.
+// algorithm): the pipelined exchange where NCCL cannot run them (ranks sharing a GPU, no NCCL)
+// or when a hint asks for a peer algorithm (any of flat, lamport, tree, dda); NCCL otherwise:
+// their speed against NCCL on GPUs of their own is not measured yet.
 Algo selectGrouped(const CollArgs& a, const Caps& c) {
   const std::string* h = hint(a, "algo");
   const Want want = h ? parseWant(*h) : Want::Auto;

@@ -23,8 +23,8 @@ std::unique_ptr<DeviceAlgo> makeDdaBarrier();  // barrier over the signal areas 
 /// allreduce (same counters); messages up to one slot per block and peer.
 std::unique_ptr<DeviceAlgo> makeDdaXchgLL();
 /// "pipelined": all-gather, reduce-scatter, all-to-all, all-to-all-v, reduce-scatter-v,
-/// broadcast, reduce and the collectives lowered onto grouped messages at any size, chunks through double-buffered inboxes
-/// with per-pair flags.
+/// broadcast, reduce and the collectives lowered onto grouped messages at any size, chunks
+/// through double-buffered inboxes with per-pair flags.
 std::unique_ptr<DeviceAlgo> makeDdaXchgPipe();
 
 /// Grid sizes (identical on every rank: they define the slot layout).
@@ -36,8 +36,9 @@ size_t llSlotBytes(const DeviceCtx& ctx);
 /// True when a call of AllGather / ReduceScatter / AllToAll(V) / Broadcast / Reduce has input and
 /// output overlapping in a way the exchange kernels cannot run in place (anything but the in-place
 /// conventions: the all-gather input at the own block of the output, the reduce-scatter output at
-/// the own block of the input, all-to-all, broadcast and reduce with send == recv): the backend then copies the input to a stream-ordered
-/// temporary first. List forms never need it (xchgCanPlan refuses their overlaps).
+/// the own block of the input, all-to-all, broadcast and reduce with send == recv): the backend
+/// then copies the input to a stream-ordered temporary first. List forms never need it (xchgPlan
+/// refuses their overlaps).
 bool xchgNeedsStagedInput(const CollArgs& a, int rank, int size);
 
 }  // namespace cclx

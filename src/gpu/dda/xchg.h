@@ -1,11 +1,9 @@
 // The exchange collectives of the DDA kernels (all-gather, reduce-scatter, all-to-all,
 // all-to-all-v, the list forms of the first two, reduce-scatter-v, broadcast, reduce, and the
 // collectives lowered onto grouped messages: scatter, gather, all-gather-v, all-to-all lists)
-// described once as
-// per-peer messages: what
-// this rank sends to each rank and where each rank's message lands. The LL (xchg_ll.cu) and
-// pipelined (xchg_pipe.cu) kernels take this plan; neither knows which collective it runs.
-// Plain C++.
+// described once as per-peer messages: what this rank sends to each rank and where each rank's
+// message lands. The LL (xchg_ll.cu) and pipelined (xchg_pipe.cu) kernels take this plan;
+// neither knows which collective it runs. Plain C++.
 #pragma once
 
 #include <cstddef>
@@ -26,10 +24,11 @@ struct XchgPlan {
 };
 
 /// The plan of a validated call of AllGather, ReduceScatter, AllToAll, AllToAllV, ReduceScatterV,
-/// Broadcast, Reduce or a lowered collective (SendRecv with `what`) on `rank` of `size` ranks. False when the
-/// exchange kernels cannot run it: another collective, a batch of point-to-point messages, two
-/// messages between the same pair, or list buffers that overlap other than in place (a list's
-/// own buffer being the input / output; validation already refuses that for the grouped forms).
+/// Broadcast, Reduce or a lowered collective (SendRecv with `what`) on `rank` of `size` ranks.
+/// False when the exchange kernels cannot run it: another collective, a batch of point-to-point
+/// messages, two messages between the same pair, or list buffers that overlap other than in
+/// place (a list's own buffer being the input / output; validation already refuses that for the
+/// grouped forms).
 /// Single-buffer forms with overlapping buffers are planned as given: the backend first stages
 /// the input (xchgNeedsStagedInput, dda.h).
 bool xchgPlan(const CollArgs& a, int rank, int size, XchgPlan& p);

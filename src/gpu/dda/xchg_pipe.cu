@@ -1,6 +1,6 @@
 // DDA pipelined exchange: all-gather, reduce-scatter, all-to-all, all-to-all-v, reduce-scatter-v,
-// broadcast, reduce and the grouped forms (scatter, gather, all-gather-v, all-to-all lists) at any size, in one kernel,
-// as chunks pushed through double-buffered inboxes with per-pair flags.
+// broadcast, reduce and the grouped forms (scatter, gather, all-gather-v, all-to-all lists) at any
+// size, in one kernel, as chunks pushed through double-buffered inboxes with per-pair flags.
 //
 // Synchronization contract. The grid is always ddaTreeBlocks() blocks, identical on every rank;
 // block b only ever synchronizes with block b of the peers. Rank o's kXchg region holds, for every
