@@ -16,7 +16,8 @@
 #                     and late ranks, all-to-all-v counts that disagree
 #   test_gpu_shared_grouped  broadcast, reduce, reduce-scatter-v and the collectives lowered
 #                     onto grouped messages (scatter, gather, all-gather-v, all-to-all lists) on
-#                     the pipelined exchange against the host twin, back to back, graph replay
+#                     the pipelined exchange against the host twin, back to back, graph replay,
+#                     a late rank (every output exact or NaN, an error on every rank)
 #   test_gpu_rmsnorm  the fused allreduce + residual add + RMSNorm (+ FP8): one-shot, two-shot
 #                     and the unfused sequence against the host twin, back to back, graph
 #                     replay, a missing rank

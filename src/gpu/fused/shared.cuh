@@ -48,6 +48,30 @@ __host__ __device__ __forceinline__ int slotOf(int src, int owner) {
   return src < owner ? src : src - 1;
 }
 
+/// One 16-byte unit of the reduction, the same in both kernels: the sum over ranks 0..N-1 in
+/// order of x's vector v of `row` (this rank's own read from x, each peer's taken from
+/// inbox(r) + off once no element is all ones, then refilled with ones), written to `ar` as
+/// RowOps' words. False, with nothing refilled after the peer that stopped the wait, when a wait
+/// stops (the Waiter records why).
+template <class T, class Inbox>
+__device__ __forceinline__ bool reduceUnit(const RowOps<T>& ops, size_t row, size_t v, int N,
+                                           int me, Inbox&& inbox, size_t off, dev::Waiter& wait,
+                                           Words& ar) {
+  constexpr int S = RowOps<T>::S;
+  dev::UnitAcc<T, RedOpKind::SUM, 16> sum;
+  for (int r = 0; r < N; ++r) {
+    dev::V16 x;
+    if (r == me) x = ops.own(row, v);
+    else if (!dev::takeUnit16<S>(inbox(r) + off, wait, r, x)) return false;
+    const Words w = {uint32_t(x.lo), uint32_t(x.lo >> 32), uint32_t(x.hi), uint32_t(x.hi >> 32)};
+    sum.add(w, r == 0, 1.f);
+  }
+  for (int r = 0; r < N; ++r)
+    if (r != me) dev::stFill16(inbox(r) + off, lamport::kEmpty);
+  sum.result(N, ar);
+  return true;
+}
+
 /// Blocks of every fused peer kernel (identical on every rank: the call counters depend on it).
 int fusedBlocks(const DeviceCtx& ctx);
 /// Bytes of one parity half of the region.

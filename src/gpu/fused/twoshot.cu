@@ -101,24 +101,12 @@ __global__ void __launch_bounds__(512) rmsTwoShotKernel(PeerParams p) {
       float acc[kMaxAcc] = {};
       int i = 0;
       for (size_t v = threadIdx.x; v < V && !failed; v += Tb, ++i) {
-        dev::UnitAcc<T, RedOpKind::SUM, 16> sum;
-        const size_t off = (k * V + v) * 16;
-        for (int r = 0; r < N && !failed; ++r) {
-          dev::V16 x;
-          if (r == me) {
-            x = ops.own(row, v);
-          } else if (!dev::takeUnit16<S>(rsBox(me, r) + off, wait, r, x)) {
-            failed = true;
-            break;
-          }
-          const Words w = {uint32_t(x.lo), uint32_t(x.lo >> 32), uint32_t(x.hi), uint32_t(x.hi >> 32)};
-          sum.add(w, r == 0, 1.f);
-        }
-        if (failed) break;
-        for (int r = 0; r < N; ++r)
-          if (r != me) dev::stFill16(rsBox(me, r) + off, lamport::kEmpty);
         Words ar, rv;
-        sum.result(N, ar);
+        if (!reduceUnit(ops, row, v, N, me, [&](int r) { return rsBox(me, r); }, (k * V + v) * 16,
+                        wait, ar)) {
+          failed = true;
+          break;
+        }
         ops.residual(row, v, i, ar, rv, acc);
         const dev::V16 out{lamport::canon<S>(uint64_t(rv[0]) | uint64_t(rv[1]) << 32),
                            lamport::canon<S>(uint64_t(rv[2]) | uint64_t(rv[3]) << 32)};

@@ -4,15 +4,18 @@
 // inputs). Every root, unequal and zero counts, odd counts, unaligned pointers, in place, every
 // buffer of the call compared (inputs must come back unchanged) with guard bytes after each; a
 // small staging that forces many chunks per block; back-to-back calls without a sync; CUDA-graph
-// replay with new inputs. (A batch of point-to-point messages still needs NCCL: test_gpu_shared.)
+// replay with new inputs; a late rank (every output exact or NaN, never stale; an error on every
+// rank). (A batch of point-to-point messages still needs NCCL: test_gpu_shared.)
 //
 // World size: CCLX_TEST_RANKS (default 4); scripts/gpu_shared.sh runs it at several sizes.
 #include <gtest/gtest.h>
 
 #if defined(CCLX_HAVE_CUDA)
 
+#include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "helpers/gpu_xchg.h"
@@ -112,33 +115,29 @@ Layout layoutOf(const GCase& c, int rank, int n) {
   return l;
 }
 
-void callGrouped(Comm& comm, const GCase& c, int rank, int n, const std::vector<char*>& b,
-                 const CollOptions& co) {
+std::shared_ptr<Work> callGrouped(Comm& comm, const GCase& c, int rank, int n,
+                                  const std::vector<char*>& b, const CollOptions& co) {
   const size_t N = size_t(n);
   const bool root = rank == c.root;
   switch (c.kind) {
     case Kind::Scatter: {
       std::vector<const void*> sends;
       if (root) sends.assign(b.begin(), b.begin() + n);
-      comm.scatter(sends, b.back(), c.count, c.t, c.root, co);
-      break;
+      return comm.scatter(sends, b.back(), c.count, c.t, c.root, co);
     }
     case Kind::Gather: {
       std::vector<void*> recvs;
       if (root) recvs.assign(b.begin() + 1, b.end());
-      comm.gather(b[0], recvs, c.count, c.t, c.root, co);
-      break;
+      return comm.gather(b[0], recvs, c.count, c.t, c.root, co);
     }
     case Kind::GatherSingle:
-      comm.gatherSingle(b[0], root ? b[1] : nullptr, c.count, c.t, c.root, co);
-      break;
+      return comm.gatherSingle(b[0], root ? b[1] : nullptr, c.count, c.t, c.root, co);
     case Kind::AllGatherV: {
       const size_t first = c.inPlace ? 0 : 1;
       std::vector<void*> recvs(b.begin() + long(first), b.begin() + long(first + N));
       std::vector<size_t> counts;
       for (int r = 0; r < n; ++r) counts.push_back(vCount(c, r));
-      comm.allGatherV(c.inPlace ? b[size_t(rank)] : b[0], recvs, counts, c.t, co);
-      break;
+      return comm.allGatherV(c.inPlace ? b[size_t(rank)] : b[0], recvs, counts, c.t, co);
     }
     case Kind::AllToAllList: {
       std::vector<const void*> sends(b.begin(), b.begin() + n);
@@ -148,23 +147,20 @@ void callGrouped(Comm& comm, const GCase& c, int rank, int n, const std::vector<
         sc.push_back(split(rank, p, c.round));
         rc.push_back(split(p, rank, c.round));
       }
-      comm.allToAllList(sends, sc, recvs, rc, c.t, co);
-      break;
+      return comm.allToAllList(sends, sc, recvs, rc, c.t, co);
     }
     case Kind::ReduceScatterV: {
       std::vector<const void*> sends(b.begin(), b.begin() + n);
       std::vector<size_t> counts;
       for (int r = 0; r < n; ++r) counts.push_back(vCount(c, r));
-      comm.reduceScatterV(sends, counts, c.inPlace ? b[size_t(rank)] : b[N], c.t, c.op, co);
-      break;
+      return comm.reduceScatterV(sends, counts, c.inPlace ? b[size_t(rank)] : b[N], c.t, c.op, co);
     }
     case Kind::Broadcast:  // root: [input, output] or [buffer]; others: [output]
-      comm.broadcast(root ? b[0] : nullptr, b.back(), c.count, c.t, c.root, co);
-      break;
+      return comm.broadcast(root ? b[0] : nullptr, b.back(), c.count, c.t, c.root, co);
     case Kind::Reduce:  // [input] and on the root [output] unless in place
-      comm.reduce(b[0], root ? b.back() : nullptr, c.count, c.t, c.op, c.root, co);
-      break;
+      return comm.reduce(b[0], root ? b.back() : nullptr, c.count, c.t, c.op, c.root, co);
   }
+  return nullptr;
 }
 
 constexpr size_t kGuard = 64;
@@ -414,6 +410,112 @@ TEST(GpuSharedGrouped, GraphReplayEqualsHostTwin) {
     twin->finalize();
   }, std::chrono::seconds(600));
   ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// A late rank on the rooted and grouped forms (the failure model of docs/DESIGN.md): the last rank
+// sleeps twice the timeout before call kLate of kCalls asynchronous calls of one form. Outputs
+// start as a plausible stale value (bytes 0x40: 3.0f); after the calls every output buffer is
+// either exact (the host twin's bytes) or NaN in every element, never the stale value or another
+// one; inputs come back unchanged; a rank with any output that is not exact got an error; the
+// calls before the late one are exact; nothing waits much longer than one timeout.
+TEST(GpuSharedGrouped, LateRankGivesExactOrNaN) {
+  GPU_REQUIRE(1);
+  const int n = worldSize();
+  constexpr int kCalls = 5, kLate = 2;
+  const auto timeout = std::chrono::seconds(3);
+  const Kind kinds[] = {Kind::Broadcast, Kind::Reduce, Kind::ReduceScatterV, Kind::AllGatherV,
+                        Kind::AllToAllList, Kind::Gather, Kind::Scatter};
+  for (Kind kind : kinds) {
+    auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
+      const int late = size - 1;
+      GCase c;
+      c.kind = kind;
+      c.t = DataType::f32;
+      c.count = 5003;
+      c.round = 1;
+      c.root = 0;
+      c.hintDda = true;
+      auto gpu = gpuComm(rank, size, store, "grouped_late", false, timeout);
+      auto twin = twinComm(rank, size, store, "grouped_late_twin");
+      Stream st;
+      const Layout l = layoutOf(c, rank, size);
+      std::vector<std::vector<std::vector<char>>> init;
+      std::vector<std::unique_ptr<GBufs>> bufs;
+      for (int i = 0; i < kCalls; ++i) {
+        init.push_back(initial(c, l, rank, 700 + uint64_t(i)));
+        for (size_t k = 0; k < l.elems.size(); ++k)
+          if (!l.input[k]) init.back()[k].assign(init.back()[k].size(), char(0x40));
+        bufs.push_back(std::make_unique<GBufs>(c, l));
+        bufs.back()->load(init.back(), c, st.s);
+      }
+      std::vector<std::shared_ptr<Work>> work(kCalls);
+      std::vector<bool> error(kCalls, false);
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kCalls; ++i) {
+        if (rank == late && i == kLate) {
+          std::this_thread::sleep_for(2 * timeout);
+          t0 = std::chrono::steady_clock::now();
+        }
+        CollOptions co = optsOf(c, st.s);
+        co.async = true;
+        try {
+          work[size_t(i)] = callGrouped(*gpu, c, rank, size, bufs[size_t(i)]->ptr, co);
+        } catch (const Error&) {
+          error[size_t(i)] = true;  // the comm had already failed: no output written
+        }
+      }
+      CK(cudaDeviceSynchronize());
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      MP_CHECK(waited <= 3.0 + 2.0 + 0.5 * size, "%s: rank %d waited %.1f s", kindName(kind), rank, waited);
+      bool anyError = false, anyNan = false;
+      int exactCalls = 0;
+      for (int i = 0; i < kCalls; ++i) {
+        if (work[size_t(i)]) {
+          try {
+            (void)work[size_t(i)]->isCompleted();
+          } catch (const Error&) {
+            error[size_t(i)] = true;
+          }
+        }
+        anyError = anyError || error[size_t(i)];
+        bool guards = false;
+        const auto got = bufs[size_t(i)]->read(guards);
+        MP_CHECK(guards, "%s call %d: wrote outside a buffer", kindName(kind), i);
+        const auto want = twinResult(*twin, c, rank, size, init[size_t(i)]);
+        bool exact = true;
+        for (size_t k = 0; k < got.size(); ++k) {
+          if (l.input[k]) {
+            MP_CHECK(got[k] == init[size_t(i)][k], "%s call %d: rank %d input %zu changed",
+                     kindName(kind), i, rank, k);
+            continue;
+          }
+          if (!work[size_t(i)] && error[size_t(i)]) {  // refused at the call: left untouched
+            MP_CHECK(got[k] == init[size_t(i)][k], "%s call %d: refused but written", kindName(kind), i);
+            continue;
+          }
+          if (got[k] == want[k]) continue;
+          exact = false;
+          for (size_t b = 0; b < got[k].size(); ++b)
+            MP_CHECK(uint8_t(got[k][b]) == 0xff,
+                     "%s call %d: rank %d output %zu byte %zu is neither exact nor NaN (0x%02x)",
+                     kindName(kind), i, rank, k, b, unsigned(uint8_t(got[k][b])));
+          anyNan = true;
+        }
+        if (exact && work[size_t(i)]) ++exactCalls;
+        if (i < kLate) MP_CHECK(exact, "%s call %d: rank %d not exact before the late call",
+                                kindName(kind), i, rank);
+      }
+      MP_CHECK(!anyNan || anyError, "%s: rank %d has NaN outputs but got no error", kindName(kind), rank);
+      MP_CHECK(anyError, "%s: rank %d got no error although rank %d was %d s late", kindName(kind),
+               rank, late, int(2 * timeout.count()));
+      std::printf("[grouped-late] %s rank %d: %d of %d calls exact, NaN %s, %.1f s\n", kindName(kind),
+                  rank, exactCalls, kCalls, anyNan ? "yes" : "no", waited);
+      twin->finalize();
+      gpu->abort();
+    }, std::chrono::seconds(240));
+    test::echoTagged(res.log, "[grouped-late]");
+    ASSERT_TRUE(res.ok()) << kindName(kind) << "\n" << res.log;
+  }
 }
 
 #endif  // CCLX_HAVE_CUDA
