@@ -548,6 +548,7 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
   if (start) {
     std::lock_guard<std::mutex> g(opsMu_);
     ncclOps_.push_back(NcclOp{a.type, start, ev, {}, a.opts.timeout, s});
+    if (++opsPushed_ % kReapEvery == 0) reapNcclOpsLocked(s);
   }
   return makeCudaWork(sh_, std::move(ev), capturing, a.opts.timeout);
 }

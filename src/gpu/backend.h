@@ -183,6 +183,7 @@ class CudaBackend final : public Backend {
   void orderPeerKernel(cudaStream_t s, bool capturing);
   void peerKernelDone(cudaStream_t s, bool capturing);
   void ncclOpsPoll();
+  void reapNcclOpsLocked(cudaStream_t s);
   void finalizeLocked();
   bool waitOwnWork(std::chrono::steady_clock::time_point deadline);
   bool quiesce(std::chrono::milliseconds bound);
@@ -200,6 +201,9 @@ class CudaBackend final : public Backend {
   };
   std::mutex opsMu_;
   std::vector<NcclOp> ncclOps_;
+  uint32_t opsPushed_ = 0;  // under opsMu_: paces reapNcclOpsLocked
+  static constexpr uint32_t kReapEvery = 32;  // watched operations between two reaps
+  static constexpr size_t kReapLag = 8;       // the probe: this many before the newest
 
   std::shared_ptr<CudaShared> sh_ = std::make_shared<CudaShared>();
   PeerMem pm_;

@@ -12,7 +12,7 @@
 
 namespace cclx {
 
-// Completed NCCL operations give their events back; one that started on the device (its start
+// Completed NCCL operations give their events back (also at enqueue: reapNcclOpsLocked); one that started on the device (its start
 // event completed) more than its timeout ago fails the comm. Events of one stream complete in
 // the order they were recorded, so per stream: when its newest operation completed, all of its
 // operations did (one query); otherwise the operations complete up to the oldest one still
@@ -73,6 +73,34 @@ void CudaBackend::ncclOpsPoll() {
   std::lock_guard<std::mutex> g(opsMu_);
   for (NcclOp& op : ncclOps_) keep.push_back(std::move(op));  // enqueued meanwhile: newer
   ncclOps_.swap(keep);
+}
+
+// At enqueue, every kReapEvery-th watched operation: the stream's operations that completed leave
+// the list now rather than at the watchdog's next poll, so that their events (the start event and
+// the Work's) go back to the pool while the application runs calls back to back; otherwise a loop
+// of eager calls holds a poll interval's worth of them (tens of thousands) and creates new ones.
+// One event query: the stream's operation kReapLag before its newest; when it completed, so did
+// every earlier one of the stream (stream order).
+void CudaBackend::reapNcclOpsLocked(cudaStream_t s) {
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < ncclOps_.size(); ++i)
+    if (ncclOps_[i].stream == s) mine.push_back(i);
+  if (mine.size() <= kReapLag) return;
+  const size_t probe = mine[mine.size() - 1 - kReapLag];
+  bool done = false;
+  {
+    RelaxedCapture relaxed(true);  // another thread may capture in global mode
+    done = cudaEventQuery(ncclOps_[probe].end.get()) == cudaSuccess;
+    (void)cudaGetLastError();
+  }
+  if (!done) return;
+  std::vector<NcclOp> keep;
+  keep.reserve(ncclOps_.size());
+  for (size_t i = 0; i < ncclOps_.size(); ++i) {
+    if (i <= probe && ncclOps_[i].stream == s) sh_->returnEvent(ncclOps_[i].start);
+    else keep.push_back(std::move(ncclOps_[i]));
+  }
+  ncclOps_.swap(keep);  // the dropped operations' Work events return as their references go
 }
 
 std::pair<cclxResult_t, std::string> CudaBackend::poll() {
