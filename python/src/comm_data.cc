@@ -134,37 +134,31 @@ void bindDataMovement(CommClass& c) {
       nb::arg("dtype"), nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"),
       nb::arg("timeout"), "Counts in elements. " );
 
-  c.def(
-      "send",
-      [](Comm& c, const Array& buf, int dtc, int peer, bool async, uintptr_t stream,
-         const Hints& hints, double timeout) {
-        const char* n = "send";
-        DataType t = resolveDtype(dtc, buf, n);
-        checkRank(n, "dst", peer, c);
-        if (peer == c.rank()) argError("send: dst " + std::to_string(peer) + " is this rank");
-        View v = viewOf(buf, msg(n, "tensor").c_str(), t, c);
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.send(v.ptr, v.numel, t, peer, o);
-      },
-      nb::arg("buf"), nb::arg("dtype"), nb::arg("peer"), nb::arg("async_op"), nb::arg("stream"),
-      nb::arg("hints"), nb::arg("timeout"), kCollDoc);
-
-  c.def(
-      "recv",
-      [](Comm& c, const Array& buf, int dtc, int peer, bool async, uintptr_t stream,
-         const Hints& hints, double timeout) {
-        const char* n = "recv";
-        DataType t = resolveDtype(dtc, buf, n);
-        checkRank(n, "src", peer, c);
-        if (peer == c.rank()) argError("recv: src " + std::to_string(peer) + " is this rank");
-        View v = viewOf(buf, msg(n, "tensor").c_str(), t, c);
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.recv(v.ptr, v.numel, t, peer, o);
-      },
-      nb::arg("buf"), nb::arg("dtype"), nb::arg("peer"), nb::arg("async_op"), nb::arg("stream"),
-      nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+  // send and recv: one point-to-point message with a peer other than this rank.
+  auto bindP2P = [&](const char* name, const char* peerName, auto call) {
+    c.def(
+        name,
+        [name, peerName, call](Comm& c, const Array& buf, int dtc, int peer, bool async,
+                               uintptr_t stream, const Hints& hints, double timeout) {
+          DataType t = resolveDtype(dtc, buf, name);
+          checkRank(name, peerName, peer, c);
+          if (peer == c.rank())
+            argError(std::string(name) + ": " + peerName + " " + std::to_string(peer) +
+                     " is this rank");
+          View v = viewOf(buf, msg(name, "tensor").c_str(), t, c);
+          CollOptions o = collOpts(async, stream, hints, timeout);
+          nb::gil_scoped_release nogil;
+          return call(c, v.ptr, v.numel, t, peer, o);
+        },
+        nb::arg("buf"), nb::arg("dtype"), nb::arg("peer"), nb::arg("async_op"),
+        nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+  };
+  bindP2P("send", "dst", [](Comm& c, void* p, size_t n, DataType t, int peer, const CollOptions& o) {
+    return c.send(p, n, t, peer, o);
+  });
+  bindP2P("recv", "src", [](Comm& c, void* p, size_t n, DataType t, int peer, const CollOptions& o) {
+    return c.recv(p, n, t, peer, o);
+  });
 
   c.def(
       "barrier",
