@@ -153,12 +153,14 @@ void bindDataMovement(CommClass& c) {
         nb::arg("buf"), nb::arg("dtype"), nb::arg("peer"), nb::arg("async_op"),
         nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
   };
-  bindP2P("send", "dst", [](Comm& c, void* p, size_t n, DataType t, int peer, const CollOptions& o) {
-    return c.send(p, n, t, peer, o);
-  });
-  bindP2P("recv", "src", [](Comm& c, void* p, size_t n, DataType t, int peer, const CollOptions& o) {
-    return c.recv(p, n, t, peer, o);
-  });
+  bindP2P("send", "dst",
+          [](Comm& c, void* p, size_t n, DataType t, int peer, const CollOptions& o) {
+            return c.send(p, n, t, peer, o);
+          });
+  bindP2P("recv", "src",
+          [](Comm& c, void* p, size_t n, DataType t, int peer, const CollOptions& o) {
+            return c.recv(p, n, t, peer, o);
+          });
 
   c.def(
       "barrier",

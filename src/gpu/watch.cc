@@ -12,12 +12,13 @@
 
 namespace cclx {
 
-// Completed NCCL operations give their events back (also at enqueue: reapNcclOpsLocked); one that started on the device (its start
-// event completed) more than its timeout ago fails the comm. Events of one stream complete in
-// the order they were recorded, so per stream: when its newest operation completed, all of its
-// operations did (one query); otherwise the operations complete up to the oldest one still
-// running, which alone can have started. The list is taken out of the lock while the events are
-// queried, so a thread enqueuing calls never waits for this poll.
+// Completed NCCL operations give their events back (also at enqueue: reapNcclOpsLocked); one
+// that started on the device (its start event completed) more than its timeout ago fails the
+// comm. Events of one stream complete in the order they were recorded, so per stream: when its
+// newest operation completed, all of its operations did (one query); otherwise the operations
+// complete up to the oldest one still running, which alone can have started. The list is taken
+// out of the lock while the events are queried, so a thread enqueuing calls never waits for this
+// poll.
 void CudaBackend::ncclOpsPoll() {
   std::vector<NcclOp> ops;
   {

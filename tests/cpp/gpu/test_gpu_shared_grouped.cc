@@ -465,8 +465,10 @@ TEST(GpuSharedGrouped, LateRankGivesExactOrNaN) {
         }
       }
       CK(cudaDeviceSynchronize());
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      MP_CHECK(waited <= 3.0 + 2.0 + 0.5 * size, "%s: rank %d waited %.1f s", kindName(kind), rank, waited);
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      MP_CHECK(waited <= 3.0 + 2.0 + 0.5 * size, "%s: rank %d waited %.1f s", kindName(kind), rank,
+               waited);
       bool anyError = false, anyNan = false;
       int exactCalls = 0;
       for (int i = 0; i < kCalls; ++i) {
@@ -490,7 +492,8 @@ TEST(GpuSharedGrouped, LateRankGivesExactOrNaN) {
             continue;
           }
           if (!work[size_t(i)] && error[size_t(i)]) {  // refused at the call: left untouched
-            MP_CHECK(got[k] == init[size_t(i)][k], "%s call %d: refused but written", kindName(kind), i);
+            MP_CHECK(got[k] == init[size_t(i)][k], "%s call %d: refused but written",
+                     kindName(kind), i);
             continue;
           }
           if (got[k] == want[k]) continue;
@@ -505,11 +508,12 @@ TEST(GpuSharedGrouped, LateRankGivesExactOrNaN) {
         if (i < kLate) MP_CHECK(exact, "%s call %d: rank %d not exact before the late call",
                                 kindName(kind), i, rank);
       }
-      MP_CHECK(!anyNan || anyError, "%s: rank %d has NaN outputs but got no error", kindName(kind), rank);
+      MP_CHECK(!anyNan || anyError, "%s: rank %d has NaN outputs but got no error", kindName(kind),
+               rank);
       MP_CHECK(anyError, "%s: rank %d got no error although rank %d was %d s late", kindName(kind),
                rank, late, int(2 * timeout.count()));
-      std::printf("[grouped-late] %s rank %d: %d of %d calls exact, NaN %s, %.1f s\n", kindName(kind),
-                  rank, exactCalls, kCalls, anyNan ? "yes" : "no", waited);
+      std::printf("[grouped-late] %s rank %d: %d of %d calls exact, NaN %s, %.1f s\n",
+                  kindName(kind), rank, exactCalls, kCalls, anyNan ? "yes" : "no", waited);
       twin->finalize();
       gpu->abort();
     }, std::chrono::seconds(240));
