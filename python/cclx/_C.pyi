@@ -364,6 +364,11 @@ class Comm:
     def async_error(self) -> Result:
         """First asynchronous error (a cclxResult_t)."""
 
+    def check_buffer(self, array: Annotated[NDArray, dict(writable=False)], dtype: int, what: str) -> int:
+        """
+        Checks a buffer as a call of this communicator would (element type, contiguity, device) and returns its element count; raises CclxInvalidArgument naming `what`.
+        """
+
     def select_all_reduce_algo(self, count: int, dtype: int, op: ReduceOp, hints: Mapping[str, str]) -> str:
         """Name of the algorithm an all_reduce with these arguments would use."""
 

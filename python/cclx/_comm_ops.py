@@ -1,6 +1,7 @@
 """The rest of torchcomms' TorchComm on cclx.Comm: all_gather_v, reduce_scatter_v, all_to_all
-(lists), scatter, gather, gather_single, batched point to point (batch_op_create), settings
-(set_timeout, set_hints, get_options, get_backend_version, is_aborted, rank, size) and hooks.
+(lists), scatter, gather, gather_single, batched point to point (batch_op_create), the persistent
+all-gather (all_gather_p_init / _exec / _free), settings (set_timeout, set_hints, get_options,
+get_backend_version, is_aborted, rank, size) and hooks.
 
 CommOps is a base class of cclx.Comm; comm.py wraps the methods named in CHECKED with the same
 checks, error handling and hooks as every other collective. The collectives below are lowered in
@@ -64,6 +65,36 @@ class BatchSendRecv:
             hints = hints if hints is not None else getattr(options, "hints", None)
             timeout = timeout if timeout is not None else getattr(options, "timeout", None)
         return self._comm._batch_op_issue(list(self.ops), async_op, hints, timeout)
+
+
+class AllGatherPHandle:
+    """A persistent all-gather (all_gather_p_init): its output buffer, fixed for the handle's
+    life, and the hints and timeout its executions take unless they name their own. Each
+    all_gather_p_exec(handle, input) fills the first get_size() x input's elements of the output
+    with every rank's input in rank order; all_gather_p_free(handle) ends it."""
+
+    __slots__ = ("_comm", "output", "numel", "hints", "timeout")
+
+    def __init__(self, comm: Any, output: Any, numel: int, hints: Any, timeout: Any) -> None:
+        self._comm = comm
+        self.output = output
+        self.numel = numel
+        self.hints = hints
+        self.timeout = timeout
+
+    @property
+    def freed(self) -> bool:
+        return self.output is None
+
+    def __repr__(self) -> str:
+        return f"AllGatherPHandle(numel={self.numel}, freed={self.freed})"
+
+
+def _numel(t: Any) -> int:
+    n = 1
+    for d in tuple(t.shape):
+        n *= int(d)
+    return n
 
 
 class CommOptions:
@@ -233,6 +264,61 @@ class CommOps:
         w = self._c.gather_single(a, o, code, int(root),
                                   *self._opts(fw, async_op, hints, timeout))
         return self._work(w, async_op, fw, (output, input))
+
+    # ----------------------------------------------------------------- persistent all-gather
+    def all_gather_p_init(self, output: Any, hints: Optional[Dict[str, Any]] = None,
+                          timeout: Any = None) -> AllGatherPHandle:
+        """A persistent all-gather into `output` (non-empty, writable, on this communicator's
+        device; kept alive by the handle). Checks everything about the output once, here; local:
+        no communication. The hints and timeout become the executions' defaults."""
+        self._live("all_gather_p_init")
+        what = "all_gather_p_init: output"
+        obj, code, _ = adapt(output, what, writable=True)
+        n = self._c.check_buffer(obj, code, what)  # dtype, contiguity, device
+        if n == 0:
+            raise _C.CclxInvalidArgument("all_gather_p_init: the output is empty")
+        rdv.hints_dict(hints)  # bad hints or timeouts fail here, not at the first execution
+        if timeout is not None:
+            rdv.op_timeout_seconds(timeout)
+        return AllGatherPHandle(self, output, n, hints, timeout)
+
+    def all_gather_p_exec(self, handle: AllGatherPHandle, input: Any, async_op: bool = False,
+                          hints: Optional[Dict[str, Any]] = None, timeout: Any = None) -> Any:
+        """Runs the persistent all-gather: the handle's output[r * n .. (r + 1) * n) = rank r's
+        `input` (n elements, the same on every rank, n x get_size() at most the output's size;
+        the dtype the output's). An all_gather_single underneath: the same algorithms, checks,
+        failure semantics and hooks (which see it as all_gather_single)."""
+        h = self._p_handle(handle, "all_gather_p_exec")
+        n = _numel(input)
+        need = n * self._size
+        if need > h.numel:
+            raise _C.CclxInvalidArgument(
+                f"all_gather_p_exec: input has {n} elements; {self._size} ranks need {need} "
+                f"elements of the output, which has {h.numel}")
+        out = h.output if need == h.numel else h.output.reshape(-1)[:need]
+        return self.all_gather_single(out, input, async_op,
+                                      h.hints if hints is None else hints,
+                                      h.timeout if timeout is None else timeout)
+
+    def all_gather_p_free(self, handle: AllGatherPHandle) -> None:
+        """Ends a persistent all-gather (its output is released; the handle can run no more)."""
+        h = self._p_handle(handle, "all_gather_p_free")
+        h.output = None
+
+    def _p_handle(self, handle: Any, what: str) -> AllGatherPHandle:
+        self._live(what)
+        if not isinstance(handle, AllGatherPHandle):
+            raise _C.CclxInvalidArgument(f"{what}: expected the handle all_gather_p_init "
+                                         f"returned, got {type(handle).__name__}")
+        if handle._comm is not self:
+            raise _C.CclxInvalidArgument(f"{what}: the handle belongs to another communicator")
+        if handle.freed:
+            raise _C.CclxInvalidArgument(f"{what}: the handle was freed (all_gather_p_free)")
+        return handle
+
+    def _live(self, what: str) -> None:
+        if self._closed is not None:
+            raise _C.CclxUsageError(f"{what}: communicator {self._name!r} was {self._closed}")
 
     def _batch_op_issue(self, ops: List[P2POp], async_op: bool = False,
                         hints: Optional[Dict[str, Any]] = None, timeout: Any = None) -> Any:

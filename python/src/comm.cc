@@ -170,6 +170,14 @@ void bindComm(nb::module_& m) {
           "Abandons outstanding work; later calls raise.")
       .def("async_error", &Comm::asyncError, "First asynchronous error (a cclxResult_t).")
       .def(
+          "check_buffer",
+          [](Comm& c, const Array& a, int dtc, const std::string& what) {
+            return viewOf(a, what.c_str(), resolveDtype(dtc, a, what.c_str()), c).numel;
+          },
+          nb::arg("array"), nb::arg("dtype"), nb::arg("what"),
+          "Checks a buffer as a call of this communicator would (element type, contiguity, "
+          "device) and returns its element count; raises CclxInvalidArgument naming `what`.")
+      .def(
           "select_all_reduce_algo",
           [](Comm& c, size_t count, int dtc, ReduceOp op, const Hints& hints) {
             CollOptions o;

@@ -286,3 +286,81 @@ def _one(c, kind, t, peer):
     b = c.batch_op_create()
     getattr(b, kind)(t, peer)
     return b.issue()
+
+
+def case_persistent_all_gather(ctx):
+    """all_gather_p_init / _exec / _free: repeated executions with fresh data, every dtype,
+    outputs larger than an execution fills (the rest untouched), 2-D outputs, async, the init's
+    hints and timeout as defaults, and bad calls that raise and change nothing."""
+    c, n, me = ctx.comm, ctx.size, ctx.rank
+    for dtype in MOVE_DTYPES:
+        for count, extra in ((1, 0), (1001, 7), (333, 0)):
+            out = poison((count * n + extra,), dtype)
+            h = c.all_gather_p_init(out)
+            for rep in range(3):
+                s = seed()
+                xs = [gen(dtype, (count,), r, s) for r in range(n)]
+                w = c.all_gather_p_exec(h, xs[me].copy(), async_op=rep == 1)
+                w.wait()
+                assert_close(out[:count * n], np.concatenate(xs), None, dtype,
+                             f"all_gather_p {dtype} count {count} rep {rep}")
+                assert (out[count * n:].view(np.uint8) == 0x7B).all(), "wrote past the gather"
+            # a smaller execution into the same output: only its part changes
+            s = seed()
+            small = [gen(dtype, (count // 2,), r, s) for r in range(n)]
+            before = out.copy()
+            c.all_gather_p_exec(h, small[me])
+            k = (count // 2) * n
+            assert_close(out[:k], np.concatenate(small), None, dtype, f"all_gather_p {dtype} small")
+            assert (out[k:].view(np.uint8) == before[k:].view(np.uint8)).all()
+            c.all_gather_p_free(h)
+    # 2-D output, init hints and timeout
+    out = poison((n, 5), "f32")
+    h = c.all_gather_p_init(out, hints={"algo": "auto"}, timeout=30)
+    c.all_gather_p_exec(h, np.full(5, me, np.float32))
+    assert (out == np.arange(n, dtype=np.float32)[:, None]).all(), out
+    # bad calls: raised alike on every rank before anything ran; the output keeps its values
+    E = cclx.CclxInvalidArgument
+    snapshot = out.copy()
+    for fn, word in (
+            (lambda: c.all_gather_p_exec(h, np.ones(6, np.float32)), "need"),
+            (lambda: c.all_gather_p_exec(h, np.ones(5, np.float64)), "dtype"),
+            (lambda: c.all_gather_p_exec("handle", np.ones(5, np.float32)), "handle"),
+            (lambda: c.all_gather_p_init(np.ones(0, np.float32)), "empty"),
+            (lambda: c.all_gather_p_init(np.ones(4, np.float32), hints=["algo"]), "hints"),
+            (lambda: c.all_gather_p_init(np.ones(4, np.float32).copy().view(np.int32)[::2]),
+             "contiguous")):
+        try:
+            fn()
+        except E as e:
+            assert word in str(e).lower(), f"message {str(e)!r} lacks {word!r}"
+        else:
+            raise AssertionError(f"no CclxInvalidArgument for the {word!r} case")
+    assert (out == snapshot).all()
+    c.all_gather_p_free(h)
+    for fn in (lambda: c.all_gather_p_exec(h, np.ones(5, np.float32)),
+               lambda: c.all_gather_p_free(h)):
+        try:
+            fn()
+        except E as e:
+            assert "freed" in str(e), str(e)
+        else:
+            raise AssertionError("a freed handle ran")
+    # a handle of another communicator
+    other = cclx.new_comm("cclx", "cpu", name="grouped_other", timeout=60,
+                          abort_process_on_timeout_or_error=False)
+    ho = other.all_gather_p_init(np.empty(n, np.int32))
+    try:
+        c.all_gather_p_exec(ho, np.ones(1, np.int32))
+    except E as e:
+        assert "another communicator" in str(e), str(e)
+    else:
+        raise AssertionError("another communicator's handle ran")
+    other.all_gather_p_exec(ho, np.full(1, me, np.int32))
+    other.finalize()
+    try:
+        other.all_gather_p_exec(ho, np.ones(1, np.int32))
+    except cclx.CclxUsageError as e:
+        assert "finalized" in str(e) or "was" in str(e), str(e)
+    else:
+        raise AssertionError("a finalized communicator ran")
