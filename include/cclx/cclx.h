@@ -214,6 +214,25 @@ cclxResult_t cclxWinRemotePtr(cclxWindow_t win, int rank, void** ptr);
 cclxResult_t cclxMemAllocShared(void** ptr, size_t size);
 cclxResult_t cclxMemFreeShared(void* ptr);
 
+/* Device memory on the current device that every cclx transport can share (cclx::memAlloc):
+ * windows map it on the peers, registration makes NCCL zero-copy on it.
+ * Errors: cclxInvalidArgument (ptr NULL, size 0), cclxUnsupported, cclxCudaError. */
+cclxResult_t cclxMemAlloc(void** ptr, size_t size);
+/* Frees cclxMemAlloc memory once the device's work is done. NULL: no-op. */
+cclxResult_t cclxMemFree(void* ptr);
+/* The same memory with the allocation functions' signatures torch's CUDAPluggableAllocator calls
+ * (torch.cuda.memory.CUDAPluggableAllocator(<this library>, "cclxTorchAlloc", "cclxTorchFree")):
+ * `device` is the CUDA ordinal, `stream` unused. Failures return NULL (torch reports out of
+ * memory); the reason goes to the log (CCLX_DEBUG=WARN). */
+void* cclxTorchAlloc(ptrdiff_t size, int device, void* stream);
+void cclxTorchFree(void* ptr, ptrdiff_t size, int device, void* stream);
+
+/* Local: registers [buff, buff + size) on comm for zero-copy use (cclx::Comm::registerMemory).
+ * Errors: cclxInvalidArgument (NULL, 0 bytes, already registered, memory of another device). */
+cclxResult_t cclxCommRegister(cclxComm_t comm, void* buff, size_t size);
+/* Errors: cclxInvalidArgument (no registration of exactly (buff, size)). */
+cclxResult_t cclxCommDeregister(cclxComm_t comm, void* buff, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -360,6 +360,19 @@ class Comm : public std::enable_shared_from_this<Comm> {
   int addAbortHook(std::function<void(const std::string& reason)> hook);
   void removeAbortHook(int handle);
 
+  /// Local (torchcomms' tensor_register): registers [ptr, ptr + bytes) with the transport so
+  /// later operations on it can skip staging copies. CUDA comms with an NCCL communicator:
+  /// ncclCommRegister (zero-copy for memory from memAlloc(), see NCCL's user buffer
+  /// registration); other comms check and track the buffer only. The memory must belong to the
+  /// comm's device (CUDA) or be host memory (CPU). A second registration starting at the same
+  /// address is cclxInvalidArgument. Deregister before freeing the memory; finalize() releases
+  /// what is still registered.
+  void registerMemory(void* ptr, size_t bytes);
+  /// Releases a registerMemory() of exactly (ptr, bytes); anything else is cclxInvalidArgument.
+  void deregisterMemory(void* ptr, size_t bytes);
+  /// Buffers registered now.
+  size_t registeredCount() const;
+
   /// Collective over all ranks: a one-sided window (torchcomms' new_window), with nothing
   /// registered yet. See Window.
   std::shared_ptr<Window> newWindow();
@@ -449,5 +462,15 @@ class Window {
 /// (zeroed), mapped here. Free it with freeShared() once no window uses it.
 void* allocShared(size_t bytes);
 void freeShared(void* ptr);
+
+/// `bytes` (rounded up to the allocation granularity) of device memory on CUDA device `device`
+/// (-1: the current one) that every cclx transport can share: one-host windows map it on the
+/// peers, NCCL's buffer registration (Comm::registerMemory) goes zero-copy on it (torchcomms'
+/// get_mem_allocator). CUDA: the driver's virtual memory management API, exportable as a POSIX
+/// file descriptor; HIP: hipMalloc. Errors: cclxInvalidArgument (0 bytes), cclxUnsupported
+/// (build without CUDA, device without VMM), cclxCudaError (out of memory: the driver's message).
+void* memAlloc(size_t bytes, int device = -1);
+/// Frees what memAlloc returned, once the device's work is done (as cudaFree). nullptr: no-op.
+void memFree(void* ptr);
 
 }  // namespace cclx

@@ -369,6 +369,18 @@ class Comm:
         Checks a buffer as a call of this communicator would (element type, contiguity, device) and returns its element count; raises CclxInvalidArgument naming `what`.
         """
 
+    def register_memory(self, array: Annotated[NDArray, dict(writable=False)], dtype: int) -> int:
+        """
+        Local: registers the buffer's memory for zero-copy use (torchcomms' tensor_register); returns its address.
+        """
+
+    def deregister_memory(self, array: Annotated[NDArray, dict(writable=False)], dtype: int) -> int:
+        """Releases a register_memory of the same buffer; returns its address."""
+
+    @property
+    def registered_count(self) -> int:
+        """Buffers registered with register_memory now."""
+
     def select_all_reduce_algo(self, count: int, dtype: int, op: ReduceOp, hints: Mapping[str, str]) -> str:
         """Name of the algorithm an all_reduce with these arguments would use."""
 
@@ -424,6 +436,9 @@ def alloc_shared(nbytes: int) -> NDArray:
 
 def nccl_version() -> tuple[int, int, int] | None:
     """(major, minor, patch) of the NCCL library cclx loads (loading it if needed), or None."""
+
+def library_path() -> str:
+    """File libcclx was loaded from (holds cclxTorchAlloc / cclxTorchFree)."""
 
 def nccl_path() -> str:
     """File the NCCL library was loaded from ('' if none)."""

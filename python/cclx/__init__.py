@@ -41,6 +41,7 @@ from .window import (  # noqa: E402
 )
 from ._tensor import dtype_of  # noqa: E402
 from ._info import nccl_version, build_info  # noqa: E402
+from .memory import get_mem_allocator  # noqa: E402
 
 __version__ = _C.__version__
 __commit__ = _C.__commit__
@@ -71,6 +72,7 @@ __all__ = [
     "build_info",
     "dtype_of",
     "empty_shared",
+    "get_mem_allocator",
     "nccl_version",
     "new_comm",
     "prefix_store",

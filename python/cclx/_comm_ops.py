@@ -305,6 +305,40 @@ class CommOps:
         h = self._p_handle(handle, "all_gather_p_free")
         h.output = None
 
+    # ----------------------------------------------------------------- memory
+    def get_mem_allocator(self) -> Any:
+        """The allocator of this communicator's backend (cclx.get_mem_allocator): CUDA memory
+        that windows map on the peers and registration makes zero-copy. CUDA communicators only."""
+        if not self._cuda:
+            raise _C.CclxUnsupportedError(
+                f"get_mem_allocator: communicator {self._name!r} is a CPU communicator; the "
+                "allocator gives CUDA memory (CPU windows take cclx.empty_shared())")
+        from .memory import get_mem_allocator
+
+        return get_mem_allocator(self.get_backend())
+
+    @property
+    def mem_allocator(self) -> Any:
+        """get_mem_allocator() (torchcomms' older name)."""
+        return self.get_mem_allocator()
+
+    def tensor_register(self, tensor: Any) -> None:
+        """Local: registers `tensor`'s memory (contiguous, on this communicator's device) so
+        that later operations on it can skip staging copies: on CUDA communicators NCCL's buffer
+        registration (zero-copy for memory from get_mem_allocator()); elsewhere checked and
+        tracked. The communicator keeps the tensor alive until tensor_deregister or finalize.
+        Registering the same memory twice raises CclxInvalidArgument."""
+        self._live("tensor_register")
+        obj, code, _ = adapt(tensor, "tensor_register: tensor")
+        self._registered[self._c.register_memory(obj, code)] = tensor
+
+    def tensor_deregister(self, tensor: Any) -> None:
+        """Releases a tensor_register of the same memory (same start and size); anything else
+        raises CclxInvalidArgument."""
+        self._live("tensor_deregister")
+        obj, code, _ = adapt(tensor, "tensor_deregister: tensor")
+        self._registered.pop(self._c.deregister_memory(obj, code), None)
+
     def _p_handle(self, handle: Any, what: str) -> AllGatherPHandle:
         self._live(what)
         if not isinstance(handle, AllGatherPHandle):

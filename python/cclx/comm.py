@@ -120,6 +120,7 @@ class Comm(CommOps):
         self._cuda = c.device_type == 1
         self._dev = c.device_index
         self._pending: collections.deque = collections.deque()
+        self._registered: Dict[int, Any] = {}  # tensor_register: address -> tensor (kept alive)
         self._handle = _fused_op.register(self)
 
     # ----------------------------------------------------------------- properties
@@ -471,6 +472,7 @@ class Comm(CommOps):
         self._c.finalize()
         self._closed = "finalized"
         self._pending.clear()
+        self._registered.clear()  # finalize released the registrations
 
     def abort(self) -> None:
         """Abandons outstanding work: this rank's kernels stop and the peers' fail at once (their
@@ -478,6 +480,7 @@ class Comm(CommOps):
         if self._closed is None:
             self._closed = "aborted"
             self._c.abort()
+            self._registered.clear()
 
     def get_algo(self, count: int, dtype: Any, op: Any = ReduceOp.SUM,
                  hints: Optional[Dict[str, Any]] = None) -> str:

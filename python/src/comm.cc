@@ -178,6 +178,31 @@ void bindComm(nb::module_& m) {
           "Checks a buffer as a call of this communicator would (element type, contiguity, "
           "device) and returns its element count; raises CclxInvalidArgument naming `what`.")
       .def(
+          "register_memory",
+          [](Comm& c, const Array& a, int dtc) {
+            const DataType dt = resolveDtype(dtc, a, "tensor_register");
+            const View v = viewOf(a, "tensor", dt, c);
+            nb::gil_scoped_release nogil;
+            c.registerMemory(v.ptr, v.numel * dtypeSize(dt));
+            return reinterpret_cast<uintptr_t>(v.ptr);
+          },
+          nb::arg("array"), nb::arg("dtype"),
+          "Local: registers the buffer's memory for zero-copy use (torchcomms' tensor_register); "
+          "returns its address.")
+      .def(
+          "deregister_memory",
+          [](Comm& c, const Array& a, int dtc) {
+            const DataType dt = resolveDtype(dtc, a, "tensor_deregister");
+            const View v = viewOf(a, "tensor", dt, c);
+            nb::gil_scoped_release nogil;
+            c.deregisterMemory(v.ptr, v.numel * dtypeSize(dt));
+            return reinterpret_cast<uintptr_t>(v.ptr);
+          },
+          nb::arg("array"), nb::arg("dtype"),
+          "Releases a register_memory of the same buffer; returns its address.")
+      .def_prop_ro("registered_count", &Comm::registeredCount,
+                   "Buffers registered with register_memory now.")
+      .def(
           "select_all_reduce_algo",
           [](Comm& c, size_t count, int dtc, ReduceOp op, const Hints& hints) {
             CollOptions o;

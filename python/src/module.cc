@@ -2,7 +2,9 @@
 // torchcomms-style API on top of these.
 #include "bindings.h"
 
+#include <cclx/cclx.h>
 #include <cclx/nccl_info.h>
+#include <dlfcn.h>
 
 #include <nanobind/stl/string.h>
 
@@ -32,6 +34,15 @@ NB_MODULE(_C, m) {
         return nb::make_tuple(v / 10000, (v / 100) % 100, v % 100);
       },
       "(major, minor, patch) of the NCCL library cclx loads (loading it if needed), or None.");
+  m.def(
+      "library_path",
+      [] {
+        Dl_info info{};
+        if (!dladdr(reinterpret_cast<void*>(&cclxTorchAlloc), &info) || !info.dli_fname)
+          throw std::runtime_error("cannot find the file libcclx was loaded from");
+        return std::string(info.dli_fname);
+      },
+      "File libcclx was loaded from (holds cclxTorchAlloc / cclxTorchFree).");
   m.def("nccl_path", &cclx::ncclRuntimePath, "File the NCCL library was loaded from ('' if none).");
   m.def(
       "default_timeout", []() { return double(cclx::defaultTimeout().count()) / 1000.0; },

@@ -17,6 +17,7 @@
 #include "store/bootstrap.h"
 #include "core/comm_internal.h"
 #include "core/error.h"
+#include "core/log.h"
 
 struct cclxWindow {
   std::shared_ptr<cclx::Window> win;
@@ -494,6 +495,40 @@ cclxResult_t cclxMemAllocShared(void** ptr, size_t size) {
 
 cclxResult_t cclxMemFreeShared(void* ptr) {
   return guard([&] { freeShared(ptr); });
+}
+
+cclxResult_t cclxMemAlloc(void** ptr, size_t size) {
+  return guard([&] {
+    CCLX_ARG_CHECK(ptr != nullptr, "ptr is NULL");
+    *ptr = memAlloc(size);
+  });
+}
+
+cclxResult_t cclxMemFree(void* ptr) {
+  return guard([&] { memFree(ptr); });
+}
+
+void* cclxTorchAlloc(ptrdiff_t size, int device, void*) {
+  void* p = nullptr;
+  const cclxResult_t r = guard([&] {
+    CCLX_ARG_CHECK(size > 0, "allocation of %lld bytes", (long long)size);
+    p = memAlloc(size_t(size), device);
+  });
+  if (r != cclxSuccess) CCLX_WARN("cclxTorchAlloc: %s", cclxGetLastError(nullptr));
+  return r == cclxSuccess ? p : nullptr;
+}
+
+void cclxTorchFree(void* ptr, ptrdiff_t, int, void*) {
+  if (guard([&] { memFree(ptr); }) != cclxSuccess)
+    CCLX_WARN("cclxTorchFree: %s", cclxGetLastError(nullptr));
+}
+
+cclxResult_t cclxCommRegister(cclxComm_t comm, void* buff, size_t size) {
+  return guard([&] { handle(comm).comm->registerMemory(buff, size); });
+}
+
+cclxResult_t cclxCommDeregister(cclxComm_t comm, void* buff, size_t size) {
+  return guard([&] { handle(comm).comm->deregisterMemory(buff, size); });
 }
 
 }  // extern "C"

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -97,6 +98,13 @@ class Backend {
   /// (later calls throw it), as (code, message); cclxSuccess when healthy. Never throws or blocks
   /// for long.
   virtual std::pair<cclxResult_t, std::string> poll() { return {cclxSuccess, ""}; }
+  /// Local: registers [ptr, ptr + bytes) (non-null, bytes > 0: checked by Comm) with the
+  /// transport so later operations on it can go zero-copy; throws on memory this comm cannot
+  /// use. Returns the transport's handle for deregisterBuffer (nullptr: nothing to release).
+  /// Default: nothing to register.
+  virtual void* registerBuffer(void* ptr, size_t bytes);
+  /// Releases what registerBuffer returned (never called with nullptr).
+  virtual void deregisterBuffer(void* handle);
   /// Collective: a one-sided window's transport (core/window.h). `ex` trades records between the
   /// ranks under the window's keys. Default: cclxUnsupported.
   virtual std::unique_ptr<WinImpl> newWindow(const WinExchange& ex);
@@ -122,6 +130,8 @@ struct CommState {
   std::atomic<uint64_t> opSeq{0};    // collectives dispatched so far
   std::atomic<int> lastOp{-1};       // CollType of the last one (failure messages)
   std::atomic<bool> failureHandled{false};  // the watchdog reported this comm's failure
+  std::mutex regMu;                              // registered (Comm::registerMemory)
+  std::map<uintptr_t, std::pair<size_t, void*>> registered;  // start -> (bytes, handle)
   std::mutex hookMu;
   std::map<int, std::function<void(const std::string&)>> abortHooks;
   int nextHook = 0;

@@ -300,6 +300,7 @@ void Comm::finalize() {
   if (st_->finalized || st_->aborted) return;
   st_->finalized = true;
   watchdogRemove(st_.get());
+  releaseRegistrations(*st_, true);
   st_->backend->finalize();
   releaseStore(*st_, true);
   CCLX_INFO("comm '%s' finalized", name().c_str());
@@ -311,6 +312,7 @@ void Comm::abort() {
   st_->aborted = true;
   watchdogRemove(st_.get());
   st_->backend->abort();
+  releaseRegistrations(*st_, false);
   if (live) releaseStore(*st_, false);
   CCLX_WARN("comm '%s' aborted", name().c_str());
   runAbortHooks(*st_, strFormat("comm '%s' was aborted by rank %d", name().c_str(), rank()));

@@ -30,6 +30,10 @@ void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size)
 /// Throws cclxInvalidUsage when the comm was finalized or aborted.
 void requireUsable(const CommState& st, const char* what);
 
+/// Drops the comm's buffer registrations (comm_memory.cc); `healthy`: hands each back to the
+/// transport first (finalize), else the transport's teardown releases them (abort).
+void releaseRegistrations(CommState& st, bool healthy);
+
 // ---- collectives (comm_colls.cc, comm_grouped.cc)
 
 /// Arguments of a call with the comm's timeout and hints merged in (throws when unusable).

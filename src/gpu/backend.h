@@ -155,6 +155,11 @@ class CudaBackend final : public Backend {
   /// are counted in one log line. The destructor does nothing afterwards.
   void abandon();
 
+  /// Buffer registration (gpu/memory.cc): ncclCommRegister where the comm has an NCCL
+  /// communicator and the library has it, else checked and kept here only (nullptr).
+  void* registerBuffer(void* ptr, size_t bytes) override;
+  void deregisterBuffer(void* handle) override;
+
   // One-sided windows (gpu/window/): CUDA IPC between the ranks of one host, else NCCL's
   // one-sided API. What a window of this comm uses:
   std::unique_ptr<WinImpl> newWindow(const WinExchange& ex) override;

@@ -11,6 +11,14 @@ std::unique_ptr<Backend> makeCudaBackend(const BootstrapInfo&) {
              "cclx was built without CUDA: CUDA communicators are unavailable (use DeviceSpec::cpu())");
 }
 
+void* memAlloc(size_t, int) {
+  CCLX_THROW(cclxUnsupported, "cclx was built without CUDA: memAlloc has no device memory to give");
+}
+void memFree(void* ptr) {
+  CCLX_ARG_CHECK(ptr == nullptr, "memFree: %p cannot come from memAlloc in a build without CUDA",
+                 ptr);
+}
+
 int ncclRuntimeVersion() { return 0; }
 std::string ncclRuntimePath() { return ""; }
 

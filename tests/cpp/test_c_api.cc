@@ -218,3 +218,48 @@ TEST(CApi, ErrorStrings) {
 }
 
 }  // namespace
+
+// Registration on a CPU comm is checked and tracked; the shareable-memory allocator needs CUDA.
+TEST(CApi, RegistrationAndAllocator) {
+  cclxUniqueId id;
+  ASSERT_EQ(cclxGetUniqueId(&id), cclxSuccess);
+  cclxComm_t comm = nullptr;
+  ASSERT_EQ(cclxCommInitRank(&comm, 1, id, 0, -1), cclxSuccess) << cclxGetLastError(nullptr);
+  std::vector<float> buf(101, 1.5f);
+  EXPECT_EQ(cclxCommRegister(comm, buf.data(), 404), cclxSuccess) << cclxGetLastError(nullptr);
+  EXPECT_EQ(cclxCommRegister(comm, buf.data(), 404), cclxInvalidArgument);
+  EXPECT_NE(std::string(cclxGetLastError(nullptr)).find("already registered"), std::string::npos);
+  EXPECT_EQ(cclxCommRegister(comm, nullptr, 4), cclxInvalidArgument);
+  EXPECT_EQ(cclxCommRegister(comm, buf.data() + 1, 0), cclxInvalidArgument);
+  EXPECT_EQ(cclxCommDeregister(comm, buf.data(), 400), cclxInvalidArgument);
+  EXPECT_EQ(cclxCommDeregister(comm, buf.data() + 1, 4), cclxInvalidArgument);
+  std::vector<float> out(101, 0.f);
+  ASSERT_EQ(cclxAllReduce(buf.data(), out.data(), 101, cclxFloat32, cclxSum, comm, nullptr),
+            cclxSuccess);
+  EXPECT_EQ(out, buf);
+  EXPECT_EQ(cclxCommDeregister(comm, buf.data(), 404), cclxSuccess) << cclxGetLastError(nullptr);
+  EXPECT_EQ(cclxCommDeregister(comm, buf.data(), 404), cclxInvalidArgument);
+  EXPECT_EQ(cclxCommRegister(comm, buf.data(), 404), cclxSuccess);  // again, left to finalize
+  EXPECT_EQ(cclxCommFinalize(comm), cclxSuccess);
+  EXPECT_EQ(cclxCommRegister(comm, out.data(), 4), cclxInvalidUsage);
+  EXPECT_EQ(cclxCommDestroy(comm), cclxSuccess);
+
+  void* p = reinterpret_cast<void*>(1);
+  EXPECT_EQ(cclxMemAlloc(nullptr, 64), cclxInvalidArgument);
+  EXPECT_EQ(cclxMemFree(nullptr), cclxSuccess);
+  const cclxResult_t r = cclxMemAlloc(&p, 64);
+  if (r == cclxSuccess) {  // a GPU with the VMM API
+    EXPECT_NE(p, nullptr);
+    EXPECT_EQ(cclxMemFree(static_cast<char*>(p) + 256), cclxInvalidArgument);
+    EXPECT_EQ(cclxMemFree(p), cclxSuccess) << cclxGetLastError(nullptr);
+    void* t = cclxTorchAlloc(3 << 20, 0, nullptr);
+    EXPECT_NE(t, nullptr);
+    cclxTorchFree(t, 3 << 20, 0, nullptr);
+    EXPECT_EQ(cclxMemFree(t), cclxInvalidArgument);  // already freed: no longer mapped
+  } else {  // a build without CUDA, or no usable GPU: an error with its reason, no pointer
+    EXPECT_TRUE(r == cclxUnsupported || r == cclxCudaError) << r;
+    EXPECT_GT(std::strlen(cclxGetLastError(nullptr)), 0u);
+    EXPECT_EQ(p, reinterpret_cast<void*>(1));
+    EXPECT_EQ(cclxTorchAlloc(64, 0, nullptr), nullptr);
+  }
+}

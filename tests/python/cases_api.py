@@ -129,3 +129,89 @@ def case_example_program(ctx):
     here = os.path.dirname(os.path.abspath(__file__))
     runpy.run_path(os.path.join(here, "..", "..", "examples", "hello_cpu.py"),
                    run_name="__main__")
+
+
+def case_tensor_register(ctx):
+    """tensor_register / tensor_deregister: local, tracked; mistakes raise and change nothing;
+    registered arrays still take part in collectives; finalize releases what is left."""
+    import gc
+    import weakref
+
+    c = cclx.new_comm("cclx", "cpu", name="reg", timeout=30,
+                      abort_process_on_timeout_or_error=False)
+    E = cclx.CclxInvalidArgument
+    rng = np.random.default_rng(1234 + ctx.rank)
+    arrays = [rng.standard_normal(1001).astype(np.float32), rng.integers(-50, 50, 7, np.int64),
+              rng.standard_normal(333).astype(np.float64)]
+    for i, a in enumerate(arrays):
+        c.tensor_register(a)
+        assert c._c.registered_count == i + 1
+
+    def raises(fn, word):
+        before = c._c.registered_count
+        try:
+            fn()
+        except E as e:
+            assert word in str(e), f"message {str(e)!r} lacks {word!r}"
+        else:
+            raise AssertionError(f"no CclxInvalidArgument for the {word!r} case")
+        assert c._c.registered_count == before
+
+    raises(lambda: c.tensor_register(arrays[0]), "already registered")
+    raises(lambda: c.tensor_register(arrays[0][:10]), "already registered")  # same start
+    raises(lambda: c.tensor_deregister(np.ones(4, np.float32)), "no buffer")
+    raises(lambda: c.tensor_deregister(arrays[0][:10]), "registered with")
+    raises(lambda: c.tensor_register(np.ones(0, np.float32)), "empty")
+    raises(lambda: c.tensor_register(np.ones(8, np.float32)[::2]), "contiguous")
+    # Registered memory is ordinary memory to the collectives.
+    x = arrays[2]
+    c.all_reduce(x, cclx.ReduceOp.MAX)
+    peers = [np.random.default_rng(1234 + r) for r in range(ctx.size)]
+    ref = None
+    for g in peers:
+        g.standard_normal(1001)
+        g.integers(-50, 50, 7, np.int64)
+        v = g.standard_normal(333)
+        ref = v if ref is None else np.maximum(ref, v)
+    assert np.array_equal(x, ref), "all_reduce on a registered array"
+    # The communicator keeps a registered array alive until it is deregistered.
+    tmp = np.arange(17, dtype=np.int32)
+    ref_tmp = weakref.ref(tmp)
+    c.tensor_register(tmp)
+    del tmp
+    gc.collect()
+    assert ref_tmp() is not None, "a registered array was freed"
+    c.tensor_deregister(ref_tmp())
+    gc.collect()
+    assert ref_tmp() is None, "a deregistered array is still held"
+    c.tensor_deregister(arrays[1])
+    assert c._c.registered_count == 2
+    # The allocator gives CUDA memory: a CPU communicator has none to give.
+    for fn in (c.get_mem_allocator, lambda: c.mem_allocator):
+        try:
+            fn()
+        except cclx.CclxUnsupportedError as e:
+            assert "CPU communicator" in str(e)
+        else:
+            raise AssertionError("get_mem_allocator on a CPU communicator")
+    try:
+        cclx.get_mem_allocator("gloo")
+    except E as e:
+        assert "gloo" in str(e)
+    else:
+        raise AssertionError("get_mem_allocator accepted backend 'gloo'")
+    if not cclx.build_info()["cuda"]:
+        try:
+            cclx.get_mem_allocator()
+        except cclx.CclxUnsupportedError as e:
+            assert "without CUDA" in str(e)
+        else:
+            raise AssertionError("get_mem_allocator in a build without CUDA")
+    c.finalize()  # releases the two still registered
+    assert c._c.registered_count == 0
+    try:
+        c.tensor_register(arrays[0])
+    except cclx.CclxUsageError as e:
+        assert "finalized" in str(e)
+    else:
+        raise AssertionError("tensor_register after finalize")

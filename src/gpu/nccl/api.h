@@ -68,6 +68,13 @@ using RedOpCreatePreMulSumFn = ncclResult_t (*)(ncclRedOp_t*, void*, ncclDataTyp
                                                 ncclScalarResidence_t, ncclComm_t);
 using RedOpDestroyFn = ncclResult_t (*)(ncclRedOp_t, ncclComm_t);
 
+// Buffer registration and NCCL's allocator (NCCL 2.19+: cuMem memory that registration and
+// symmetric windows can map on the peers).
+using CommRegisterFn = ncclResult_t (*)(ncclComm_t, void*, size_t, void**);
+using CommDeregisterFn = ncclResult_t (*)(ncclComm_t, void*);
+using MemAllocFn = ncclResult_t (*)(void**, size_t);
+using MemFreeFn = ncclResult_t (*)(void*);
+
 // One-sided API (NCCL 2.27 adds windows, 2.29 puts and signals); every symbol optional.
 typedef struct ncclWindow_vidmem* ncclWindow_t;
 constexpr int kNcclWinCollSymmetric = 0x01;  // NCCL_WIN_COLL_SYMMETRIC

@@ -58,6 +58,10 @@ std::string bind(void* h, NcclLib& lib) {
   loadSym(h, "ncclGroupEnd", lib.groupEnd, true, missing);
   loadSym(h, "ncclRedOpCreatePreMulSum", lib.redOpCreatePreMulSum, true, missing);
   loadSym(h, "ncclRedOpDestroy", lib.redOpDestroy, true, missing);
+  loadSym(h, "ncclCommRegister", lib.commRegister, false, missing);
+  loadSym(h, "ncclCommDeregister", lib.commDeregister, false, missing);
+  loadSym(h, "ncclMemAlloc", lib.memAlloc, false, missing);
+  loadSym(h, "ncclMemFree", lib.memFree, false, missing);
   loadSym(h, "ncclCommWindowRegister", lib.commWindowRegister, false, missing);
   loadSym(h, "ncclCommWindowDeregister", lib.commWindowDeregister, false, missing);
   loadSym(h, "ncclPutSignal", lib.putSignal, false, missing);

@@ -33,6 +33,11 @@ struct NcclLib {
   nccl::GroupFn groupEnd = nullptr;
   nccl::RedOpCreatePreMulSumFn redOpCreatePreMulSum = nullptr;
   nccl::RedOpDestroyFn redOpDestroy = nullptr;
+  // Optional (NCCL 2.19+; null when the library lacks them).
+  nccl::CommRegisterFn commRegister = nullptr;
+  nccl::CommDeregisterFn commDeregister = nullptr;
+  nccl::MemAllocFn memAlloc = nullptr;
+  nccl::MemFreeFn memFree = nullptr;
   // One-sided windows (optional: NCCL 2.27+ / 2.29+; null when the library lacks them).
   nccl::CommWindowRegisterFn commWindowRegister = nullptr;
   nccl::CommWindowDeregisterFn commWindowDeregister = nullptr;

@@ -5,7 +5,7 @@
 // same ranks running the same call on the same inputs) bit for bit, FP8 codes and scales
 // included, and the twin against float64; eager, back to back without a host sync, and replayed
 // from a CUDA graph with fresh inputs; a rank that never calls is named by the timeout and the
-// outputs are all ones.
+// outputs are all ones; a rank killed between calls is named by every survivor.
 //
 // World size: CCLX_TEST_RANKS (default 4); scripts/gpu_shared.sh runs 2, 3, 4, 5 and 8.
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #if defined(CCLX_HAVE_CUDA)
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -413,6 +414,53 @@ TEST(GpuRmsNorm, MissingRankIsNamed) {
       gpu->finalize();
     }, std::chrono::seconds(300));
     ASSERT_TRUE(res.ok()) << fused << "\n" << res.log;
+  }
+}
+
+
+// A rank SIGKILLed between fused calls: every survivor's next calls fail naming it (within the
+// timeout, never a hang), and the comm refuses further calls.
+TEST(GpuRmsNorm, KilledRankIsNamed) {
+  GPU_REQUIRE(1);
+  const int n = worldSize();
+  const int victim = n - 1;
+  const auto timeout = std::chrono::seconds(6);
+  for (const char* fused : {"oneshot", "twoshot"}) {
+    auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
+      auto gpu =
+          gpuComm(rank, size, store, fused[0] == 'o' ? "rms_kill_one" : "rms_kill_two", timeout);
+      DevCase dc(mk(DataType::bf16, 16, 2048, fused, nullptr, true), rank, size, 901);
+      CollOptions co;
+      co.hints = dc.c.hints;
+      bool failed = false;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 400 && !failed; ++i) {
+        if (rank == victim && i == 25) raise(SIGKILL);
+        try {
+          auto w = gpu->allReduceRmsNorm(dc.args(), co);
+          if (i % 4 == 3) w->waitBlocking(std::chrono::seconds(60));
+        } catch (const Error& e) {
+          failed = true;
+          const double secs =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          MP_CHECK(e.code() == cclxTimeout || e.code() == cclxRemoteError, "%s: code %d: %s",
+                   fused, int(e.code()), e.what());
+          MP_CHECK(std::string(e.what()).find(std::to_string(victim)) != std::string::npos,
+                   "%s: the error does not name rank %d: %s", fused, victim, e.what());
+          std::printf("[rms_kill] %s rank %d: error after %.1f s\n", fused, rank, secs);
+        }
+      }
+      MP_CHECK(failed, "%s: rank %d never noticed that rank %d died", fused, rank, victim);
+      try {
+        gpu->allReduceRmsNorm(dc.args(), co);
+        MP_CHECK(false, "%s: the failed comm accepted another call", fused);
+      } catch (const Error&) {
+      }
+      gpu->finalize();
+    }, std::chrono::seconds(300));
+    test::echoTagged(res.log, "[rms_kill]");
+    for (int r = 0; r < n; ++r)
+      if (r != victim) EXPECT_EQ(res.exitCodes[size_t(r)], 0) << fused << " rank " << r << "\n" << res.log;
   }
 }
 

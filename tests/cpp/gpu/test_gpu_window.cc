@@ -21,18 +21,14 @@
 
 #include "gpu/window_selftest.h"
 #include "helpers/gpu_util.h"
+#include "helpers/win_util.h"
 
 using namespace cclx;
 using namespace gputest;
+using namespace winutil;
 using namespace std::chrono_literals;
 
 namespace {
-
-int worldSize() {
-  const char* v = std::getenv("CCLX_TEST_RANKS");
-  int n = v && *v ? std::atoi(v) : 2;
-  return n < 2 ? 2 : n > 8 ? 8 : n;
-}
 
 uint64_t rounds() {
   const char* v = std::getenv("CCLX_TEST_WINDOW_ROUNDS");
@@ -40,39 +36,10 @@ uint64_t rounds() {
   return n < 1 ? 1 : uint64_t(n);
 }
 
-std::shared_ptr<Comm> gpuComm(int rank, int size, std::shared_ptr<Store> store, const char* name,
-                              std::chrono::milliseconds timeout = 120s) {
-  int n = 0;
-  CK(cudaGetDeviceCount(&n));
-  Options o;
-  o.name = name;
-  o.timeout = timeout;
-  return Comm::create(DeviceSpec::cuda(rank % n), o, std::move(store), rank, size);
-}
-
-template <typename F>
-std::string expectError(cclxResult_t code, F&& f, const char* what) {
-  try {
-    f();
-  } catch (const Error& e) {
-    MP_CHECK(e.code() == code, "%s: code %d (%s), want %d", what, int(e.code()), e.what(), int(code));
-    return e.what();
-  }
-  MP_CHECK(false, "%s succeeded", what);
-  return "";
-}
-
 std::vector<char> pattern(int rank, uint64_t round, size_t n) {
   std::vector<char> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = char(wintest::byteOf(rank, round, i));
   return v;
-}
-
-CollOptions on(cudaStream_t s, const char* path = nullptr) {
-  CollOptions o;
-  o.stream = s;
-  if (path) o.hints["put_path"] = path;
-  return o;
 }
 
 struct RingCase {
