@@ -10,7 +10,9 @@
 #                               N = world sizes, default "2 3 4 8": 10^4 back-to-back put/signal
 #                               rounds eager and replayed from a CUDA graph at 2 ranks, 500
 #                               above; gpu_window_<n>.json) and the torch window cases
-#                               (tests/gpu/test_gpu_window.py)
+#                               (tests/gpu/test_gpu_window.py); windows on cuMem memory
+#                               (test_gpu_window_vmm at N) and communication memory
+#                               (tests/gpu/test_gpu_memory.py)
 #   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench,
 #                               cclx-perf baselines, the fused allreduce + RMSNorm custom ops at 1,
 #                               2 and 3 ranks) and the TP benchmark smoke run
@@ -56,7 +58,7 @@ build)
       { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
   fi
   # TARGETS overrides what is built (default: everything the stages below run).
-  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_rmsnorm test_gpu_window} \
+  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_rmsnorm test_gpu_window test_gpu_window_vmm} \
        >>"$log" 2>&1; then
     grep -E "error|FAILED" "$log" | head -40
     line "BUILD FAILED"
@@ -85,9 +87,13 @@ window)
       --gtest_output="json:$OUT/gpu_window_$n.json" >"$OUT/gpu_window_$n.log" 2>&1 || wrc=1
     echo "gpu_one window: $n ranks, $rounds rounds: $(grep -E '^\[  (PASSED|FAILED)  \]|\[window rounds\]' \
       "$OUT/gpu_window_$n.log" | tr '\n' ' ')"
+    CCLX_TEST_RANKS=$n "$BUILD/tests/test_gpu_window_vmm" \
+      --gtest_output="json:$OUT/gpu_window_vmm_$n.json" >"$OUT/gpu_window_vmm_$n.log" 2>&1 || wrc=1
+    echo "gpu_one window: cuMem memory, $n ranks: $(grep -E '^\[  (PASSED|FAILED)  \]' \
+      "$OUT/gpu_window_vmm_$n.log" | tr '\n' ' ')"
   done
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-  $PY -m pytest -q -rs tests/gpu/test_gpu_window.py --junitxml="$OUT/pytest_gpu_window.xml" \
+  $PY -m pytest -q -rs tests/gpu/test_gpu_window.py tests/gpu/test_gpu_memory.py --junitxml="$OUT/pytest_gpu_window.xml" \
     >"$OUT/pytest_gpu_window.log" 2>&1
   prc=$?
   tail -4 "$OUT/pytest_gpu_window.log"
