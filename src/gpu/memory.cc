@@ -1,10 +1,10 @@
-// Device memory: registration with NCCL (CudaBackend::registerBuffer) and memory that every cclx
-// transport can share (cclx::memAlloc, torchcomms'
-// get_mem_allocator): CUDA builds allocate with the driver's virtual memory management API
-// (cuMemCreate exportable as a POSIX file descriptor, mapped and made accessible to this device
-// and its peers), the kind of memory NCCL's buffer registration and symmetric windows map on the
-// peers and that cclx's one-host windows import by file descriptor (gpu/window/). No multicast
-// object is created or queried. HIP builds: hipMalloc, which HIP IPC exports.
+// Device memory: registration with NCCL (CudaBackend::registerBuffer) and memory every cclx
+// transport can share (cclx::memAlloc, torchcomms' get_mem_allocator). CUDA builds allocate with
+// the driver's virtual memory management API (cuMemCreate exportable as a POSIX file descriptor,
+// mapped and made accessible to this device and its peers): the memory NCCL's buffer
+// registration and symmetric windows map on the peers, and that cclx's one-host windows import
+// by file descriptor (gpu/window/). No multicast object is created or queried. HIP builds:
+// hipMalloc, which HIP IPC exports.
 #include <cclx/cclx.hpp>
 
 #include <vector>
