@@ -177,29 +177,6 @@ void bindComm(nb::module_& m) {
           nb::arg("array"), nb::arg("dtype"), nb::arg("what"),
           "Checks a buffer as a call of this communicator would (element type, contiguity, "
           "device) and returns its element count; raises CclxInvalidArgument naming `what`.")
-      .def(
-          "register_memory",
-          [](Comm& c, const Array& a, int dtc) {
-            const DataType dt = resolveDtype(dtc, a, "tensor_register");
-            const View v = viewOf(a, "tensor", dt, c);
-            nb::gil_scoped_release nogil;
-            c.registerMemory(v.ptr, v.numel * dtypeSize(dt));
-            return reinterpret_cast<uintptr_t>(v.ptr);
-          },
-          nb::arg("array"), nb::arg("dtype"),
-          "Local: registers the buffer's memory for zero-copy use (torchcomms' tensor_register); "
-          "returns its address.")
-      .def(
-          "deregister_memory",
-          [](Comm& c, const Array& a, int dtc) {
-            const DataType dt = resolveDtype(dtc, a, "tensor_deregister");
-            const View v = viewOf(a, "tensor", dt, c);
-            nb::gil_scoped_release nogil;
-            c.deregisterMemory(v.ptr, v.numel * dtypeSize(dt));
-            return reinterpret_cast<uintptr_t>(v.ptr);
-          },
-          nb::arg("array"), nb::arg("dtype"),
-          "Releases a register_memory of the same buffer; returns its address.")
       .def_prop_ro("registered_count", &Comm::registeredCount,
                    "Buffers registered with register_memory now.")
       .def(
@@ -212,6 +189,27 @@ void bindComm(nb::module_& m) {
           },
           nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("hints"),
           "Name of the algorithm an all_reduce with these arguments would use.");
+
+  // tensor_register / tensor_deregister: the buffer checked as a call checks it; returns its
+  // address (the Python side keeps registered tensors alive under it).
+  auto bindMemory = [&](const char* name, const char* op, void (Comm::*fn)(void*, size_t),
+                        const char* doc) {
+    c.def(
+        name,
+        [op, fn](Comm& c, const Array& a, int dtc) {
+          const DataType dt = resolveDtype(dtc, a, op);
+          const View v = viewOf(a, "tensor", dt, c);
+          nb::gil_scoped_release nogil;
+          (c.*fn)(v.ptr, v.numel * dtypeSize(dt));
+          return reinterpret_cast<uintptr_t>(v.ptr);
+        },
+        nb::arg("array"), nb::arg("dtype"), doc);
+  };
+  bindMemory("register_memory", "tensor_register", &Comm::registerMemory,
+             "Local: registers the buffer's memory for zero-copy use (torchcomms' "
+             "tensor_register); returns its address.");
+  bindMemory("deregister_memory", "tensor_deregister", &Comm::deregisterMemory,
+             "Releases a register_memory of the same buffer; returns its address.");
 }
 
 }  // namespace cclx::py
