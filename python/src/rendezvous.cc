@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
-#include "core/comm_internal.h"
-#include "core/config.h"
-#include "core/log.h"
+#include "core/comm/comm_internal.h"
+#include "core/settings/config.h"
+#include "base/log.h"
 #include "store/bootstrap.h"
 
 namespace cclx::py {

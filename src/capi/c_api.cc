@@ -13,11 +13,11 @@
 #include <new>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/comm/backend.h"
 #include "store/bootstrap.h"
-#include "core/comm_internal.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "core/comm/comm_internal.h"
+#include "base/error.h"
+#include "base/log.h"
 
 struct cclxWindow {
   std::shared_ptr<cclx::Window> win;

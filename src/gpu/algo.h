@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "core/backend.h"
-#include "core/config.h"
+#include "core/comm/backend.h"
+#include "core/settings/config.h"
 #include "gpu/peer_mem.h"
 
 namespace cclx {

@@ -4,10 +4,10 @@
 
 #include <cstring>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/outputs.h"
-#include "core/settings_check.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "core/elements/outputs.h"
+#include "core/settings/settings_check.h"
 #include "gpu/runtime.h"
 #include "gpu/dda/dda.h"
 #include "gpu/fp8/fp8.h"

@@ -13,8 +13,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/select.h"
+#include "core/comm/backend.h"
+#include "core/select/select.h"
 #include "gpu/algo.h"
 #include "gpu/nccl/loader.h"
 #include "gpu/peer_mem.h"

@@ -2,7 +2,7 @@
 #include "gpu/driver.h"
 
 #if !defined(CCLX_HAVE_HIP)
-#include "core/error.h"
+#include "base/error.h"
 #include "gpu/runtime.h"
 
 namespace cclx {

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "gpu/backend.h"
 #include "gpu/driver.h"
 #include "gpu/nccl/loader.h"

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <thread>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/settings_check.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "core/settings/settings_check.h"
 #include "gpu/algo.h"
 #include "gpu/resources.h"
 #include "gpu/runtime.h"

@@ -48,8 +48,8 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/setup_sequence.h"
+#include "core/comm/backend.h"
+#include "core/failure/setup_sequence.h"
 
 namespace cclx {
 

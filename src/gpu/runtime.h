@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/error.h"
+#include "base/error.h"
 
 #if defined(CCLX_HAVE_HIP)
 

@@ -2,8 +2,8 @@
 // is created here (rank 0's unique id through the store) and owned by the backend.
 #include <cstring>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "gpu/backend.h"
 #include "store/bootstrap.h"
 

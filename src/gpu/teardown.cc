@@ -5,8 +5,8 @@
 // in a log line) and never wait.
 #include <algorithm>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "gpu/backend.h"
 
 namespace cclx {

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <vector>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "gpu/backend.h"
 #include "gpu/nccl/loader.h"
 #include "gpu/runtime.h"

@@ -2,8 +2,8 @@
 #include <thread>
 
 #include "gpu/backend.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "gpu/runtime.h"
 
 namespace cclx {

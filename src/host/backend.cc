@@ -3,12 +3,12 @@
 #include <memory>
 #include <vector>
 
-#include "core/outputs.h"
-#include "core/watchdog.h"
-#include "host/algos.h"
-#include "core/error.h"
-#include "core/select.h"
-#include "core/log.h"
+#include "core/elements/outputs.h"
+#include "core/failure/watchdog.h"
+#include "host/algos/algos.h"
+#include "base/error.h"
+#include "core/select/select.h"
+#include "base/log.h"
 #include "host/shm.h"
 #include "host/window.h"
 

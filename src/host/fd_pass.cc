@@ -16,8 +16,8 @@
 #include <cstring>
 #include <set>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace cclx {
 

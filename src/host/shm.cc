@@ -17,8 +17,8 @@
 #include <cstring>
 #include <functional>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "store/bootstrap.h"
 
 namespace cclx {

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/comm/backend.h"
 
 namespace cclx {
 

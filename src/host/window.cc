@@ -32,10 +32,10 @@
 #include <memory>
 #include <mutex>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/watchdog.h"
-#include "core/window.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "core/failure/watchdog.h"
+#include "core/comm/window.h"
 #include "host/shm.h"
 #include "host/window.h"
 

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "core/window.h"
+#include "core/comm/window.h"
 
 namespace cclx {
 

@@ -7,9 +7,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "core/settings/config.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "gpu/runtime.h"
 #include "nccl_dropin/errors.h"
 #include "nccl_dropin/real.h"

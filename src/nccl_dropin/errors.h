@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "nccl_dropin/abi.h"
 
 #define CCLX_DROPIN_EXPORT extern "C" __attribute__((visibility("default")))

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <thread>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "gpu/backend.h"
 #include "gpu/peer_mem.h"
 #include "nccl_dropin/real.h"

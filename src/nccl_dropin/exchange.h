@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "core/setup_sequence.h"
+#include "core/failure/setup_sequence.h"
 #include "gpu/resources.h"
 #include "nccl_dropin/abi.h"
 

@@ -11,8 +11,8 @@
 // happens: such a call goes to NCCL. Everything else goes to the real NCCL unchanged.
 #include <atomic>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "core/settings/config.h"
+#include "base/log.h"
 #include "nccl_dropin/comms.h"
 #include "nccl_dropin/errors.h"
 #include "nccl_dropin/real.h"

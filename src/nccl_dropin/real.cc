@@ -12,8 +12,8 @@
 #include <mutex>
 #include <vector>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace cclx {
 namespace dropin {

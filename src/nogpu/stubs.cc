@@ -1,8 +1,8 @@
 // Builds without CUDA: CUDA communicators are refused with a clear error, and no NCCL is loaded.
 #include <cclx/nccl_info.h>
 
-#include "core/backend.h"
-#include "core/error.h"
+#include "core/comm/backend.h"
+#include "base/error.h"
 
 namespace cclx {
 

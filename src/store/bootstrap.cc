@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "store/store_impl.h"
 
 namespace cclx {

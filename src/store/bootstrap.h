@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/comm/backend.h"
 
 namespace cclx {
 

@@ -17,8 +17,8 @@
 #include <cstring>
 #include <thread>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "store/store_impl.h"
 #include "store/proto.h"
 

@@ -9,7 +9,7 @@
 #include <map>
 #include <random>
 
-#include "core/config.h"
+#include "core/settings/config.h"
 
 #include "helpers/mp.h"
 

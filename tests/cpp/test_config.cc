@@ -10,7 +10,7 @@
 
 #include <cclx/cclx.hpp>
 
-#include "core/config.h"
+#include "core/settings/config.h"
 
 namespace {
 

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/lamport.h"
+#include "core/comm/backend.h"
+#include "core/elements/lamport.h"
 #include "helpers/mp.h"
 
 using namespace cclx;

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "core/fp8_codec.h"
+#include "core/elements/fp8_codec.h"
 
 using namespace cclx;
 

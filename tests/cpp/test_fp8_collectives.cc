@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/select.h"
+#include "core/select/select.h"
 #include "helpers/fp8_util.h"
 #include "helpers/mp.h"
 

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
+#include "core/settings/config.h"
 #include "helpers/host_util.h"
 #include "helpers/mp.h"
 #include "host/shm.h"

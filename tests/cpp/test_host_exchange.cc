@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/config.h"
+#include "core/settings/config.h"
 #include "helpers/host_util.h"
 #include "helpers/mp.h"
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "helpers/host_util.h"
-#include "host/reduce_kernels.h"
+#include "host/algos/reduce_kernels.h"
 #include "host/shm.h"
 
 using namespace cclx;

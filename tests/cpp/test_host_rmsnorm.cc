@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
-#include "core/select.h"
+#include "core/settings/config.h"
+#include "core/select/select.h"
 #include "helpers/host_util.h"
 #include "helpers/mp.h"
 #include "helpers/rms_util.h"

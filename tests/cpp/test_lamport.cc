@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/lamport.h"
+#include "core/elements/lamport.h"
 
 using namespace cclx;
 

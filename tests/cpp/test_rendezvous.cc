@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "core/config.h"
+#include "core/settings/config.h"
 #include "helpers/mp.h"
 #include "store/bootstrap.h"
 

@@ -2,9 +2,9 @@
 // capabilities (no comm, no GPU needed).
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/select.h"
+#include "core/settings/config.h"
+#include "base/error.h"
+#include "core/select/select.h"
 
 using namespace cclx;
 

@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
-#include "core/settings_check.h"
-#include "core/setup_sequence.h"
+#include "core/settings/config.h"
+#include "core/settings/settings_check.h"
+#include "core/failure/setup_sequence.h"
 #include "helpers/mp.h"
 
 using namespace std::chrono_literals;

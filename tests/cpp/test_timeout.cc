@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "core/config.h"
+#include "core/settings/config.h"
 #include "helpers/mp.h"
 
 using namespace std::chrono_literals;

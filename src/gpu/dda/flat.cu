@@ -23,7 +23,7 @@
 // the abort word and pushes nothing more. A wait that stops (abort, host request, deadline; all
 // recorded by the Waiter) ends the thread's consumption; its block then poisons all of `recv`.
 #include "gpu/device/units.cuh"  // first: the GPU runtime before core/ headers (HIP)
-#include "core/lamport.h"
+#include "core/elements/lamport.h"
 #include "gpu/dda/ll.cuh"
 
 namespace cclx {

@@ -21,7 +21,7 @@
 // that thread's consumption and its block poisons all of `recv`. Such a rank has raised the abort
 // word, so it never pushes or consumes again and its half-refilled inboxes are never read.
 #include "gpu/device/units.cuh"
-#include "core/lamport.h"
+#include "core/elements/lamport.h"
 #include "gpu/device/lamport.cuh"
 
 namespace cclx {

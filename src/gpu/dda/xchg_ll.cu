@@ -21,7 +21,7 @@
 // own part at the same memory, so no unit is overwritten before it was read. A wait that stops
 // (abort, host request, deadline; recorded) ends the thread's work; its block poisons all outputs.
 #include "gpu/device/units.cuh"  // first: the GPU runtime before core/ headers (HIP)
-#include "core/lamport.h"
+#include "core/elements/lamport.h"
 #include "gpu/dda/ll.cuh"
 #include "gpu/dda/xchg.h"
 

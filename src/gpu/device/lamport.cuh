@@ -28,7 +28,7 @@
 #include <cstdint>
 
 #include "gpu/device/prims.cuh"
-#include "core/lamport.h"
+#include "core/elements/lamport.h"
 #include "gpu/peer_mem.h"
 
 namespace cclx {

@@ -24,7 +24,7 @@
 #if defined(CCLX_HAVE_HIP)
 #include <hip/hip_fp16.h>
 
-#include "core/fp8_codec.h"
+#include "core/elements/fp8_codec.h"
 #else
 #include <cuda_fp16.h>
 #endif

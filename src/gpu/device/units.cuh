@@ -9,8 +9,8 @@
 
 #include "gpu/dda/dda.h"
 #include "gpu/device/sync.cuh"
-#include "core/dtype_math.h"
-#include "core/error.h"
+#include "core/elements/dtype_math.h"
+#include "base/error.h"
 #include "gpu/resources.h"
 #include "gpu/runtime.h"
 

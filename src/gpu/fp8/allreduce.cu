@@ -32,7 +32,7 @@
 // Flags are written with st.release.sys after __syncthreads() and read with ld.acquire.sys
 // followed by __syncthreads() (gpu/device/sync.cuh). CTAs never wait on other CTAs of the same GPU;
 // the grid is at most 128 CTAs of 512 threads and at most one per SM, so all are co-resident.
-#include "core/error.h"
+#include "base/error.h"
 #include "gpu/fp8/device.cuh"
 #include "gpu/fp8/fp8.h"
 

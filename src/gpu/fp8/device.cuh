@@ -21,7 +21,7 @@
 #include <type_traits>
 
 #include "gpu/device/sync.cuh"
-#include "core/fp8_codec.h"
+#include "core/elements/fp8_codec.h"
 #include "gpu/resources.h"
 
 namespace cclx {

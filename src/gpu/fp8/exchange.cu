@@ -28,7 +28,7 @@
 // co-resident.
 #include "gpu/fp8/fp8.h"
 #include "gpu/fp8/device.cuh"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace cclx {
 namespace fp8dev {

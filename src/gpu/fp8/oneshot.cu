@@ -33,7 +33,7 @@
 #include "gpu/device/lamport.cuh"
 #include "gpu/fp8/device.cuh"
 #include "gpu/fp8/fp8.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace cclx {
 namespace fp8dev {

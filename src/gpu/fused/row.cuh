@@ -17,8 +17,8 @@
 
 #include "gpu/device/units.cuh"  // first: the GPU runtime headers (CUDA or HIP)
 
-#include "core/lamport.h"
-#include "core/rmsnorm.h"
+#include "core/elements/lamport.h"
+#include "core/elements/rmsnorm.h"
 
 namespace cclx {
 namespace fused {

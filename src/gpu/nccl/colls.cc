@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/dtype_math.h"
-#include "core/error.h"
+#include "core/elements/dtype_math.h"
+#include "base/error.h"
 #include "gpu/runtime.h"
 
 namespace cclx {

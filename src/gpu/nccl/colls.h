@@ -2,7 +2,7 @@
 // NCCL comm, this rank and the world size.
 #pragma once
 
-#include "core/backend.h"
+#include "core/comm/backend.h"
 #include "gpu/nccl/loader.h"
 #include "gpu/runtime.h"
 

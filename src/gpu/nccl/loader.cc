@@ -9,9 +9,9 @@
 #include <mutex>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "core/settings/config.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace cclx {
 

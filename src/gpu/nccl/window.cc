@@ -11,8 +11,8 @@
 // with k + 1 wait_signal calls (or one put per signal). NCCL requires the registered buffer (and
 // the put's source) to be memory NCCL can register as a symmetric window (ncclMemAlloc / its
 // memory pool); map_remote_tensor works for this rank's own window only.
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "gpu/backend.h"
 #include "gpu/nccl/loader.h"
 #include "gpu/runtime.h"

@@ -40,8 +40,8 @@
 #include <map>
 #include <mutex>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "gpu/backend.h"
 #include "gpu/driver.h"
 #include "gpu/runtime.h"

@@ -12,8 +12,8 @@
 #include <random>
 #include <utility>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "gpu/driver.h"
 #include "gpu/runtime.h"
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/window.h"
+#include "core/comm/window.h"
 #include "gpu/algo.h"
 
 namespace cclx {

@@ -6,7 +6,7 @@
 
 #include "gpu/fp8/device.cuh"
 #include "gpu/fp8_selftest.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace cclx {
 namespace fp8 {

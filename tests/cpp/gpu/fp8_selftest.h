@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/fp8_codec.h"
+#include "core/elements/fp8_codec.h"
 
 namespace cclx {
 namespace fp8 {

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
+#include "core/settings/config.h"
 #include "helpers/gpu_util.h"
 
 using namespace cclx;

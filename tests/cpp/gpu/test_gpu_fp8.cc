@@ -16,9 +16,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/select.h"
+#include "core/select/select.h"
 #include "gpu/fp8_selftest.h"
-#include "core/config.h"
+#include "core/settings/config.h"
 #include "helpers/fp8_util.h"
 #include "helpers/gpu_util.h"
 

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/config.h"
+#include "core/settings/config.h"
 #include "helpers/gpu_util.h"
 
 using namespace cclx;

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/comm/backend.h"
 #include "helpers/gpu_util.h"
 
 using namespace cclx;

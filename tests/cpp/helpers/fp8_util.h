@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "core/fp8_codec.h"
-#include "core/backend.h"
+#include "core/elements/fp8_codec.h"
+#include "core/comm/backend.h"
 
 namespace fp8test {
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype_math.h"
-#include "core/error.h"
+#include "core/elements/dtype_math.h"
+#include "base/error.h"
 #include "helpers/mp.h"
 
 namespace gputest {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/config.h"
+#include "core/comm/backend.h"
+#include "core/settings/config.h"
 #include "gpu/backend.h"
 #include "helpers/gpu_util.h"
 

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype_math.h"
-#include "core/error.h"
-#include "core/fp8_codec.h"
-#include "core/rmsnorm.h"
+#include "core/elements/dtype_math.h"
+#include "base/error.h"
+#include "core/elements/fp8_codec.h"
+#include "core/elements/rmsnorm.h"
 
 namespace rmstest {
 

@@ -1,0 +1,146 @@
+// The internal contract between Comm (validation, check mode, dispatch) and the backends
+// (host shared memory, CUDA/NCCL). A backend receives arguments that Comm already validated.
+#pragma once
+
+#include <cclx/cclx.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/settings/config.h"
+#include "core/comm/window.h"
+
+namespace cclx {
+
+enum class CollType : int {
+  AllReduce,
+  Reduce,
+  Broadcast,
+  AllGather,      // recv = concat of sends (recvList non-empty: list variant)
+  ReduceScatter,  // sendList non-empty: list variant
+  AllToAll,
+  AllToAllV,
+  Send,
+  Recv,
+  Barrier,
+  SendRecv,        // grouped point to point (sends/recvs); scatter, gather, all-gather-v and
+                   // all-to-all (lists) are lowered onto it by Comm (`what` names them)
+  ReduceScatterV,  // sendList (size() entries of recvCounts[r] elements); recv gets recvCounts[rank]
+  AllReduceRmsNorm,  // fused allreduce + residual add + RMSNorm (+ FP8): CollArgs::rms
+};
+const char* collName(CollType t);
+struct CollArgs;
+/// The name of a call in messages: the lowered collective's (`what`) when set, else collName.
+const char* collLabel(const CollArgs& a);
+/// The allreduce of AllReduceRmsNorm's unfused sequence, into `recv`: a plain SUM allreduce of x
+/// with a's options, never FP8 (both backends run it before their row epilogue).
+CollArgs rmsUnfusedAllReduce(const CollArgs& a, void* recv);
+
+struct CollArgs {
+  CollType type = CollType::Barrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // elements: per rank for AllGather/ReduceScatter/AllToAll; total otherwise
+  DataType dtype = DataType::f32;
+  ReduceOp op{};
+  int root = -1;  // Reduce/Broadcast root; Send/Recv peer
+  std::vector<void*> recvList;        // AllGather list variant (size() entries)
+  std::vector<const void*> sendList;  // ReduceScatter list variant (size() entries)
+  std::vector<size_t> sendCounts;     // AllToAllV, elements per destination
+  std::vector<size_t> recvCounts;     // AllToAllV, elements per source; ReduceScatterV, per rank
+  std::vector<P2PSend> sends;         // SendRecv (count = total elements of sends and recvs)
+  std::vector<P2PRecv> recvs;         // SendRecv
+  const char* what = nullptr;         // SendRecv: the collective lowered onto it ("Scatter", ...)
+  size_t outCount = 0;                // ReduceScatterV: elements of this rank's output
+  CollOptions opts;                   // async, stream, timeout (resolved: never 0), hints
+  RmsNormArgs rms;                    // AllReduceRmsNorm (send = rms.x, recv = rms.out,
+                                      // count = tokens * hidden)
+  size_t bytes() const { return count * dtypeSize(dtype); }
+  bool inPlace() const { return send == recv; }
+};
+
+/// What rendezvous established; handed to a backend at construction.
+struct BootstrapInfo {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;            // index of this rank among the ranks on its host
+  int localSize = 1;
+  std::vector<int> localRanks;  // global ranks on this host, ascending
+  std::vector<int> hostOf;      // hostOf[r] = host index of rank r (0 = rank 0's host)
+  int numHosts = 1;
+  std::shared_ptr<Store> store; // already prefixed with this comm's namespace
+  std::string jobId;            // unique per comm instance (shm names, etc.)
+  Options opts;
+  Config cfg;
+  DeviceSpec device;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  /// Runs or enqueues one collective; returns its Work.
+  virtual std::shared_ptr<Work> run(const CollArgs& args) = 0;
+  /// Name of the algorithm run() would use for an AllReduce with these args.
+  virtual std::string selectAllReduce(const CollArgs& args) = 0;
+  virtual void finalize() = 0;
+  virtual void abort() = 0;
+  virtual cclxResult_t asyncError() { return cclxSuccess; }
+  /// The watchdog's check (core/watchdog.h, every ~100 ms, from its own thread, concurrently
+  /// with calls): a failure found since the last poll, turned into the backend's failed state
+  /// (later calls throw it), as (code, message); cclxSuccess when healthy. Never throws or blocks
+  /// for long.
+  virtual std::pair<cclxResult_t, std::string> poll() { return {cclxSuccess, ""}; }
+  /// Local: registers [ptr, ptr + bytes) (non-null, bytes > 0: checked by Comm) with the
+  /// transport so later operations on it can go zero-copy; throws on memory this comm cannot
+  /// use. Returns the transport's handle for deregisterBuffer (nullptr: nothing to release).
+  /// Default: nothing to register.
+  virtual void* registerBuffer(void* ptr, size_t bytes);
+  /// Releases what registerBuffer returned (never called with nullptr).
+  virtual void deregisterBuffer(void* handle);
+  /// Collective: a one-sided window's transport (core/window.h). `ex` trades records between the
+  /// ranks under the window's keys. Default: cclxUnsupported.
+  virtual std::unique_ptr<WinImpl> newWindow(const WinExchange& ex);
+};
+
+/// A Work that is already complete (host collectives finish before returning).
+std::shared_ptr<Work> completedWork();
+
+std::unique_ptr<Backend> makeHostBackend(const BootstrapInfo& info);
+/// Returns nullptr-free backend or throws cclxUnsupported when built without CUDA / no GPU.
+std::unique_ptr<Backend> makeCudaBackend(const BootstrapInfo& info);
+
+struct CommState {
+  BootstrapInfo info;
+  std::unique_ptr<Backend> backend;
+  std::shared_ptr<Store> rootStore;  // un-prefixed store (for split)
+  uint64_t checkSeq = 0;             // check-mode sequence number
+  int splitSeq = 0;
+  int windowSeq = 0;                 // windows created so far (their store namespace)
+  bool finalized = false;
+  bool aborted = false;
+  bool abortOnError = true;          // Options::abortOnError resolved (core/watchdog.h)
+  std::atomic<uint64_t> opSeq{0};    // collectives dispatched so far
+  std::atomic<int> lastOp{-1};       // CollType of the last one (failure messages)
+  std::atomic<bool> failureHandled{false};  // the watchdog reported this comm's failure
+  std::mutex regMu;                              // registered (Comm::registerMemory)
+  std::map<uintptr_t, std::pair<size_t, void*>> registered;  // start -> (bytes, handle)
+  std::mutex hookMu;
+  std::map<int, std::function<void(const std::string&)>> abortHooks;
+  int nextHook = 0;
+  bool hooksRan = false;
+};
+
+/// Internal access to a Comm's state (the watchdog, the C API).
+struct CommAccess {
+  static CommState& state(Comm& c) { return *c.st_; }
+};
+
+}  // namespace cclx

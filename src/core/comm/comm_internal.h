@@ -1,0 +1,53 @@
+// Pieces of Comm shared between comm.cc (life cycle) and comm_colls.cc (collectives).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm/backend.h"
+
+namespace cclx {
+
+/// The comm's effective timeout: CCLX_TIMEOUT_MS when set, else opts.timeout when non-zero, else
+/// CCLX_TIMEOUT / TORCHCOMM_TIMEOUT_SECONDS (0: kInfiniteTimeout), else 600 s.
+std::chrono::milliseconds resolveCommTimeout(const Options& opts);
+
+/// The timeout that bounds creating a comm (connecting to the store included): as
+/// resolveCommTimeout, but from what rendezvousConfig() can read when a setting is malformed, so
+/// that the rank still reaches the store to report it.
+std::chrono::milliseconds creationTimeout(const Options& opts);
+
+/// Builds a comm whose keys live under `prefix` in `rootStore` (collective over all ranks).
+std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& opts,
+                                 std::shared_ptr<Store> rootStore, const std::string& prefix,
+                                 int rank, int size);
+
+/// Throws cclxInvalidArgument for a bad rank/size/name/timeout/backend (opts resolved).
+void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size);
+
+/// Throws cclxInvalidUsage when the comm was finalized or aborted.
+void requireUsable(const CommState& st, const char* what);
+
+/// Drops the comm's buffer registrations (comm_memory.cc); `healthy`: hands each back to the
+/// transport first (finalize), else the transport's teardown releases them (abort).
+void releaseRegistrations(CommState& st, bool healthy);
+
+// ---- collectives (comm_colls.cc, comm_grouped.cc)
+
+/// Arguments of a call with the comm's timeout and hints merged in (throws when unusable).
+CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_t count,
+                  DataType dtype, const CollOptions& o);
+/// Validates, runs check mode when set, and hands the call to the backend.
+std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a);
+/// `count` elements of `dtype`, times `size`, must fit in size_t bytes.
+void checkCount(size_t count, DataType dtype, int size);
+/// A null buffer is an error unless count is 0.
+void checkBuf(const void* p, size_t count, const char* what);
+std::string joinCounts(const std::vector<size_t>& v);
+/// Argument rules of the grouped calls (comm_grouped.cc); nothing has run when they throw.
+void validateSendRecv(const CollArgs& a, int rank, int size);
+void validateReduceScatterV(const CollArgs& a, int rank, int size);
+
+}  // namespace cclx

@@ -1,0 +1,17 @@
+// Barrier: one step with no data; returns once every rank published it.
+#include "host/algos/algos.h"
+#include "host/shm.h"
+
+namespace cclx {
+namespace {
+
+class HostBarrier final : public HostAlgo {
+ public:
+  const char* name() const override { return "shm-barrier"; }
+  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::Barrier; }
+  void run(const CollArgs&, HostCtx& ctx) override { ctx.barrier(); }
+};
+
+}  // namespace
+std::unique_ptr<HostAlgo> makeHostBarrier() { return std::make_unique<HostBarrier>(); }
+}  // namespace cclx

@@ -1,0 +1,41 @@
+// Flat allreduce: per chunk, every rank copies its input into its step slot, syncs, and reduces
+// all ranks' slots in rank order 0..N-1 into its output. One step per chunk; best for small
+// messages (one synchronization, N reads per element per rank).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "host/algos/algos.h"
+#include "host/algos/reduce_kernels.h"
+#include "host/shm.h"
+
+namespace cclx {
+namespace {
+
+void flatAllReduce(HostCtx& ctx, const void* in, void* out, size_t count, DataType dtype,
+                   ReduceOp op) {
+  const size_t es = dtypeSize(dtype);
+  const size_t chunk = ctx.slotBytes() / es;
+  std::vector<const void*> srcs(size_t(ctx.size));
+  for (size_t off = 0; off < count; off += chunk) {
+    const size_t m = std::min(chunk, count - off);
+    const uint64_t s = ctx.nextStep();
+    std::memcpy(ctx.slot(ctx.rank, s), static_cast<const char*>(in) + off * es, m * es);
+    ctx.sync(s);
+    for (int p = 0; p < ctx.size; ++p) srcs[size_t(p)] = ctx.slot(p, s);
+    reduceInto(static_cast<char*>(out) + off * es, srcs.data(), ctx.size, m, dtype, op, ctx.size);
+  }
+}
+
+class HostFlatAllReduce final : public HostAlgo {
+ public:
+  const char* name() const override { return "shm-flat"; }
+  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllReduce; }
+  void run(const CollArgs& a, HostCtx& ctx) override {
+    flatAllReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op);
+  }
+};
+
+}  // namespace
+std::unique_ptr<HostAlgo> makeHostFlatAllReduce() { return std::make_unique<HostFlatAllReduce>(); }
+}  // namespace cclx

@@ -1,0 +1,66 @@
+// Tree reduction (reduce-scatter + all-gather): per chunk, inputs go to the step slots; rank r
+// reduces its 1/N slice (splitRange) over all ranks (rank order 0..N-1) into its next slot; after
+// a second sync every rank (allreduce) or only the root (reduce) copies every reduced slice out.
+// Same per-element operations as flat: identical bits. Each rank reads about 2x the message
+// instead of N x.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "host/algos/algos.h"
+#include "host/algos/reduce_kernels.h"
+#include "host/shm.h"
+
+namespace cclx {
+namespace {
+
+/// `out` may be null on ranks that copy nothing (root >= 0 and root != rank); `in` may equal out.
+void treeReduce(HostCtx& ctx, const void* in, void* out, size_t count, DataType dtype,
+                ReduceOp op, int root) {
+  const size_t es = dtypeSize(dtype);
+  const size_t chunk = ctx.slotBytes() / es;
+  std::vector<const void*> srcs(size_t(ctx.size));
+  for (size_t off = 0; off < count; off += chunk) {
+    const size_t m = std::min(chunk, count - off);
+    // Step s: inputs into slot s. Step s + 1: reduced slices (same offsets) into slot s + 1.
+    const uint64_t s = ctx.nextStep();
+    std::memcpy(ctx.slot(ctx.rank, s), static_cast<const char*>(in) + off * es, m * es);
+    ctx.sync(s);
+    const Range mine = splitRange(m, ctx.size, ctx.rank);
+    for (int p = 0; p < ctx.size; ++p) srcs[size_t(p)] = ctx.slot(p, s) + mine.begin * es;
+    reduceInto(ctx.slot(ctx.rank, s + 1) + mine.begin * es, srcs.data(), ctx.size, mine.size(), dtype,
+               op, ctx.size);
+    ctx.sync(s + 1);
+    if (root >= 0 && root != ctx.rank) continue;
+    for (int p = 0; p < ctx.size; ++p) {
+      const Range r = splitRange(m, ctx.size, p);
+      std::memcpy(static_cast<char*>(out) + (off + r.begin) * es, ctx.slot(p, s + 1) + r.begin * es,
+                  r.size() * es);
+    }
+  }
+}
+
+class HostTreeAllReduce final : public HostAlgo {
+ public:
+  const char* name() const override { return "shm-tree"; }
+  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllReduce; }
+  void run(const CollArgs& a, HostCtx& ctx) override {
+    treeReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op, -1);
+  }
+};
+
+// Reduce to root: the tree's reduce-scatter phase, then only the root copies the reduced slices
+// out (its output is the only one written).
+class HostReduce final : public HostAlgo {
+ public:
+  const char* name() const override { return "shm-reduce"; }
+  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::Reduce; }
+  void run(const CollArgs& a, HostCtx& ctx) override {
+    treeReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op, a.root);
+  }
+};
+
+}  // namespace
+std::unique_ptr<HostAlgo> makeHostTreeAllReduce() { return std::make_unique<HostTreeAllReduce>(); }
+std::unique_ptr<HostAlgo> makeHostReduce() { return std::make_unique<HostReduce>(); }
+}  // namespace cclx
