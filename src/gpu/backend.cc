@@ -1,5 +1,5 @@
 // The GPU backend (see backend.h): setup in three parts (device, peer memory, algorithms), the
-// per-call choice through core/select.h, stream semantics, pointer checks, teardown.
+// per-call choice through core/select/select.h, stream semantics, pointer checks, teardown.
 #include "gpu/backend.h"
 
 #include <cstring>
@@ -41,7 +41,7 @@ void poisonOutputs(const CollArgs& a, int size, bool capturing) {
 
 }  // namespace
 
-// Every rank runs the whole sequence (core/setup_sequence.h): a rank whose device setup failed
+// Every rank runs the whole sequence (core/failure/setup_sequence.h): a rank whose device setup failed
 // still takes part in the peer-memory exchanges, sending its error, so that every rank throws.
 CudaBackend::CudaBackend(const GpuSetup& setup, Exchange& ex) : cfg_(setup.cfg) {
   plainNccl_ = setup.plainNccl;
@@ -525,7 +525,7 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
     CCLX_CUDA_CHECK(cudaStreamWaitEvent(internal_.get(), forkEv_.get(), 0));
     s = internal_.get();
   }
-  // NCCL operations of eager calls are watched (core/watchdog.h): a start event before, the
+  // NCCL operations of eager calls are watched (core/failure/watchdog.h): a start event before, the
   // Work's event after.
   cudaEvent_t start = nullptr;
   if (algo == Algo::Base && !capturing && cfg_.watchdog) {

@@ -107,7 +107,7 @@ struct GpuSetup {
 class CudaBackend final : public Backend {
  public:
   /// Collective: device, peer memory (through `ex`) and algorithms, as a fixed sequence of
-  /// exchanges that every rank runs to the end (core/setup_sequence.h, gpu/peer_mem.h). Throws
+  /// exchanges that every rank runs to the end (core/failure/setup_sequence.h, gpu/peer_mem.h). Throws
   /// on every rank alike when setup failed on any rank (cclxInvalidUsage for settings that differ
   /// between ranks); whatever was allocated is released (or, where a peer may use it, kept).
   /// NCCL comes next, from attachNccl(), unless ncclRefusal() says why it must not be created.
@@ -130,7 +130,7 @@ class CudaBackend final : public Backend {
   cclxResult_t asyncError() override;
   std::pair<cclxResult_t, std::string> poll() override;
 
-  /// The algorithm of a call (core/select.h with this comm's facts).
+  /// The algorithm of a call (core/select/select.h with this comm's facts).
   Algo select(const CollArgs& a) const;
   /// True when `algo` runs on the peer kernels (not NCCL).
   static bool onPeers(Algo algo) { return algo != Algo::Base; }

@@ -87,7 +87,7 @@ struct PeerSetup {
   int device = -1;  // this rank's CUDA device (current when peerMemOpen is called)
   Config cfg;       // ddaEnable, ddaStagingBytes
   std::chrono::milliseconds timeout{600000};  // bounds local waits (kInfiniteTimeout: none)
-  std::string settings;  // the settings every rank must share (core/settings_check.h), encoded
+  std::string settings;  // the settings every rank must share (core/settings/settings_check.h), encoded
   int smCount = 0;       // this rank's SM count (the ranks agree on the smallest)
 };
 
@@ -148,7 +148,7 @@ struct PeerMem {
 };
 
 /// Collective over the comm, a fixed sequence of three exchanges that every rank runs to the end
-/// (core/setup_sequence.h): "peer/who" (host identity, pid, PCI bus id, SM count and the
+/// (core/failure/setup_sequence.h): "peer/who" (host identity, pid, PCI bus id, SM count and the
 /// settings every rank must share: a mismatch fails `seq` on every rank, naming the settings and
 /// ranks), "peer/handle" (each rank's signal area allocated, zeroed and exported, or why not;
 /// staging comes later, peerMemGrow) and "peer/vote" (every peer's signal area opened, or why

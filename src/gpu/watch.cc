@@ -1,4 +1,4 @@
-// What the watchdog asks of a CUDA comm (core/watchdog.h): the device's error words, NCCL's
+// What the watchdog asks of a CUDA comm (core/failure/watchdog.h): the device's error words, NCCL's
 // asynchronous error and the NCCL operations of eager calls past their timeout.
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,5 @@
 // The CPU backend: every collective runs on the calling thread over the host shared-memory
-// transport and has finished when run() returns. core/select.h chooses the algorithm.
+// transport and has finished when run() returns. core/select/select.h chooses the algorithm.
 #include <memory>
 #include <vector>
 
@@ -61,7 +61,7 @@ class HostBackend final : public Backend {
       else algo->run(args, *ctx_);
     } catch (const Error& e) {
       // A collective that failed (a timeout, a peer's failure) never leaves a plausible value
-      // behind (core/outputs.h); rejected arguments leave everything as it was.
+      // behind (core/elements/outputs.h); rejected arguments leave everything as it was.
       if (fatalCode(e.code())) poisonHostOutputs(args, ctx_->size);
       throw;
     }
@@ -88,7 +88,7 @@ class HostBackend final : public Backend {
   }
 
  private:
-  // What the host algorithms accept for this call (the allreduce rows of core/select.h).
+  // What the host algorithms accept for this call (the allreduce rows of core/select/select.h).
   Caps caps(const CollArgs& a) const {
     Caps c;
     c.worldSize = ctx_->size;

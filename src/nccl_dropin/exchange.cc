@@ -161,7 +161,7 @@ std::vector<std::string> NcclExchange::allGather(const std::string& tag, const s
   for (int r = 0; r < size_; ++r) {
     uint32_t l = 0;
     std::memcpy(&l, recv + kRecord * size_t(r), 4);
-    if (l + 4 > kRecord) continue;  // malformed: an empty record (core/setup_sequence.h reports it)
+    if (l + 4 > kRecord) continue;  // malformed: an empty record (core/failure/setup_sequence.h reports it)
     out[size_t(r)].assign(recv + kRecord * size_t(r) + 4, l);
   }
   return out;

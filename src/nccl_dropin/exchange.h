@@ -1,4 +1,4 @@
-// The drop-in's setup exchange (core/setup_sequence.h) through the application's own NCCL comm:
+// The drop-in's setup exchange (core/failure/setup_sequence.h) through the application's own NCCL comm:
 // an all-gather of fixed-size records with the real ncclAllGather on a stream of the drop-in's.
 //
 // NCCL operations of one comm pair up across ranks by order and cannot be cancelled, so:

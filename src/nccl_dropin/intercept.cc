@@ -4,7 +4,7 @@
 //
 // A collective runs on cclx when: interception is on (CCLX_NCCL_INTERCEPT, CCLX_NCCL_FORWARD,
 // cclxDropinSetIntercept), the calling thread is outside ncclGroupStart/End, the comm is known and
-// set up, the dtype and op are built-in ones cclx implements, and core/select.h picks a peer
+// set up, the dtype and op are built-in ones cclx implements, and core/select/select.h picks a peer
 // algorithm for it (DDA allreduce, all-gather, reduce-scatter and all-to-all within the size
 // tables; FP8 where CCLX_LOW_PRECISION_* asks). The first call that needs a staging region
 // allocates it on every rank (collective, gpu/peer_mem.h); inside stream capture that never

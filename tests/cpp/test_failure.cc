@@ -170,7 +170,7 @@ TEST_P(HostFailure, DeadRankGivesExactOrNaN) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, HostFailure, ::testing::Values(3, 5));
 
-// The flat kernel's LL flag of epoch e (core/lamport.h): never 0 (the value of never-written
+// The flat kernel's LL flag of epoch e (core/elements/lamport.h): never 0 (the value of never-written
 // slots) and never equal for epochs two apart (they share a slot set), also across 2^32.
 TEST(FailureModel, LlFlagNeverZeroAcrossTheWrap) {
   for (uint64_t e = (1ull << 32) - 64; e < (1ull << 32) + 64; ++e) {

@@ -1,6 +1,6 @@
 // The host twins of the DDA exchange kernels (all-gather, reduce-scatter, all-to-all and
 // all-to-all-v, src/host: the shared-memory algorithms with the element rules of
-// core/dtype_math.h) at every world size 2..8, against independent references: exact bytes for
+// core/elements/dtype_math.h) at every world size 2..8, against independent references: exact bytes for
 // the copies, float64 (exact for integers, MIN and MAX) for the reductions, and bit for bit
 // against the allreduce for reduce-scatter (same rules, rank order 0..N-1: a reduce-scatter block
 // is the allreduce's block). Odd counts through several 4 KiB staging chunks, every dtype and op,

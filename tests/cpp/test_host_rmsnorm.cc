@@ -1,7 +1,7 @@
 // The fused allreduce + residual add + RMSNorm (+ FP8) on CPU comms (the host twins of the GPU
-// kernels, src/host/rmsnorm.cc): against float64 at world sizes 2..8 (a sample of hidden sizes
+// kernels, src/host/algos/rmsnorm.cc): against float64 at world sizes 2..8 (a sample of hidden sizes
 // 128..16384, one not a multiple of 8, and 1..4096 tokens; bf16, f16, f32; with and without FP8),
-// bit for bit against the unfused host sequence (comm.allReduce, then core/rmsnorm.h's row rules)
+// bit for bit against the unfused host sequence (comm.allReduce, then core/elements/rmsnorm.h's row rules)
 // for every algorithm; the canonical order of the sum of squares against an emulation of the GPU
 // blocks; selection, settings, bad arguments and a missing rank.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// core/select.h: the one selection function both backends use, checked with made-up
+// core/select/select.h: the one selection function both backends use, checked with made-up
 // capabilities (no comm, no GPU needed).
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// Collective setup that every rank finishes alike (core/setup_sequence.h) and the settings every
-// rank must share (core/settings_check.h), without a GPU: the sequence over an in-process
+// Collective setup that every rank finishes alike (core/failure/setup_sequence.h) and the settings every
+// rank must share (core/settings/settings_check.h), without a GPU: the sequence over an in-process
 // exchange with one thread per rank (local failures at every step, late ranks, failures decided
 // between steps), the settings comparison, CCLX_TEST_SETUP_FAIL, and CPU comms whose ranks
 // disagree on a setting.

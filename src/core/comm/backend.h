@@ -93,7 +93,7 @@ class Backend {
   virtual void finalize() = 0;
   virtual void abort() = 0;
   virtual cclxResult_t asyncError() { return cclxSuccess; }
-  /// The watchdog's check (core/watchdog.h, every ~100 ms, from its own thread, concurrently
+  /// The watchdog's check (core/failure/watchdog.h, every ~100 ms, from its own thread, concurrently
   /// with calls): a failure found since the last poll, turned into the backend's failed state
   /// (later calls throw it), as (code, message); cclxSuccess when healthy. Never throws or blocks
   /// for long.
@@ -105,7 +105,7 @@ class Backend {
   virtual void* registerBuffer(void* ptr, size_t bytes);
   /// Releases what registerBuffer returned (never called with nullptr).
   virtual void deregisterBuffer(void* handle);
-  /// Collective: a one-sided window's transport (core/window.h). `ex` trades records between the
+  /// Collective: a one-sided window's transport (core/comm/window.h). `ex` trades records between the
   /// ranks under the window's keys. Default: cclxUnsupported.
   virtual std::unique_ptr<WinImpl> newWindow(const WinExchange& ex);
 };
@@ -126,7 +126,7 @@ struct CommState {
   int windowSeq = 0;                 // windows created so far (their store namespace)
   bool finalized = false;
   bool aborted = false;
-  bool abortOnError = true;          // Options::abortOnError resolved (core/watchdog.h)
+  bool abortOnError = true;          // Options::abortOnError resolved (core/failure/watchdog.h)
   std::atomic<uint64_t> opSeq{0};    // collectives dispatched so far
   std::atomic<int> lastOp{-1};       // CollType of the last one (failure messages)
   std::atomic<bool> failureHandled{false};  // the watchdog reported this comm's failure

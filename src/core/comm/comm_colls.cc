@@ -67,7 +67,7 @@ bool overlap(const Span& a, const Span& b) {
   return x < y + b.n && y < x + a.n;
 }
 
-// AllReduceRmsNorm (core/rmsnorm.h). `buffers`: also the pointers (not for selection queries).
+// AllReduceRmsNorm (core/elements/rmsnorm.h). `buffers`: also the pointers (not for selection queries).
 void validateRms(const RmsNormArgs& r, bool buffers) {
   const char* n = "AllReduceRmsNorm";
   CCLX_ARG_CHECK(r.dtype == DataType::f32 || r.dtype == DataType::bf16 || r.dtype == DataType::f16,
@@ -328,7 +328,7 @@ std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a) {
     CCLX_TRACE("%s count=%zu dtype=%s", apiLabel(a), a.count, dtypeName(a.dtype));
     return st.backend->run(a);
   } catch (const Error& e) {
-    // A timeout or error with abort-on-error ends the process here (core/watchdog.h).
+    // A timeout or error with abort-on-error ends the process here (core/failure/watchdog.h).
     commFailed(st, e.code(), e.what(), strFormat("%s #%llu", apiLabel(a), (unsigned long long)seq));
     throw;
   }

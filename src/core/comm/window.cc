@@ -1,7 +1,7 @@
 // Window (include/cclx/cclx.hpp): one-sided put / signal / waitSignal over memory every rank
 // registers. This file validates every call, makes the ranks agree on what they register, and
-// turns a transport's failure into the comm's (core/watchdog.h); the transports live beside their
-// backends (core/window.h).
+// turns a transport's failure into the comm's (core/failure/watchdog.h); the transports live beside their
+// backends (core/comm/window.h).
 #include <cclx/cclx.hpp>
 
 #include <cstdint>

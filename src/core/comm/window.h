@@ -1,4 +1,4 @@
-// The internal contract between Window (core/window.cc: validation, registration agreement,
+// The internal contract between Window (core/comm/window.cc: validation, registration agreement,
 // error handling) and a backend's window transport (host shared memory: host/window.cc; CUDA IPC:
 // gpu/window/; NCCL's one-sided API: gpu/nccl/window.cc). A transport receives arguments that
 // Window already validated (ranks in range, bounds checked, a buffer registered where needed).

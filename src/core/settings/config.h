@@ -79,7 +79,7 @@ struct Config {
   unsigned ncclForward = 0;      // CCLX_NCCL_FORWARD=allreduce,allgather,...: kForward* bits
 
   // Tests only: CCLX_TEST_SETUP_FAIL=<rank>:<stage> makes that rank's collective setup fail at
-  // that stage (device, who, alloc, open; core/setup_sequence.h).
+  // that stage (device, who, alloc, open; core/failure/setup_sequence.h).
   int testSetupFailRank = -1;
   std::string testSetupFailStage;
 

@@ -40,7 +40,7 @@ std::string rankList(const std::vector<int>& ranks) {
 std::vector<std::pair<std::string, std::string>> layoutSettings(const Config& c,
                                                                 SettingsScope scope) {
   std::vector<std::pair<std::string, std::string>> s;
-  // Choices every rank makes alike (core/select.cc) and the FP8 wire format (both transports).
+  // Choices every rank makes alike (core/select/select.cc) and the FP8 wire format (both transports).
   if (scope != SettingsScope::kDropin) s.emplace_back("CCLX_CHECK_MODE", b(c.checkMode));
   s.emplace_back("CCLX_ALLREDUCE_ALGO", c.allreduceAlgo);
   s.emplace_back("CCLX_LOW_PRECISION_ALLREDUCE", b(c.lpAllReduce));

@@ -1,5 +1,5 @@
 // DDA one-shot allreduce with the data as its own flag (the protocol of gpu/device/lamport.cuh
-// with the float element rules of core/lamport.h): every rank pushes its whole input into every
+// with the float element rules of core/elements/lamport.h): every rank pushes its whole input into every
 // peer's inbox and reduces all inputs locally. No flags and no barriers, so the link streams from
 // the first vector to the last.
 //

@@ -14,7 +14,7 @@
 //      the others by polling its local slots until both flag words equal the flag; a copy writes
 //      rank s's unit to plan.dst[s] (its own part straight from src to dst, skipped when they
 //      are the same memory), a reduce-scatter combines ranks 0..N-1 in that order
-//      (core/dtype_math.h, units.cuh) and writes the result to plan.dst[0].
+//      (core/elements/dtype_math.h, units.cuh) and writes the result to plan.dst[0].
 // No barrier: the data is the flag. In place: the thread that writes unit u of an output block has
 // already pushed unit u of every input block (step 1 precedes step 2 in the same thread), and the
 // in-place conventions (xchg.h) put the input of a block at the output of the same block or its

@@ -1,7 +1,7 @@
 // The data-as-flag ("Lamport") protocol on the device, written once for the kernels that use it:
 // the DDA Lamport allreduce (dda/lamport.cu), the FP8 one-shot allreduce (fp8/oneshot.cu) and the
 // fused allreduce + RMSNorm (fused/oneshot.cu, fused/twoshot.cu).
-// What "empty" means for a payload is the caller's: core/lamport.h for float elements, the FP8
+// What "empty" means for a payload is the caller's: core/elements/lamport.h for float elements, the FP8
 // codec's never-0xFF codes for FP8 units.
 //
 // Inboxes. Rank r's region (a StagingRegion filled with 0xFF bytes at init) holds inboxes

@@ -1,5 +1,5 @@
 // Shared device code of the DDA kernels: unaligned-safe user-buffer access in 8/16-byte units and
-// the element reduction (src/core/dtype_math.h: prepare, combine in rank order 0..N-1, finish,
+// the element reduction (src/core/elements/dtype_math.h: prepare, combine in rank order 0..N-1, finish,
 // round once), so every rank computes the same bits as the host transport.
 #pragma once
 

@@ -1,5 +1,5 @@
 // The low-precision (FP8 e4m3, per-block scales) collectives on GPUs, each a DeviceAlgo
-// (gpu/algo.h): when they apply is core/select.h's rule, their CPU twins are host/fp8.cc.
+// (gpu/algo.h): when they apply is core/select/select.h's rule, their CPU twins are host/algos/fp8.cc.
 #pragma once
 
 #include <memory>

@@ -3,7 +3,7 @@
 // moves the same bytes per direction as reduce-scatter + all-gather, with one quantization
 // instead of two and no flags: the data is its own flag (the protocol of gpu/device/lamport.cuh).
 //
-// Result (host twin: host/fp8.cc, HostFp8OneShot): out = T(sum_r deq(q(x_r))), the
+// Result (host twin: host/algos/fp8.cc, HostFp8OneShot): out = T(sum_r deq(q(x_r))), the
 // sum in float over ranks 0..N-1 in order, AVG dividing the float sum by N. Every rank adds the
 // same decoded values in the same order, so all outputs are identical.
 //

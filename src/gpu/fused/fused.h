@@ -1,7 +1,7 @@
 // Fused allreduce + residual add + RMSNorm (+ FP8) on GPUs (Comm::allReduceRmsNorm): the one-shot
 // and two-shot peer kernels, each a DeviceAlgo (gpu/algo.h), and the local epilogue kernel of the
-// unfused sequence (an allreduce, then this kernel on its result). core/rmsnorm.h holds the
-// element rules, core/select.cc when each runs, host/rmsnorm.cc the CPU twins. Plain C++.
+// unfused sequence (an allreduce, then this kernel on its result). core/elements/rmsnorm.h holds the
+// element rules, core/select/select.cc when each runs, host/algos/rmsnorm.cc the CPU twins. Plain C++.
 #pragma once
 
 #include <memory>

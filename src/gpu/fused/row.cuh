@@ -1,5 +1,5 @@
 // Device side of the fused allreduce + residual add + RMSNorm (+ FP8): the row epilogue every
-// kernel of src/gpu/fused shares, with core/rmsnorm.h's element rules and its canonical order of
+// kernel of src/gpu/fused shares, with core/elements/rmsnorm.h's element rules and its canonical order of
 // the sum of squares, so that the GPU gives the host twin's bits.
 //
 // A token row is handled by one block of T threads (T a power of two, 128..512); thread t takes

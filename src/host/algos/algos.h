@@ -1,6 +1,6 @@
 // The host (shared-memory) algorithms: one collective algorithm per file, each answering "can I
 // run these arguments?" and "run them" over the step protocol of host/shm.h. The host backend
-// (host/backend.cc) asks core/select.h which one a call takes.
+// (host/backend.cc) asks core/select/select.h which one a call takes.
 #pragma once
 
 #include <memory>

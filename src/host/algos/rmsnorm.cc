@@ -1,5 +1,5 @@
 // Fused allreduce + residual add + RMSNorm (+ FP8) on the host transport: the CPU twins of the GPU
-// kernels in src/gpu/fused (core/rmsnorm.h holds the element rules both follow, so the results
+// kernels in src/gpu/fused (core/elements/rmsnorm.h holds the element rules both follow, so the results
 // are the same bits), and the local part of the unfused sequence.
 //
 //   one-shot  per chunk of whole token rows: copy the chunk's x rows into the own step slot; sync;

@@ -1,7 +1,7 @@
 // Helpers of the GPU tests: GPU count without initializing CUDA in the parent (a forked probe),
 // the number of ranks to run, comm creation in ranks, device buffers, an event timer,
 // deterministic random data per (seed, rank, index), the fixed-order reference
-// (src/core/dtype_math.h) and a float64 reference. Empty in builds without CUDA.
+// (src/core/elements/dtype_math.h) and a float64 reference. Empty in builds without CUDA.
 #pragma once
 
 #if defined(CCLX_HAVE_CUDA)

@@ -3,7 +3,7 @@
 //
 // Inputs are a pure function of (seed, rank, index), so every rank computes every rank's input.
 // Two references: float64 (independent arithmetic; tolerances from the roundings of the element
-// rules) and the unfused sequence's bits (the allreduce result, then core/rmsnorm.h's row rules).
+// rules) and the unfused sequence's bits (the allreduce result, then core/elements/rmsnorm.h's row rules).
 #pragma once
 
 #include <cclx/cclx.hpp>
@@ -123,7 +123,7 @@ inline std::vector<char> allreduceBits(const Case& c, const Data& d) {
   return ar;
 }
 
-/// The unfused sequence's outputs (bits) from the allreduce result `ar`: core/rmsnorm.h's rules.
+/// The unfused sequence's outputs (bits) from the allreduce result `ar`: core/elements/rmsnorm.h's rules.
 inline Out unfused(const Case& c, const Data& d, const std::vector<char>& ar) {
   Out o;
   const size_t e = es(c.t), H = c.hidden, count = c.tokens * H;
