@@ -8,7 +8,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import _C, _fused_op, _hooks, _rendezvous as rdv
-from ._comm_ops import CHECKED as _CHECKED_OPS, CommOps
+from ._comm_grouped import CHECKED as _CHECKED_OPS, CommOps
 from ._tensor import CUPY, TORCH, adapt, rows, same_dtype
 
 ReduceOp = _C.ReduceOp
@@ -108,7 +108,7 @@ class Comm(CommOps):
         self._c = c
         self._device = device
         self._store = store
-        self._abort_hooks: Dict[Any, Any] = {}  # register_abort_hook (_comm_ops.py)
+        self._abort_hooks: Dict[Any, Any] = {}  # register_abort_hook (_comm_grouped.py)
         # The library calls this (with the reason) when the comm aborts: abort(), or a timeout /
         # error with abort_process_on_timeout_or_error, just before the process ends.
         me = weakref.ref(self)
@@ -489,7 +489,7 @@ class Comm(CommOps):
                                              rdv.hints_dict(hints))
 
 
-for _name in _CHECKED_OPS:  # the collectives of _comm_ops.py get the same wrapper
+for _name in _CHECKED_OPS:  # the collectives of _comm_grouped.py get the same wrapper
     setattr(Comm, _name, _checked(getattr(CommOps, _name)))
 
 

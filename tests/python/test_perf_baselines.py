@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 import harness
-from cclx import _perf_baselines as BL
-from cclx import _perf_bench as B
-from cclx import _perf_measure as M
-from cclx import _perf_report as R
-from cclx import perf as P
+from cclx.perf import baselines as BL
+from cclx.perf import bench as B
+from cclx.perf import measure as M
+from cclx.perf import report as R
+from cclx.perf import cli as P
 
 
 def _run(argv, tmp_path, extra_env=None, pythonpath_first=None):

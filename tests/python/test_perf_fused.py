@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import harness
-from cclx import _perf_fused as F
+from cclx.perf import fused as F
 
 pytest.importorskip("torch")
 

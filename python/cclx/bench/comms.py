@@ -193,8 +193,8 @@ class Ranks:
         cannot run."""
         import ctypes
 
-        from .. import _perf_baselines as BL
-        from .. import _perf_nccl_api as NA
+        from ..perf import baselines as BL
+        from ..perf import nccl_api as NA
 
         torch, dist = self.torch, self.dist
         if not self.cuda:

@@ -374,7 +374,7 @@ def describe_model(args: argparse.Namespace, shape: M.Shape, layers: Dict[str, A
 
 def _meta(args: argparse.Namespace, env: Ranks, shape: M.Shape, layers: Dict[str, Any],
           names: List[str], notes: List[str], build_s: float, esize: int) -> Dict[str, Any]:
-    from .._perf_report import machine_facts
+    from ..perf.report import machine_facts
 
     facts = machine_facts(env.torch, env.cuda) if env.rank == 0 else {}
     where = (f"cuda, {facts.get('gpu_models', ['?'])[0]}" if env.cuda

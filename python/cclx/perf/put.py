@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from . import _perf_bench as B
+from . import bench as B
 
 
 class PutWindow:

@@ -121,8 +121,8 @@ def open_comms(torch: Any, rank: int, n: int, store: Any,
                timeout: float) -> Tuple[Dict[str, NcclApiComm], Dict[str, Any]]:
     """{"dropin": comm through the drop-in, "nccl": comm through the real NCCL} on
     cuda:LOCAL_RANK, rank 0's unique ids shared through `store`; and facts for the report."""
-    from ._rendezvous import set_nccl_pip_dir
-    from .dropin import library_path
+    from .._rendezvous import set_nccl_pip_dir
+    from ..dropin import library_path
 
     set_nccl_pip_dir()  # the drop-in then loads the NCCL torch uses
     device = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()

@@ -98,8 +98,8 @@ class _DeviceBytes:
 
 def nccl_library() -> Tuple[Optional[ctypes.CDLL], str, str]:
     """(the NCCL cclx loaded, opened again without loading a second copy, its path, why not)."""
-    from . import _C
-    from ._rendezvous import set_nccl_pip_dir
+    from .. import _C
+    from .._rendezvous import set_nccl_pip_dir
 
     set_nccl_pip_dir()  # as for cclx's own comms: the NCCL torch uses, when pip installed it
     path_fn = getattr(_C, "nccl_path", None)
@@ -152,7 +152,7 @@ class NcclSymComm:
 
     def register(self) -> None:
         """Allocates and registers both arenas (collective: every rank, same sizes)."""
-        from ._perf_nccl_api import _check
+        from .nccl_api import _check
 
         for _ in range(2):
             p = ctypes.c_void_p()
@@ -181,7 +181,7 @@ class NcclSymComm:
 
     def finalize(self) -> None:
         """Deregisters the windows (collective), frees the arenas, finalizes the comm."""
-        from ._perf_nccl_api import _check
+        from .nccl_api import _check
 
         self.torch.cuda.synchronize()
         self.arenas = []
@@ -209,7 +209,7 @@ class NcclSymComm:
 def open_nccl_sym(torch: Any, rank: int, n: int, store: Any, timeout: float,
                   arena_bytes: int) -> Tuple[Optional[NcclSymComm], Dict[str, Any]]:
     """(the nccl-sym comm, or None with facts['skipped'] saying why; the same on every rank)."""
-    from . import _perf_nccl_api as NA
+    from . import nccl_api as NA
 
     lib, path, why = nccl_library()
     version = 0

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import _perf_bench as B
-from . import _perf_measure as M
+from . import bench as B
+from . import measure as M
 
 COLL = "allreduce_rmsnorm"
 ALIASES = {"all_reduce_rmsnorm": COLL, "ar_rmsnorm": COLL, "rmsnorm": COLL}

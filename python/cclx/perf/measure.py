@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List, Optional
 
-from . import _perf_bench as B
+from . import bench as B
 
 
 class Exchange:

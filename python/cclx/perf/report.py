@@ -10,8 +10,8 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-from . import _C
-from ._info import nccl_version
+from .. import _C
+from .._info import nccl_version
 
 
 def _cmd(args: List[str], timeout: float = 15.0) -> Optional[str]:

@@ -18,10 +18,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import _perf_baselines as BL
-from . import _perf_bench as B
-from . import _perf_fused as F
-from . import _perf_report as R
+from . import baselines as BL
+from . import bench as B
+from . import fused as F
+from . import report as R
 
 
 def parse_size(s: str) -> int:
@@ -239,8 +239,8 @@ def _hints(args: argparse.Namespace) -> Dict[str, str]:
 def run_rank(args: argparse.Namespace, torch: Any) -> int:
     import cclx
 
-    from . import _perf_measure as M
-    from . import _rendezvous as rdv
+    from . import measure as M
+    from .. import _rendezvous as rdv
 
     cuda = args.cuda
     local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
@@ -270,7 +270,7 @@ def run_rank(args: argparse.Namespace, torch: Any) -> int:
     info: Dict[str, Dict[str, Any]] = {}
     api_facts: Dict[str, Any] = {}
     if args.api == "nccl":
-        from . import _perf_nccl_api as NA
+        from . import nccl_api as NA
 
         comms, api_facts = NA.open_comms(torch, rank, n, ex.store, args.timeout)
         xp = B.Xp(torch, comms["nccl"].get_device(), args.dtype)
@@ -289,7 +289,7 @@ def run_rank(args: argparse.Namespace, torch: Any) -> int:
         cols = [M.comm_column("cclx", comms["cclx"], redop, _hints(args), make_case)]
         closers = [comms["cclx"]]
         if "put" in args.colls:
-            from . import _perf_put as PP
+            from . import put as PP
 
             put_hints = {} if args.put_path == "auto" else {"put_path": args.put_path}
             closers.append(PP.with_put(cols[0], comms["cclx"], xp, rows_plan, make_case,
@@ -354,9 +354,9 @@ def _baseline_columns(args, torch, rank, n, ex, rows_plan, esize, make_case, red
     fills info[name] with what was measured or why it was skipped."""
     import cclx
 
-    from . import _C
-    from . import _perf_measure as M
-    from ._info import nccl_version
+    from .. import _C
+    from . import measure as M
+    from .._info import nccl_version
 
     cols: List[Any] = []
     want = args.baselines

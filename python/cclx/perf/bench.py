@@ -17,10 +17,10 @@ COLLS = {
     "all_to_all_v": (lambda n: (n - 1) / n, False),
     "broadcast": (lambda n: 1.0, True),
     "reduce": (lambda n: 1.0, True),
-    # the fused allreduce + residual add + RMSNorm (_perf_fused): rows by tokens x hidden, not
+    # the fused allreduce + residual add + RMSNorm (fused.py): rows by tokens x hidden, not
     # in 'all' nor in plan()
     "allreduce_rmsnorm": (lambda n: 2.0 * (n - 1) / n, True),
-    "put": (lambda n: 1.0, True),  # window put + signal + wait_signal (_perf_put.py)
+    "put": (lambda n: 1.0, True),  # window put + signal + wait_signal (put.py)
 }
 ALL = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v", "broadcast",
        "reduce")
