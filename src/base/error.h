@@ -1,4 +1,7 @@
-// Error helpers: build a cclx::Error with a formatted message, and check CUDA/system calls.
+// src/base: the bottom layer, which every other layer (store, core, the backends, the C API, the
+// bindings) includes and which includes nothing of cclx but its public header: errors (this file:
+// a cclx::Error with a formatted message, argument checks) and logging (log.h). Settings reach
+// logging from above (core/settings/config.cc installs the level and file readers).
 #pragma once
 
 #include <cclx/cclx.hpp>

@@ -18,10 +18,13 @@ std::atomic<int> gRank{-1};
 std::mutex gLogMu;
 FILE* gLogFile = nullptr;
 std::string gLogPath;
+std::atomic<LogLevel (*)()> gLevelSetting{nullptr};
+std::atomic<std::string (*)()> gFileSetting{nullptr};
 
 LogLevel levelNow() {
   try {
-    return config().logLevel;
+    LogLevel (*level)() = gLevelSetting.load(std::memory_order_acquire);
+    return level ? level() : LogLevel::WARN;
   } catch (...) {
     return LogLevel::WARN;  // a malformed setting is reported by whoever reads config()
   }
@@ -47,7 +50,8 @@ std::string expandPath(const std::string& p) {
 FILE* sink() {
   std::string want;
   try {
-    want = config().logFile;
+    std::string (*file)() = gFileSetting.load(std::memory_order_acquire);
+    if (file) want = file();
   } catch (...) {
   }
   if (want.empty()) return stderr;
@@ -77,6 +81,11 @@ const char* levelName(LogLevel l) {
 bool logEnabled(LogLevel level) { return level != LogLevel::NONE && int(level) <= int(levelNow()); }
 
 void logSetRank(int rank) { gRank.store(rank); }
+
+void logUseSettings(LogLevel (*level)(), std::string (*file)()) {
+  gLevelSetting.store(level, std::memory_order_release);
+  gFileSetting.store(file, std::memory_order_release);
+}
 
 void logMessage(LogLevel level, const char* file, int line, const char* fmt, ...) {
   char msg[2048];

@@ -2,9 +2,16 @@
 // "host:pid:tid [rank] CCLX LEVEL".
 #pragma once
 
-#include "core/settings/config.h"
+#include <string>
 
 namespace cclx {
+
+enum class LogLevel : int { NONE = 0, WARN = 1, INFO = 2, TRACE = 3 };
+
+/// Where the level and the log file come from: the settings (core/settings/config.cc, which
+/// reads CCLX_DEBUG and CCLX_DEBUG_FILE) install their readers when the library loads. Without
+/// them, or when a reader throws (a malformed setting), logging is at WARN on stderr.
+void logUseSettings(LogLevel (*level)(), std::string (*file)());
 
 void logMessage(LogLevel level, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -1,10 +1,14 @@
-// Rendezvous: establishes who is where (ranks per host) and a per-comm namespace in the store.
+// Rendezvous helpers on a store (below core: they know the store and the public types only): every
+// rank's record, waits that name the missing ranks, failures posted for the others, host
+// identities, per-comm key prefixes. A comm's rendezvous itself is core/comm/rendezvous.cc.
 #pragma once
 
+#include <cclx/cclx.hpp>
+
+#include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
-
-#include "core/comm/backend.h"
 
 namespace cclx {
 
@@ -22,11 +26,6 @@ std::vector<std::string> storeAllGather(Store& store, const std::string& key,
 void storeWaitRanks(Store& store, const std::string& key, const std::vector<int>& ranks,
                     std::chrono::milliseconds timeout, const std::string& what,
                     std::chrono::milliseconds reportEvery = std::chrono::seconds(10));
-
-/// Runs the rendezvous of a new comm whose keys live in `commStore` (the comm's namespace).
-/// opts.timeout must already be resolved (config override applied).
-BootstrapInfo bootstrap(DeviceSpec device, const Options& opts, std::shared_ptr<Store> commStore,
-                        int rank, int size);
 
 /// A rank that fails to create a comm (bad setting, bad device, a peer's failure, a timeout)
 /// tells the others through the comm's namespace: the first failure is posted under "failed"

@@ -1,4 +1,10 @@
-// Comm life cycle: creation (from a store or the environment), split, finalize, abort.
+// src/core/comm: the communicator and its calls. This file: the life cycle (creation from a store
+// or the environment, split, finalize, abort); rendezvous.cc a new comm's rendezvous; comm_colls.cc
+// the collectives (validation, check mode, dispatch to the backend) and comm_grouped.cc the calls
+// lowered onto grouped send/recv; comm_settings.cc, comm_memory.cc settings that change after
+// creation and buffer registration; window.{h,cc} one-sided windows; backend.h the contract
+// between Comm and the backends (CollArgs, BootstrapInfo, Backend, CommState); types.cc names and
+// sizes of data types and operators.
 #include <cerrno>
 #include <cstdlib>
 #include <map>

@@ -24,6 +24,11 @@ std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& opts,
                                  std::shared_ptr<Store> rootStore, const std::string& prefix,
                                  int rank, int size);
 
+/// Runs the rendezvous of a new comm whose keys live in `commStore` (the comm's namespace;
+/// rendezvous.cc). opts.timeout must already be resolved (config override applied).
+BootstrapInfo bootstrap(DeviceSpec device, const Options& opts, std::shared_ptr<Store> commStore,
+                        int rank, int size);
+
 /// Throws cclxInvalidArgument for a bad rank/size/name/timeout/backend (opts resolved).
 void checkCreateArgs(DeviceSpec device, const Options& opts, int rank, int size);
 

@@ -1,3 +1,8 @@
+// src/core/elements: the element rules host and device code share, so that a CPU twin computes
+// the GPU kernel's bits: this file (element types and reduction arithmetic), fp8_codec.h (the FP8
+// codec), lamport.h (data-as-flag element rules), rmsnorm.h (the fused allreduce + RMSNorm's row
+// rules), outputs.h (what a failed call leaves in its outputs).
+//
 // Element types and reduction arithmetic shared by host and device code.
 //
 // The host transport and the CUDA kernels both include this header so that one element is reduced

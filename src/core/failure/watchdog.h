@@ -1,3 +1,7 @@
+// src/core/failure: how a comm fails. This file: failure handling shared by every comm;
+// setup_sequence.h: the collective setup sequence every rank finishes alike (and its test-only
+// failure injection).
+//
 // Failure handling shared by every comm (docs/DESIGN.md "Failure model"): one watchdog thread
 // per process that polls every live comm's backend every ~100 ms (device error words, NCCL's
 // asynchronous errors, NCCL operations past their timeout, CUDA-graph replays included through

@@ -1,4 +1,4 @@
-// Algorithm selection: the one place that holds every size table and hint rule. Both backends
+// src/core/select: algorithm selection: the one place that holds every size table and hint rule. Both backends
 // (host shared memory, GPU) call select() once per call with what their algorithms can run for
 // these arguments (Caps), and run the algorithm it returns. docs/DESIGN.md "Algorithm
 // selection" has the table.

@@ -314,6 +314,13 @@ const Config& config() {
   return *gConfig;
 }
 
+namespace {
+// Logging (base/log.h) reads its level and file from here; installed when the library loads.
+LogLevel logLevelSetting() { return config().logLevel; }
+std::string logFileSetting() { return config().logFile; }
+const bool kLogSettingsInstalled = (logUseSettings(&logLevelSetting, &logFileSetting), true);
+}  // namespace
+
 void reloadConfig() {
   Config fresh = Config::fromEnv();  // throws before replacing anything
   std::lock_guard<std::mutex> lk(gMu);

@@ -1,4 +1,6 @@
-// All CCLX_* settings, read from the environment in exactly one place (config.cc).
+// src/core/settings: every CCLX_* setting, read from the environment in exactly one place
+// (config.cc: parsing, defaults, unknown-name warnings, the reader logging uses), and the settings
+// every rank of a comm must share, checked across ranks at setup (settings_check.{h,cc}).
 // README.md documents each variable; keep the two in step.
 #pragma once
 
@@ -7,9 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace cclx {
+#include "base/log.h"
 
-enum class LogLevel : int { NONE = 0, WARN = 1, INFO = 2, TRACE = 3 };
+namespace cclx {
 
 struct Config {
   // Logging.

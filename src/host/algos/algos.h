@@ -1,4 +1,4 @@
-// The host (shared-memory) algorithms: one collective algorithm per file, each answering "can I
+// src/host/algos: the host (shared-memory) algorithms: one collective algorithm per file, each answering "can I
 // run these arguments?" and "run them" over the step protocol of host/shm.h. The host backend
 // (host/backend.cc) asks core/select/select.h which one a call takes.
 #pragma once
