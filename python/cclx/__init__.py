@@ -31,7 +31,8 @@ from ._C import (  # noqa: E402
     prefix_store,
 )
 from .comm import Comm, Work, new_comm  # noqa: E402
-from ._comm_grouped import BatchSendRecv, CommOptions, P2POp, P2POpType  # noqa: E402
+from ._comm_grouped import BatchSendRecv, P2POp, P2POpType  # noqa: E402
+from ._comm_settings import CommOptions  # noqa: E402
 from ._hooks import OpName, RemovableHandle  # noqa: E402
 from .window import (  # noqa: E402
     TorchCommWinAccessType,

@@ -12,7 +12,9 @@
 
 Each registration returns a RemovableHandle. Op ids increase across all communicators of the
 process. A communicator without pre/post hooks keeps ``_hooks`` None, and its call path tests only
-that (one attribute load): hooks cost nothing until registered.
+that (one attribute load): hooks cost nothing until registered. This module knows an operation
+through its description (Op: name, method, parameters) and a communicator only through the
+attributes it keeps hooks in; it imports nothing of Comm.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import inspect
 import itertools
 import sys
 from typing import Any, Callable, Dict, Optional
+
+from ._work import Work
 
 
 class OpName(enum.Enum):
@@ -103,7 +107,6 @@ _RENAME = {
 _GATHERS = (OpName.all_gather, OpName.all_gather_v)  # their `tensor` is the input
 
 _op_ids = itertools.count()
-_Work = None  # cclx.comm.Work, resolved on first use (comm imports this module)
 
 
 class _Binder:
@@ -133,7 +136,36 @@ class _Binder:
         return d
 
 
-_binders: Dict[Any, _Binder] = {}
+class Op:
+    """What the hooks know of an operation (an op description, made once per wrapped method):
+    its OpName (None for a method without one), the method, and its parameters bound to
+    torchcomms' names (prepared on the first call with a pre-hook)."""
+
+    __slots__ = ("name", "method", "_binder")
+
+    def __init__(self, method: Callable) -> None:
+        self.name: Optional[OpName] = op_of(method.__name__)
+        self.method = method
+        self._binder: Optional[_Binder] = None
+
+    def pre_args(self, args: tuple, kwargs: dict) -> Optional[PreHookArgs]:
+        """The pre-hooks' arguments of one call, or None when the call does not bind (it raises
+        TypeError itself)."""
+        op = self.name
+        b = self._binder
+        if b is None:
+            b = self._binder = _Binder(self.method, op)
+        kw = b.bind(args, kwargs)
+        if kw is None:
+            return None
+        for k, v in b.renames:
+            kw[v] = kw[k]
+        if op is OpName.batch_op_issue:
+            kw["num_ops"] = len(kw.get("ops") or ())
+        kw["op_name"] = op  # (`name` is split's argument)
+        pre = PreHookArgs.__new__(PreHookArgs)
+        pre.__dict__ = kw
+        return pre
 
 
 class HookSet:
@@ -217,34 +249,18 @@ def run_abort(comm: Any, reason: str) -> None:
             sys.stderr.flush()
 
 
-def _pre_args(op: OpName, method: Callable, args: tuple, kwargs: dict) -> Optional[PreHookArgs]:
-    b = _binders.get(method)
-    if b is None:
-        b = _binders[method] = _Binder(method, op)
-    kw = b.bind(args, kwargs)
-    if kw is None:
-        return None
-    for k, v in b.renames:
-        kw[v] = kw[k]
-    if op is OpName.batch_op_issue:
-        kw["num_ops"] = len(kw.get("ops") or ())
-    kw["op_name"] = op  # (`name` is split's argument)
-    pre = PreHookArgs.__new__(PreHookArgs)
-    pre.__dict__ = kw
-    return pre
-
-
-def call(comm: Any, op: Optional[OpName], method: Callable, args: tuple, kwargs: dict) -> Any:
-    """Runs `method` with `comm`'s pre and post hooks around it."""
+def call(comm: Any, desc: Op, args: tuple, kwargs: dict) -> Any:
+    """Runs the operation `desc` on `comm` with `comm`'s pre and post hooks around it."""
     hooks: HookSet = comm._hooks
+    op = desc.name
     op_id = next(_op_ids)
     try:
         if hooks.pre and op is not None:
-            pre = _pre_args(op, method, args, kwargs)
+            pre = desc.pre_args(args, kwargs)
             if pre is not None:
                 for cb in list(hooks.pre.values()):
                     cb(op, op_id, pre)
-        result = method(comm, *args, **kwargs)
+        result = desc.method(comm, *args, **kwargs)
     except BaseException as e:
         if hooks.post:
             post = PostHookArgs(name=op, op_name=op, work=None, new_comm=None, error=e)
@@ -252,11 +268,8 @@ def call(comm: Any, op: Optional[OpName], method: Callable, args: tuple, kwargs:
                 cb(op_id, post)
         raise
     if hooks.post:
-        global _Work
-        if _Work is None:
-            from .comm import Work as _Work  # noqa: PLC0415 - comm imports this module
         post = PostHookArgs(name=op, op_name=op,
-                            work=result if isinstance(result, _Work) else None,
+                            work=result if isinstance(result, Work) else None,
                             new_comm=result if op is OpName.split else None, error=None)
         for cb in list(hooks.post.values()):
             cb(op_id, post)

@@ -1,4 +1,13 @@
-"""Comm, Work and new_comm(): the torchcomms-style front end over cclx._C."""
+"""Comm and new_comm(): the torchcomms-style front end over cclx._C.
+
+Where Comm's methods live: this module: creation (new_comm), split, finalize, abort, the
+collectives all_reduce, reduce, broadcast, all_gather(_single), reduce_scatter(_single),
+all_to_all_single, all_to_all_v_single, send, recv, barrier, all_reduce_rmsnorm, new_window and
+get_algo; _comm_grouped.py: all_gather_v, reduce_scatter_v, all_to_all (lists), scatter, gather,
+gather_single, batch_op_create and the persistent all-gather (all_gather_p_*); _comm_settings.py:
+get_options, set_timeout, set_hints, the hooks' registration, get_mem_allocator and
+tensor_register. Work (what a call returns) is in _work.py, the hooks' call path in _hooks.py.
+"""
 from __future__ import annotations
 
 import collections
@@ -8,8 +17,10 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import _C, _fused_op, _hooks, _rendezvous as rdv
-from ._comm_grouped import CHECKED as _CHECKED_OPS, CommOps
-from ._tensor import CUPY, TORCH, adapt, rows, same_dtype
+from ._comm_grouped import CHECKED as _CHECKED_OPS, GroupedOps
+from ._comm_settings import CommSettings
+from ._tensor import TORCH, adapt, rows, same_dtype
+from ._work import Work, _capturing, _current_stream
 
 ReduceOp = _C.ReduceOp
 _OP_NAMES = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR")
@@ -34,32 +45,12 @@ def _reduce_op(op: Any, where: str) -> Any:
                                  f"or a torch.distributed.ReduceOp, not {op!r}")
 
 
-def _current_stream(framework: int, device_index: int) -> int:
-    """The caller's current CUDA stream (cudaStream_t as int) for `framework`."""
-    if framework == CUPY:
-        import cupy  # type: ignore[import-not-found]
-
-        return int(cupy.cuda.get_current_stream().ptr)
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return 0
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return int(raw(device_index))
-    return int(torch.cuda.current_stream(device_index).cuda_stream)
-
-
-def _capturing() -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.cuda.is_current_stream_capturing()
-
-
 def _checked(method):
     """Runs `method` on a live communicator, with its pre/post hooks when any are registered. A
     timeout or error with abort_process_on_timeout_or_error on ends the process in the library
     itself (one line on stderr, the abort hooks, then abort), in the call or from the watchdog
     thread."""
-    op = _hooks.op_of(method.__name__)
+    op = _hooks.Op(method)
 
     @functools.wraps(method)
     def wrapper(self: "Comm", *args, **kwargs):
@@ -68,47 +59,19 @@ def _checked(method):
                                     f"{self._closed}")
         if self._hooks is None:
             return method(self, *args, **kwargs)
-        return _hooks.call(self, op, method, args, kwargs)
+        return _hooks.call(self, op, args, kwargs)
 
     return wrapper
 
 
-class Work:
-    """Handle on a collective. Keeps the tensors it uses alive until it is dropped."""
-
-    __slots__ = ("_w", "_tensors", "_cuda", "_dev", "_fw")
-
-    def __init__(self, w: Any, tensors: tuple, cuda: bool, dev: int, fw: int) -> None:
-        self._w = w
-        self._tensors = tensors
-        self._cuda = cuda
-        self._dev = dev
-        self._fw = fw
-
-    def wait(self) -> None:
-        """CUDA: the caller's current stream waits for the operation (the host does not block).
-        CPU: returns once the operation is complete."""
-        stream = _current_stream(self._fw, self._dev) if self._cuda else 0
-        self._w.wait(stream)
-
-    def wait_blocking(self, timeout: Any = None) -> None:
-        """Blocks the host until the operation completes. timeout (timedelta or seconds; None =
-        the communicator's) expiring raises CclxTimeoutError."""
-        self._w.wait_blocking(rdv.op_timeout_seconds(timeout))
-
-    def is_completed(self) -> bool:
-        """Non-blocking poll; raises if the operation failed."""
-        return self._w.is_completed()
-
-
-class Comm(CommOps):
+class Comm(GroupedOps, CommSettings):
     """A communicator of get_size() ranks on one device (create it with cclx.new_comm)."""
 
     def __init__(self, c: Any, device: Any, store: Any) -> None:
         self._c = c
         self._device = device
         self._store = store
-        self._abort_hooks: Dict[Any, Any] = {}  # register_abort_hook (_comm_grouped.py)
+        self._abort_hooks: Dict[Any, Any] = {}  # register_abort_hook (_comm_settings.py)
         # The library calls this (with the reason) when the comm aborts: abort(), or a timeout /
         # error with abort_process_on_timeout_or_error, just before the process ends.
         me = weakref.ref(self)
@@ -490,7 +453,7 @@ class Comm(CommOps):
 
 
 for _name in _CHECKED_OPS:  # the collectives of _comm_grouped.py get the same wrapper
-    setattr(Comm, _name, _checked(getattr(CommOps, _name)))
+    setattr(Comm, _name, _checked(getattr(GroupedOps, _name)))
 
 
 def new_comm(backend: str, device: Any, *, name: Optional[str] = None, store: Any = None,
