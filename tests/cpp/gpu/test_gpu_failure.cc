@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/comm/backend.h"
+#include "helpers/gpu_ranks.h"
 #include "helpers/gpu_util.h"
 
 using namespace cclx;
@@ -37,18 +38,6 @@ using Hints = std::map<std::string, std::string>;
 constexpr auto kTimeout = std::chrono::seconds(3);
 constexpr size_t kCount = 24577;  // elements per call (odd)
 constexpr int kStale = 0x40;      // fill byte of outputs before a call: 3.0f, bf16 3.0: plausible
-
-int worldSize() {
-  const char* v = std::getenv("CCLX_TEST_RANKS");
-  int n = v && *v ? std::atoi(v) : 3;
-  return n < 2 ? 2 : n > 8 ? 8 : n;
-}
-
-int deviceOf(int rank) {
-  int n = 0;
-  CK(cudaGetDeviceCount(&n));
-  return rank % n;
-}
 
 struct AlgoCase {
   const char* name;
@@ -64,29 +53,16 @@ const AlgoCase kAlgos[] = {
     {"auto", {}, DataType::f16},
 };
 
+// The comms of this suite: the short timeout, abort-on-error off unless asked.
 std::shared_ptr<Comm> gpuComm(int rank, int size, std::shared_ptr<Store> store,
                               const std::string& name, bool abortOnError = false) {
-  Options o;
-  o.name = name;
-  o.timeout = kTimeout;
-  o.abortOnError = abortOnError;
-  return Comm::create(DeviceSpec::cuda(deviceOf(rank)), o, std::move(store), rank, size);
+  return sharedGpuComm(rank, size, std::move(store), name, kTimeout, abortOnError);
 }
 
 std::shared_ptr<Comm> twinComm(int rank, int size, std::shared_ptr<Store> store,
                                const std::string& name) {
-  Options o;
-  o.name = name;
-  o.timeout = std::chrono::seconds(120);
-  o.abortOnError = false;
-  return test::makeCpuComm(rank, size, std::move(store), o);
+  return hostTwin(rank, size, std::move(store), name, /*abortOnError=*/false);
 }
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { (void)cudaStreamDestroy(s); }
-};
 
 // One call of a scenario: its input, device buffers, Work and verdicts.
 struct Call {
@@ -190,7 +166,7 @@ double slack(int n) { return 2.0 + 0.5 * n; }
 // The last rank sleeps 2x the timeout before call kLate of kCalls asynchronous calls.
 TEST(GpuFailure, LateRankGivesExactOrNaN) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   constexpr int kCalls = 8, kLate = 3;
   const double T = std::chrono::duration<double>(kTimeout).count();
   for (const AlgoCase& a : kAlgos) {
@@ -232,7 +208,7 @@ TEST(GpuFailure, LateRankGivesExactOrNaN) {
 // first, from the host twin of all ranks.
 TEST(GpuFailure, DeadRankGivesExactOrNaN) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   constexpr int kCalls = 12, kDie = 5;
   const double T = std::chrono::duration<double>(kTimeout).count();
   for (const AlgoCase& a : kAlgos) {
@@ -308,7 +284,7 @@ TEST(GpuFailure, DeadRankGivesExactOrNaN) {
 // reports the failure.
 TEST(GpuFailure, GraphReplayAfterTimeout) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   const double T = std::chrono::duration<double>(kTimeout).count();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     const int late = size - 1;
@@ -321,22 +297,19 @@ TEST(GpuFailure, GraphReplayAfterTimeout) {
       auto c = makeCalls(a, rank, 1, 3000);
       calls.push_back(std::move(c[0]));
     }
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < 2; ++i) {
-      CollOptions co;
-      co.stream = st.s;
-      co.hints = algs[i].hints;
-      gpu->allReduce(calls[size_t(i)]->send, calls[size_t(i)]->recv, kCount, algs[i].t,
-                     RedOpKind::SUM, co);
-    }
-    CK(cudaStreamEndCapture(st.s, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
+    auto graph = std::make_unique<Graph>(st.s, [&] {
+      for (int i = 0; i < 2; ++i) {
+        CollOptions co;
+        co.stream = st.s;
+        co.hints = algs[i].hints;
+        gpu->allReduce(calls[size_t(i)]->send, calls[size_t(i)]->recv, kCount, algs[i].t,
+                       RedOpKind::SUM, co);
+      }
+    });
     auto replay = [&] {
       for (int i = 0; i < 2; ++i)
         CK(cudaMemsetAsync(calls[size_t(i)]->recv, kStale, kCount * dtypeSize(algs[i].t), st.s));
-      CK(cudaGraphLaunch(exec, st.s));
+      graph->launch();
       CK(cudaStreamSynchronize(st.s));
     };
     auto outputs = [&](int i) { return d2h(calls[size_t(i)]->recv, kCount * dtypeSize(algs[i].t)); };
@@ -368,8 +341,7 @@ TEST(GpuFailure, GraphReplayAfterTimeout) {
     while ((e = gpu->asyncError()) == cclxSuccess && since(t2) < 2.0)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     MP_CHECK(e != cclxSuccess, "rank %d: no failure reported after the replays", rank);
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
+    graph.reset();  // before the comm goes
     twin->finalize();
     gpu->abort();
   }, std::chrono::seconds(240));
@@ -381,7 +353,7 @@ TEST(GpuFailure, GraphReplayAfterTimeout) {
 // after one line naming the missing rank.
 TEST(GpuFailure, WatchdogAbortsTheProcess) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   const double T = std::chrono::duration<double>(kTimeout).count();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto gpu = gpuComm(rank, size, store, "watchdog_abort", /*abortOnError=*/true);

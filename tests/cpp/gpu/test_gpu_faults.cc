@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/settings/config.h"
+#include "helpers/gpu_ranks.h"
 #include "helpers/gpu_util.h"
 
 using namespace cclx;
@@ -32,41 +33,17 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-int worldSize() {
-  const char* v = std::getenv("CCLX_TEST_RANKS");
-  int n = v && *v ? std::atoi(v) : 3;
-  return n < 2 ? 2 : n > 8 ? 8 : n;
-}
+bool sharesGpu(int size) { return size > deviceCount(); }
 
-int deviceOf(int rank) {
-  int n = 0;
-  CK(cudaGetDeviceCount(&n));
-  return rank % n;
-}
-
-bool sharesGpu(int size) {
-  int n = 0;
-  CK(cudaGetDeviceCount(&n));
-  return size > n;
-}
-
+// The comms of this suite: 60 s unless the test says.
 std::shared_ptr<Comm> gpuComm(int rank, int size, std::shared_ptr<Store> store, const char* name,
                               std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  Options o;
-  o.name = name;
-  o.timeout = timeout;
-  return Comm::create(DeviceSpec::cuda(deviceOf(rank)), o, std::move(store), rank, size);
+  return sharedGpuComm(rank, size, std::move(store), name, timeout);
 }
 
 double secondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { (void)cudaStreamDestroy(s); }
-};
 
 // Rank r's input: small integers as floats (sums are exact in any order).
 std::vector<float> input(int rank, size_t n, int call) {
@@ -85,7 +62,7 @@ float expectedSum(int size, size_t i, int call) {
 
 void injectedSetupFailure(const char* stage, bool creationFails) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     setenv("CCLX_TEST_SETUP_FAIL", (std::string("1:") + stage).c_str(), 1);
     reloadConfig();
@@ -139,7 +116,7 @@ TEST(GpuFaults, SetupFailureAtOpenTurnsPeerMemoryOffEverywhere) {
 
 TEST(GpuFaults, DifferentStagingBytesFailCreationOnEveryRank) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     if (rank == size - 1) setenv("CCLX_DDA_STAGING_BYTES", "8M", 1);
     reloadConfig();
@@ -164,7 +141,7 @@ TEST(GpuFaults, DifferentStagingBytesFailCreationOnEveryRank) {
 // the application's graph): the backend orders them, so every replay is exact.
 TEST(GpuFaults, CaptureOnForkedStreamsIsOrdered) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto comm = gpuComm(rank, size, store, "fork");
     Stream a, b;
@@ -179,23 +156,21 @@ TEST(GpuFaults, CaptureOnForkedStreamsIsOrdered) {
       ca.stream = a.s;
       cb.stream = b.s;
       ca.hints = cb.hints = {{"algo", algo}};
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      CK(cudaStreamBeginCapture(a.s, cudaStreamCaptureModeGlobal));
-      CK(cudaEventRecord(fork, a.s));
-      CK(cudaStreamWaitEvent(b.s, fork, 0));
-      comm->allReduce(x.base, x.base, count, DataType::f32, RedOpKind::SUM, ca);
-      comm->allReduce(y.base, y.base, count, DataType::f32, RedOpKind::SUM, cb);
-      CK(cudaEventRecord(join, b.s));
-      CK(cudaStreamWaitEvent(a.s, join, 0));
-      CK(cudaStreamEndCapture(a.s, &graph));
-      CK(cudaGraphInstantiate(&exec, graph, 0));
-      for (int rep = 0; rep < 6; ++rep) {
-        const auto inX = input(rank, count, 2 * rep), inY = input(rank, count, 2 * rep + 1);
+      Graph graph(a.s, [&] {
+        CK(cudaEventRecord(fork, a.s));
+        CK(cudaStreamWaitEvent(b.s, fork, 0));
+        comm->allReduce(x.base, x.base, count, DataType::f32, RedOpKind::SUM, ca);
+        comm->allReduce(y.base, y.base, count, DataType::f32, RedOpKind::SUM, cb);
+        CK(cudaEventRecord(join, b.s));
+        CK(cudaStreamWaitEvent(a.s, join, 0));
+      }, cudaStreamCaptureModeGlobal);
+      std::vector<float> inX, inY;  // alive until the replay that reads them completed
+      graph.replay(6, [&](int rep) {
+        inX = input(rank, count, 2 * rep);
+        inY = input(rank, count, 2 * rep + 1);
         CK(cudaMemcpyAsync(x.base, inX.data(), count * 4, cudaMemcpyHostToDevice, a.s));
         CK(cudaMemcpyAsync(y.base, inY.data(), count * 4, cudaMemcpyHostToDevice, a.s));
-        CK(cudaGraphLaunch(exec, a.s));
-        CK(cudaStreamSynchronize(a.s));
+      }, [&](int rep) {
         std::vector<float> ox(count), oy(count);
         CK(cudaMemcpy(ox.data(), x.base, count * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(oy.data(), y.base, count * 4, cudaMemcpyDeviceToHost));
@@ -205,9 +180,7 @@ TEST(GpuFaults, CaptureOnForkedStreamsIsOrdered) {
           MP_CHECK(oy[i] == expectedSum(size, i, 2 * rep + 1), "%s rep %d y[%zu] = %f", algo, rep,
                    i, double(oy[i]));
         }
-      }
-      CK(cudaGraphExecDestroy(exec));
-      CK(cudaGraphDestroy(graph));
+      });
     }
     CK(cudaEventDestroy(fork));
     CK(cudaEventDestroy(join));
@@ -222,7 +195,7 @@ TEST(GpuFaults, CaptureOnForkedStreamsIsOrdered) {
 // (timeout 120 s) and abort: abort() returns at once, the kernel stops, its output is NaN.
 TEST(GpuFaults, AbortWithDeadPeerReturnsAtOnce) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto comm = gpuComm(rank, size, store, "abort", std::chrono::seconds(120));
     Stream st;
@@ -268,7 +241,7 @@ TEST(GpuFaults, AbortWithDeadPeerReturnsAtOnce) {
 // after the comm's timeout (5 s here) and returns, leaving the peer memory allocated.
 TEST(GpuFaults, FinalizeWithoutPeerReturnsWithinTheBound) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto comm = gpuComm(rank, size, store, "leave", std::chrono::seconds(5));
     const size_t count = 1000;
@@ -294,7 +267,7 @@ TEST(GpuFaults, FinalizeWithoutPeerReturnsWithinTheBound) {
 // call (this comm's work only), then the teardown barrier, and the result is exact.
 TEST(GpuFaults, FinalizeWaitsForTheCommsOwnWork) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize(3);
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto comm = gpuComm(rank, size, store, "own");
     Stream st;

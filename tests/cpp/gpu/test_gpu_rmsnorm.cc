@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "helpers/gpu_ranks.h"
 #include "helpers/gpu_util.h"
 #include "helpers/rms_util.h"
 
@@ -30,39 +31,6 @@ using rmstest::Data;
 using rmstest::Out;
 
 namespace {
-
-int worldSize() {
-  const char* v = std::getenv("CCLX_TEST_RANKS");
-  int n = v && *v ? std::atoi(v) : 4;
-  return n < 2 ? 2 : n > 8 ? 8 : n;
-}
-
-int devices() {
-  int n = 0;
-  CK(cudaGetDeviceCount(&n));
-  return n;
-}
-
-std::shared_ptr<Comm> gpuComm(int rank, int size, std::shared_ptr<Store> store, const char* name,
-                              std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
-  Options o;
-  o.name = name;
-  o.timeout = timeout;
-  return Comm::create(DeviceSpec::cuda(rank % devices()), o, std::move(store), rank, size);
-}
-
-std::shared_ptr<Comm> twinComm(int rank, int size, std::shared_ptr<Store> store) {
-  Options o;
-  o.name = "rms_twin";
-  o.timeout = std::chrono::seconds(120);
-  return test::makeCpuComm(rank, size, std::move(store), o);
-}
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { (void)cudaStreamDestroy(s); }
-};
 
 // Device buffers of one case: every [tokens, hidden] buffer `offset` bytes into a poisoned
 // allocation with a guard byte after it.
@@ -251,17 +219,10 @@ std::vector<Case> variantCases(const char* fused, const char* algo, const char* 
 }
 
 void runSuite(const std::vector<Case>& cases, uint64_t seed0) {
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "rms");
-    auto twin = twinComm(rank, size, store);
-    Stream st;
+  runTwinRanks(sharedWorldSize(), "rms", "rms_twin", [&](TwinRank& r) {
     uint64_t seed = seed0;
-    for (const Case& c : cases) runCase(*gpu, *twin, c, rank, size, ++seed, st.s);
-    gpu->finalize();
-    twin->finalize();
-  }, std::chrono::seconds(600));
-  ASSERT_TRUE(res.ok()) << res.log;
+    for (const Case& c : cases) runCase(*r.gpu, *r.twin, c, r.rank, r.size, ++seed, r.st.s);
+  });
 }
 
 }  // namespace
@@ -292,7 +253,7 @@ TEST(GpuRmsNorm, UnfusedOverDdaEqualsHostTwin) {
 // One GPU per rank only (NCCL refuses ranks that share a GPU): NCCL's allreduce + the local kernel.
 TEST(GpuRmsNorm, UnfusedOverNcclEqualsHostTwin) {
   GPU_REQUIRE(2);
-  if (worldSize() > devices()) GTEST_SKIP() << "ranks share a GPU: no NCCL";
+  if (sharedWorldSize() > deviceCount()) GTEST_SKIP() << "ranks share a GPU: no NCCL";
   std::vector<Case> cases = variantCases("unfused", "nccl", "unfused(nccl)");
   runSuite(cases, 400);
 }
@@ -316,11 +277,10 @@ TEST(GpuRmsNorm, AutoAndFewTokens) {
 // with new inputs before each replay.
 TEST(GpuRmsNorm, BackToBackAndGraphReplay) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "rms_b2b");
-    auto twin = twinComm(rank, size, store);
-    Stream st;
+  runTwinRanks(sharedWorldSize(), "rms_b2b", "rms_twin", [&](TwinRank& r) {
+    const int rank = r.rank, size = r.size;
+    Comm &gpu = *r.gpu, &twin = *r.twin;
+    Stream& st = r.st;
     const char* fused[] = {"oneshot", "twoshot", "unfused"};
     const char* algos[] = {"lamport", "flat", "tree"};
     const DataType types[] = {DataType::bf16, DataType::f32, DataType::f16};
@@ -335,10 +295,10 @@ TEST(GpuRmsNorm, BackToBackAndGraphReplay) {
     co.stream = st.s;
     for (auto& dc : dcs) {
       co.hints = dc->c.hints;
-      gpu->allReduceRmsNorm(dc->args(), co);
+      gpu.allReduceRmsNorm(dc->args(), co);
     }
     CK(cudaStreamSynchronize(st.s));
-    for (auto& dc : dcs) expectTwin(*dc, *twin, rank, "back to back");
+    for (auto& dc : dcs) expectTwin(*dc, twin, rank, "back to back");
 
     std::vector<std::unique_ptr<DevCase>> g;
     g.push_back(std::make_unique<DevCase>(mk(DataType::bf16, 8, 4096, "oneshot", nullptr), rank, size, 700));
@@ -350,38 +310,29 @@ TEST(GpuRmsNorm, BackToBackAndGraphReplay) {
                                           rank, size, 704));
     g[2]->c.hints["algo"] = "lamport";
     g[3]->c.hints["algo"] = "tree";
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
-    for (auto& dc : g) {
-      co.hints = dc->c.hints;
-      gpu->allReduceRmsNorm(dc->args(), co);
-    }
-    CK(cudaStreamEndCapture(st.s, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 4; ++rep) {
+    Graph graph(st.s, [&] {
+      for (auto& dc : g) {
+        co.hints = dc->c.hints;
+        gpu.allReduceRmsNorm(dc->args(), co);
+      }
+    });
+    graph.replay(4, [&](int rep) {
       for (size_t i = 0; i < g.size(); ++i) g[i]->refill(rank, size, 800 + 10 * uint64_t(rep) + i, st.s);
-      CK(cudaGraphLaunch(exec, st.s));
-      CK(cudaStreamSynchronize(st.s));
-      for (auto& dc : g) expectTwin(*dc, *twin, rank, "graph replay");
-    }
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    gpu->finalize();
-    twin->finalize();
-  }, std::chrono::seconds(600));
-  ASSERT_TRUE(res.ok()) << res.log;
+    }, [&](int) {
+      for (auto& dc : g) expectTwin(*dc, twin, rank, "graph replay");
+    });
+  });
 }
 
 // The last rank never calls: every other rank's fused call times out naming it, its outputs are
 // all ones (NaN), and the comm refuses further work.
 TEST(GpuRmsNorm, MissingRankIsNamed) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   const auto timeout = std::chrono::seconds(5);
   for (const char* fused : {"oneshot", "twoshot"}) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-      auto gpu = gpuComm(rank, size, store, "rms_missing", timeout);
+      auto gpu = sharedGpuComm(rank, size, store, "rms_missing", timeout);
       if (rank == size - 1) {
         std::this_thread::sleep_for(timeout + std::chrono::seconds(10));
         return;  // never calls; leaves without finalize
@@ -422,13 +373,13 @@ TEST(GpuRmsNorm, MissingRankIsNamed) {
 // timeout, never a hang), and the comm refuses further calls.
 TEST(GpuRmsNorm, KilledRankIsNamed) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   const int victim = n - 1;
   const auto timeout = std::chrono::seconds(6);
   for (const char* fused : {"oneshot", "twoshot"}) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       auto gpu =
-          gpuComm(rank, size, store, fused[0] == 'o' ? "rms_kill_one" : "rms_kill_two", timeout);
+          sharedGpuComm(rank, size, store, fused[0] == 'o' ? "rms_kill_one" : "rms_kill_two", timeout);
       DevCase dc(mk(DataType::bf16, 16, 2048, fused, nullptr, true), rank, size, 901);
       CollOptions co;
       co.hints = dc.c.hints;

@@ -23,39 +23,13 @@
 #include <vector>
 
 #include "core/comm/backend.h"
+#include "helpers/gpu_ranks.h"
 #include "helpers/gpu_util.h"
 
 using namespace cclx;
 using namespace gputest;
 
 namespace {
-
-int worldSize() {
-  const char* v = std::getenv("CCLX_TEST_RANKS");
-  int n = v && *v ? std::atoi(v) : 4;
-  return n < 2 ? 2 : n > 8 ? 8 : n;
-}
-
-int deviceOf(int rank) {
-  int n = 0;
-  CK(cudaGetDeviceCount(&n));
-  return rank % n;
-}
-
-std::shared_ptr<Comm> gpuComm(int rank, int size, std::shared_ptr<Store> store, const char* name,
-                              std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
-  Options o;
-  o.name = name;
-  o.timeout = timeout;
-  return Comm::create(DeviceSpec::cuda(deviceOf(rank)), o, std::move(store), rank, size);
-}
-
-std::shared_ptr<Comm> twinComm(int rank, int size, std::shared_ptr<Store> store) {
-  Options o;
-  o.name = "twin";
-  o.timeout = std::chrono::seconds(120);
-  return test::makeCpuComm(rank, size, std::move(store), o);
-}
 
 using Hints = std::map<std::string, std::string>;
 
@@ -169,12 +143,6 @@ void runCase(Comm& gpu, Comm& twin, const Case& c, int rank, int n, uint64_t see
   expectEqual(c, got, twinResult(twin, c, n, in), rank, "single call");
 }
 
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { (void)cudaStreamDestroy(s); }
-};
-
 const DataType kAllTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,
                               DataType::i32, DataType::i64, DataType::u32, DataType::u64,
                               DataType::i8,  DataType::u8};
@@ -243,17 +211,10 @@ std::vector<Case> fp8Cases() {
 }
 
 void runSuite(const std::vector<Case>& cases, uint64_t seed0) {
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "shared");
-    auto twin = twinComm(rank, size, store);
-    Stream st;
+  runTwinRanks(sharedWorldSize(), "shared", "twin", [&](TwinRank& r) {
     uint64_t seed = seed0;
-    for (const Case& c : cases) runCase(*gpu, *twin, c, rank, size, ++seed, st.s);
-    gpu->finalize();
-    twin->finalize();
-  }, std::chrono::seconds(600));
-  ASSERT_TRUE(res.ok()) << res.log;
+    for (const Case& c : cases) runCase(*r.gpu, *r.twin, c, r.rank, r.size, ++seed, r.st.s);
+  });
 }
 
 }  // namespace
@@ -282,35 +243,26 @@ TEST(GpuShared, Fp8EqualsHostTwin) {
 // exist there), including sizes the tables send to NCCL when ranks have GPUs of their own.
 TEST(GpuShared, AutoSelectionUsesPeerAlgorithms) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "auto");
-    auto twin = twinComm(rank, size, store);
-    int devices = 0;
-    CK(cudaGetDeviceCount(&devices));
-    Stream st;
+  runTwinRanks(sharedWorldSize(), "auto", "twin", [&](TwinRank& r) {
+    const int devices = deviceCount();
     for (size_t count : {size_t(3), size_t(300001), size_t(5) << 20}) {
       Case c;
       c.count = count;
-      const std::string algo = gpu->selectAllReduceAlgo(count, c.t, c.op);
-      if (size > devices) MP_CHECK(algo != "nccl", "%zu floats: auto picked nccl on a shared GPU", count);
-      runCase(*gpu, *twin, c, rank, size, 500 + count, st.s);
+      const std::string algo = r.gpu->selectAllReduceAlgo(count, c.t, c.op);
+      if (r.size > devices) MP_CHECK(algo != "nccl", "%zu floats: auto picked nccl on a shared GPU", count);
+      runCase(*r.gpu, *r.twin, c, r.rank, r.size, 500 + count, r.st.s);
     }
-    gpu->finalize();
-    twin->finalize();
-  }, std::chrono::seconds(600));
-  ASSERT_TRUE(res.ok()) << res.log;
+  });
 }
 
 // 24 calls with fresh data and their own buffers, enqueued back to back without a host sync, then
 // one CUDA graph of four calls replayed four times with new inputs before each replay.
 TEST(GpuShared, BackToBackAndGraphReplay) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "b2b");
-    auto twin = twinComm(rank, size, store);
-    Stream st;
+  runTwinRanks(sharedWorldSize(), "b2b", "twin", [&](TwinRank& r) {
+    const int rank = r.rank, size = r.size;
+    Comm &gpu = *r.gpu, &twin = *r.twin;
+    Stream& st = r.st;
     const char* algos[] = {"flat", "lamport", "tree"};
     const DataType types[] = {DataType::f32, DataType::bf16, DataType::f16, DataType::f64};
     std::vector<Case> cases;
@@ -333,12 +285,12 @@ TEST(GpuShared, BackToBackAndGraphReplay) {
     for (size_t i = 0; i < cases.size(); ++i) {
       CollOptions ci = co;
       ci.hints = cases[i].hints;
-      enqueue(*gpu, cases[i], bufs[i]->send, bufs[i]->recv, ci);
+      enqueue(gpu, cases[i], bufs[i]->send, bufs[i]->recv, ci);
     }
     CK(cudaStreamSynchronize(st.s));
     for (size_t i = 0; i < cases.size(); ++i)
       expectEqual(cases[i], d2h(bufs[i]->recv, bufs[i]->outBytes),
-                  twinResult(*twin, cases[i], size, ins[i]), rank, "back to back");
+                  twinResult(twin, cases[i], size, ins[i]), rank, "back to back");
 
     // The graph: flat, Lamport, tree and an FP8 one-shot allreduce.
     std::vector<Case> g(4);
@@ -358,44 +310,34 @@ TEST(GpuShared, BackToBackAndGraphReplay) {
       gin[i] = input(g[i], rank, size, 700 + i);
       gb.push_back(std::make_unique<Bufs>(g[i], size, gin[i]));
     }
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
-    for (size_t i = 0; i < g.size(); ++i) {
-      CollOptions ci = co;
-      ci.hints = g[i].hints;
-      enqueue(*gpu, g[i], gb[i]->send, gb[i]->recv, ci);
-    }
-    CK(cudaStreamEndCapture(st.s, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 4; ++rep) {
+    Graph graph(st.s, [&] {
+      for (size_t i = 0; i < g.size(); ++i) {
+        CollOptions ci = co;
+        ci.hints = g[i].hints;
+        enqueue(gpu, g[i], gb[i]->send, gb[i]->recv, ci);
+      }
+    });
+    graph.replay(4, [&](int rep) {
       for (size_t i = 0; i < g.size(); ++i) {
         gin[i] = input(g[i], rank, size, 800 + 10 * uint64_t(rep) + i);
         gb[i]->refill(g[i], gin[i], st.s);
       }
-      CK(cudaGraphLaunch(exec, st.s));
-      CK(cudaStreamSynchronize(st.s));
+    }, [&](int) {
       for (size_t i = 0; i < g.size(); ++i)
-        expectEqual(g[i], d2h(gb[i]->recv, gb[i]->outBytes), twinResult(*twin, g[i], size, gin[i]),
+        expectEqual(g[i], d2h(gb[i]->recv, gb[i]->outBytes), twinResult(twin, g[i], size, gin[i]),
                     rank, "graph replay");
-    }
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    gpu->finalize();
-    twin->finalize();
-  }, std::chrono::seconds(600));
-  ASSERT_TRUE(res.ok()) << res.log;
+    });
+  });
 }
 
 // Ranks that share a GPU have no NCCL comm: what needs NCCL (point to point) fails with a message
 // that says why.
 TEST(GpuShared, NcclCollectivesFailClearly) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    int devices = 0;
-    CK(cudaGetDeviceCount(&devices));
-    auto gpu = gpuComm(rank, size, store, "nonccl");
+    const int devices = deviceCount();
+    auto gpu = sharedGpuComm(rank, size, store, "nonccl");
     if (size <= devices) {  // one GPU per rank here: NCCL exists, nothing to check
       gpu->finalize();
       return;
@@ -423,11 +365,10 @@ TEST(GpuShared, NcclCollectivesFailClearly) {
 // exchange (test_gpu_shared_grouped).
 TEST(GpuShared, PointToPointBatchNeedsNccl) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    int devices = 0;
-    CK(cudaGetDeviceCount(&devices));
-    auto gpu = gpuComm(rank, size, store, "groupednonccl");
+    const int devices = deviceCount();
+    auto gpu = sharedGpuComm(rank, size, store, "groupednonccl");
     if (size <= devices) {  // one GPU per rank here: NCCL exists, nothing to check
       gpu->finalize();
       return;
@@ -460,10 +401,10 @@ TEST(GpuShared, PointToPointBatchNeedsNccl) {
 // The last rank never calls: every other rank's call times out naming it (device-side deadline).
 TEST(GpuShared, MissingRankIsNamed) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   const auto timeout = std::chrono::seconds(5);
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "missing", timeout);
+    auto gpu = sharedGpuComm(rank, size, store, "missing", timeout);
     if (rank == size - 1) {
       std::this_thread::sleep_for(timeout + std::chrono::seconds(10));
       return;  // never calls; leaves without finalize
@@ -491,11 +432,11 @@ TEST(GpuShared, MissingRankIsNamed) {
 // new, smaller comm and it works.
 TEST(GpuShared, KilledRankIsNamedAndSurvivorsGoOn) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   const int victim = n - 1;
   const auto timeout = std::chrono::seconds(8);
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "kill", timeout);
+    auto gpu = sharedGpuComm(rank, size, store, "kill", timeout);
     Stream st;
     const size_t count = 4099;
     char* p = poisoned(count * 4);
@@ -524,7 +465,7 @@ TEST(GpuShared, KilledRankIsNamedAndSurvivorsGoOn) {
     (void)cudaFree(p);
     // The survivors go on with a comm of their own.
     const int m = size - 1;
-    auto after = gpuComm(rank, m, store, "after_kill", std::chrono::seconds(60));
+    auto after = sharedGpuComm(rank, m, store, "after_kill", std::chrono::seconds(60));
     auto twin = test::makeCpuComm(rank, m, store, [] { Options o; o.name = "after_twin"; return o; }());
     Case c;
     c.count = 2053;

@@ -80,13 +80,14 @@ TEST(GpuSharedColls, AutoSelectionUsesPeerAlgorithms) {
 // Staging is allocated by the first call that needs it, region by region, on every rank.
 TEST(GpuSharedColls, StagingAllocatedOnFirstUse) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "lazy");
-    auto twin = twinComm(rank, size, store, "lazy_twin");
+  runTwinRanksWith(sharedWorldSize(), [](int rank, int size, std::shared_ptr<Store> store) {
+    return gpuComm(rank, size, std::move(store), "lazy");
+  }, "lazy_twin", [&](TwinRank& r) {
+    const int rank = r.rank, size = r.size;
+    auto &gpu = r.gpu, &twin = r.twin;
+    Stream& st = r.st;
     CudaBackend& b = backendOf(*gpu);
     MP_CHECK(b.stagingBytesHeld() == 0, "a new comm holds %zu bytes of staging", b.stagingBytesHeld());
-    Stream st;
     XCase ll;
     ll.type = CollType::AllGather;
     ll.count = 100;
@@ -105,10 +106,7 @@ TEST(GpuSharedColls, StagingAllocatedOnFirstUse) {
              afterPipe);
     runCase(*gpu, *twin, pipe, rank, size, 7002, st.s);
     MP_CHECK(b.stagingBytesHeld() == afterPipe, "a second call grew the staging");
-    gpu->finalize();
-    twin->finalize();
   }, std::chrono::seconds(300));
-  ASSERT_TRUE(res.ok()) << res.log;
 }
 
 // 24 calls with fresh data and their own buffers back to back without a host sync (LL and
@@ -117,11 +115,13 @@ TEST(GpuSharedColls, StagingAllocatedOnFirstUse) {
 // inputs before each replay.
 TEST(GpuSharedColls, BackToBackAndGraphReplay) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "b2b");
-    auto twin = twinComm(rank, size, store, "b2b_twin");
-    Stream st;
+  runTwinRanksWith(sharedWorldSize(), [](int rank, int size, std::shared_ptr<Store> store) {
+    return gpuComm(rank, size, std::move(store), "b2b");
+  }, "b2b_twin", [&](TwinRank& r) {
+    const int rank = r.rank, size = r.size;
+    auto &gpu = r.gpu, &twin = r.twin;
+    Stream& st = r.st;
+    const std::shared_ptr<Store>& store = r.store;
     const CollType types[] = {CollType::AllGather, CollType::ReduceScatter, CollType::AllToAll,
                               CollType::AllToAllV};
     std::vector<XCase> cases;
@@ -189,37 +189,29 @@ TEST(GpuSharedColls, BackToBackAndGraphReplay) {
       gin[i] = input(g[i], rank, size, 9000 + i);
       gb.push_back(std::make_unique<XBufs>(g[i], rank, size, gin[i]));
     }
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
-    for (size_t i = 0; i < g.size(); ++i) {
-      CollOptions ci = co;
-      ci.hints = g[i].hints;
-      call(*fresh, g[i], gb[i]->send, gb[i]->recv, gb[i]->rl, gb[i]->sl, ci);
-    }
-    CK(cudaStreamEndCapture(st.s, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
+    auto graph = std::make_unique<Graph>(st.s, [&] {
+      for (size_t i = 0; i < g.size(); ++i) {
+        CollOptions ci = co;
+        ci.hints = g[i].hints;
+        call(*fresh, g[i], gb[i]->send, gb[i]->recv, gb[i]->rl, gb[i]->sl, ci);
+      }
+    });
     MP_CHECK(backendOf(*fresh).stagingBytesHeld() > 0, "no staging after the capture");
-    for (int rep = 0; rep < 4; ++rep) {
+    graph->replay(4, [&](int rep) {
       for (size_t i = 0; i < g.size(); ++i) {
         gin[i] = input(g[i], rank, size, 9100 + 10 * uint64_t(rep) + i);
         gb[i]->load(gin[i], st.s);
       }
-      CK(cudaGraphLaunch(exec, st.s));
-      CK(cudaStreamSynchronize(st.s));
+    }, [&](int) {
       for (size_t i = 0; i < g.size(); ++i) {
         bool guards = false;
         expectEqual(g[i], gb[i]->output(guards), twinResult(*twin, g[i], size, gin[i]), rank,
                     "graph replay");
       }
-    }
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
+    });
+    graph.reset();  // before the fresh comm goes
     fresh->finalize();
-    gpu->finalize();
-    twin->finalize();
-  }, std::chrono::seconds(600));
-  ASSERT_TRUE(res.ok()) << res.log;
+  });
 }
 
 // The last rank never calls. First at the staging growth of a comm's first pipelined call (the
@@ -227,7 +219,7 @@ TEST(GpuSharedColls, BackToBackAndGraphReplay) {
 // exists: both name the missing rank.
 TEST(GpuSharedColls, MissingRankIsNamed) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   const auto timeout = std::chrono::seconds(4);
   for (bool warm : {false, true}) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
@@ -263,11 +255,11 @@ TEST(GpuSharedColls, MissingRankIsNamed) {
 // exact or NaN (all-ones bytes), never another value, and the late rank's call fails or is NaN.
 TEST(GpuSharedColls, LateRankGivesExactOrNaN) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   for (int late : {2, 8}) {  // seconds; the timeout is 5 s
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       auto gpu = gpuComm(rank, size, store, "late", false, std::chrono::seconds(5));
-      auto twin = twinComm(rank, size, store, "late_twin");
+      auto twin = hostTwin(rank, size, store, "late_twin");
       Stream st;
       XCase c;
       c.type = CollType::AllToAll;
@@ -305,7 +297,7 @@ TEST(GpuSharedColls, LateRankGivesExactOrNaN) {
 // the call fails on every rank (rank 0 naming rank 1), the outputs are NaN, nothing hangs.
 TEST(GpuSharedColls, AllToAllVCountMismatchFailsClearly) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto gpu = gpuComm(rank, size, store, "mismatch", false, std::chrono::seconds(10));
     Stream st;

@@ -299,11 +299,12 @@ CollOptions optsOf(const GCase& c, cudaStream_t s) {
 }
 
 void runGrouped(bool small, uint64_t seed0) {
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "grouped", small);
-    auto twin = twinComm(rank, size, store, "grouped_twin");
-    Stream st;
+  runTwinRanksWith(sharedWorldSize(), [&](int rank, int size, std::shared_ptr<Store> store) {
+    return gpuComm(rank, size, std::move(store), "grouped", small);
+  }, "grouped_twin", [&](TwinRank& r) {
+    const int rank = r.rank, size = r.size;
+    auto &gpu = r.gpu, &twin = r.twin;
+    Stream& st = r.st;
     const std::vector<GCase> cases = groupedCases(size);
     // One call at a time.
     uint64_t seed = seed0;
@@ -337,10 +338,7 @@ void runGrouped(bool small, uint64_t seed0) {
       MP_CHECK(guards, "%s: back to back: wrote outside a buffer", describe(cases[i]).c_str());
       expectSame(cases[i], got, twinResult(*twin, cases[i], rank, size, inits[i]), rank, "back to back");
     }
-    gpu->finalize();
-    twin->finalize();
-  }, std::chrono::seconds(600));
-  ASSERT_TRUE(res.ok()) << res.log;
+  });
 }
 
 }  // namespace
@@ -360,11 +358,12 @@ TEST(GpuSharedGrouped, SmallStagingManyChunksEqualsHostTwin) {
 // inside the capture), replayed three times with new inputs loaded before each replay.
 TEST(GpuSharedGrouped, GraphReplayEqualsHostTwin) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "grouped_graph");
-    auto twin = twinComm(rank, size, store, "grouped_graph_twin");
-    Stream st;
+  runTwinRanksWith(sharedWorldSize(), [](int rank, int size, std::shared_ptr<Store> store) {
+    return gpuComm(rank, size, std::move(store), "grouped_graph");
+  }, "grouped_graph_twin", [&](TwinRank& r) {
+    const int rank = r.rank, size = r.size;
+    auto &gpu = r.gpu, &twin = r.twin;
+    Stream& st = r.st;
     std::vector<GCase> g(8);
     const Kind kinds[] = {Kind::Scatter, Kind::Gather, Kind::GatherSingle, Kind::AllGatherV,
                           Kind::AllToAllList, Kind::ReduceScatterV, Kind::Broadcast, Kind::Reduce};
@@ -383,33 +382,25 @@ TEST(GpuSharedGrouped, GraphReplayEqualsHostTwin) {
       bufs.push_back(std::make_unique<GBufs>(c, lay.back()));
       bufs.back()->load(initial(c, lay.back(), rank, 1), c, st.s);
     }
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
-    for (size_t i = 0; i < g.size(); ++i) callGrouped(*gpu, g[i], rank, size, bufs[i]->ptr, optsOf(g[i], st.s));
-    CK(cudaStreamEndCapture(st.s, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 3; ++rep) {
-      std::vector<std::vector<std::vector<char>>> init;
+    Graph graph(st.s, [&] {
+      for (size_t i = 0; i < g.size(); ++i) callGrouped(*gpu, g[i], rank, size, bufs[i]->ptr, optsOf(g[i], st.s));
+    });
+    std::vector<std::vector<std::vector<char>>> init;
+    graph.replay(3, [&](int rep) {
+      init.clear();
       for (size_t i = 0; i < g.size(); ++i) {
         init.push_back(initial(g[i], lay[i], rank, 300 + 10 * uint64_t(rep) + i));
         bufs[i]->load(init.back(), g[i], st.s);
       }
-      CK(cudaGraphLaunch(exec, st.s));
-      CK(cudaStreamSynchronize(st.s));
+    }, [&](int rep) {
       for (size_t i = 0; i < g.size(); ++i) {
         bool guards = false;
         const auto got = bufs[i]->read(guards);
         MP_CHECK(guards, "%s: replay %d wrote outside a buffer", describe(g[i]).c_str(), rep);
         expectSame(g[i], got, twinResult(*twin, g[i], rank, size, init[i]), rank, "graph replay");
       }
-    }
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    gpu->finalize();
-    twin->finalize();
-  }, std::chrono::seconds(600));
-  ASSERT_TRUE(res.ok()) << res.log;
+    });
+  });
 }
 
 // A late rank on the rooted and grouped forms (the failure model of docs/DESIGN.md): the last rank
@@ -420,7 +411,7 @@ TEST(GpuSharedGrouped, GraphReplayEqualsHostTwin) {
 // calls before the late one are exact; nothing waits much longer than one timeout.
 TEST(GpuSharedGrouped, LateRankGivesExactOrNaN) {
   GPU_REQUIRE(1);
-  const int n = worldSize();
+  const int n = sharedWorldSize();
   constexpr int kCalls = 5, kLate = 2;
   const auto timeout = std::chrono::seconds(3);
   const Kind kinds[] = {Kind::Broadcast, Kind::Reduce, Kind::ReduceScatterV, Kind::AllGatherV,
@@ -436,7 +427,7 @@ TEST(GpuSharedGrouped, LateRankGivesExactOrNaN) {
       c.root = 0;
       c.hintDda = true;
       auto gpu = gpuComm(rank, size, store, "grouped_late", false, timeout);
-      auto twin = twinComm(rank, size, store, "grouped_late_twin");
+      auto twin = hostTwin(rank, size, store, "grouped_late_twin");
       Stream st;
       const Layout l = layoutOf(c, rank, size);
       std::vector<std::vector<std::vector<char>>> init;

@@ -54,10 +54,7 @@ struct RingCase {
 // the previous rank and checks the block from it (and that nothing else changed), 20 rounds.
 TEST(GpuWindow, Ring) {
   GPU_REQUIRE(1);
-  auto res = test::runRanks(worldSize(), [](int rank, int n, std::shared_ptr<Store> store) {
-    auto comm = gpuComm(rank, n, store, "win_ring");
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto res = onWindowRanks("win_ring", [](Comm& comm, int rank, int n, cudaStream_t s) {
     const RingCase cases[] = {{DataType::f32, 1031, 0, 0, "sm"},   {DataType::f32, 1031, 0, 0, "ce"},
                               {DataType::u8, 4099, 3, 1, "sm"},    {DataType::u8, 77, 1, 5, "ce"},
                               {DataType::bf16, 70001, 1, 2, "auto"}, {DataType::f64, 1, 0, 8, "sm"},
@@ -67,7 +64,7 @@ TEST(GpuWindow, Ring) {
       DevBuf win(total * es, 0);
       win.poison(0x5A);
       DevBuf src(block + 256, 0);
-      auto w = comm->newWindow();
+      auto w = comm.newWindow();
       w->registerBuffer(win.base, total, c.t);
       MP_CHECK(std::string(w->transport()) == "ipc", "transport %s", w->transport());
       const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
@@ -89,12 +86,11 @@ TEST(GpuWindow, Ring) {
           if (i < at || i >= at + block)
             MP_CHECK(uint8_t(got[i]) == 0x5A, "%s: byte %zu outside the block was written",
                      dtypeName(c.t), i);
-        comm->barrier(on(s));  // the next round overwrites the block only after it was read
+        comm.barrier(on(s));  // the next round overwrites the block only after it was read
         CK(cudaStreamSynchronize(s));
       }
       w->deregisterBuffer();
     }
-    CK(cudaStreamDestroy(s));
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
@@ -147,15 +143,12 @@ TEST(GpuWindow, ManyPutsThenOneSignalAcrossStreams) {
 // at another offset, and direct access to the peers' windows.
 TEST(GpuWindow, EdgesMismatchesReregisterRemote) {
   GPU_REQUIRE(1);
-  auto res = test::runRanks(worldSize(), [](int rank, int n, std::shared_ptr<Store> store) {
-    auto comm = gpuComm(rank, n, store, "win_edges");
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto res = onWindowRanks("win_edges", [](Comm& comm, int rank, int n, cudaStream_t s) {
     const size_t count = 1000;
     DevBuf arena(1 << 20, 0);  // one allocation, windows inside it
     arena.poison(0x11);
     char* src = h2d(pattern(rank, 9, count * 4 + 8));
-    auto w = comm->newWindow();
+    auto w = comm.newWindow();
     const size_t bad = rank == n - 1 ? count + 1 : count;
     std::string m = expectError(cclxInvalidArgument,
                                 [&] { w->registerBuffer(arena.base + 4096, bad, DataType::i32); },
@@ -174,11 +167,11 @@ TEST(GpuWindow, EdgesMismatchesReregisterRemote) {
       expectError(cclxInvalidArgument, [&] { w->put(src, 1, n, 0, on(s)); }, "put to rank n");
       expectError(cclxInvalidUsage, [&] { w->put(&count, 1, peer, 0, on(s)); }, "host source");
       CK(cudaStreamSynchronize(s));
-      comm->barrier(on(s));
+      comm.barrier(on(s));
       CK(cudaStreamSynchronize(s));
       std::vector<char> before = d2h(buf, count * 4);
       for (char c : before) MP_CHECK(uint8_t(c) == 0x11, "a refused put wrote");
-      comm->barrier(on(s));  // every rank checked before the puts below
+      comm.barrier(on(s));  // every rank checked before the puts below
       w->put(src, 1, peer, 0, on(s, "sm"));
       w->put(src + 4, 1, peer, count - 1, on(s, "ce"));
       w->put(src, 0, peer, count, on(s));  // nothing at the very end: allowed
@@ -192,7 +185,7 @@ TEST(GpuWindow, EdgesMismatchesReregisterRemote) {
                "edges at offset %zu", off);
       for (size_t i = 4; i < (count - 1) * 4; ++i) MP_CHECK(uint8_t(got[i]) == 0x11, "byte %zu", i);
       // Direct access: every rank's window as mapped here.
-      comm->barrier(on(s));
+      comm.barrier(on(s));
       CK(cudaStreamSynchronize(s));
       for (int r = 0; r < n; ++r) {
         MP_CHECK(w->access(r) == WinAccess::Unified, "access(%d)", r);
@@ -201,13 +194,12 @@ TEST(GpuWindow, EdgesMismatchesReregisterRemote) {
                  "rank %d's window as mapped here", r);
       }
       MP_CHECK(w->remotePtr(rank) == buf, "own remotePtr");
-      comm->barrier(on(s));
+      comm.barrier(on(s));
       CK(cudaStreamSynchronize(s));
       w->deregisterBuffer();
       arena.poison(0x11);
     }
     CK(cudaFree(src));
-    CK(cudaStreamDestroy(s));
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
@@ -276,11 +268,8 @@ struct Rounds {
 TEST(GpuWindow, BackToBackRounds) {
   GPU_REQUIRE(1);
   const uint64_t total = rounds();
-  auto res = test::runRanks(worldSize(), [total](int rank, int n, std::shared_ptr<Store> store) {
-    auto comm = gpuComm(rank, n, store, "win_rounds", 600s);
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    Rounds r(*comm, rank, n, 4096 + 5);
+  auto res = onWindowRanks("win_rounds", [total](Comm& comm, int rank, int n, cudaStream_t s) {
+    Rounds r(comm, rank, n, 4096 + 5);
     r.prime(s);
     const auto t0 = std::chrono::steady_clock::now();
     for (uint64_t k = 0; k < total; ++k) r.one(s, k % 2 ? "ce" : "sm");
@@ -293,11 +282,10 @@ TEST(GpuWindow, BackToBackRounds) {
     if (rank == 0)
       std::printf("[window rounds] %d ranks: %llu eager rounds in %.2f s\n", n,
                   (unsigned long long)total, sec);
-    comm->barrier(on(s));
+    comm.barrier(on(s));
     CK(cudaStreamSynchronize(s));
     r.close();
-    CK(cudaStreamDestroy(s));
-  }, std::chrono::seconds(1800));
+  }, 600s, std::chrono::seconds(1800));
   ASSERT_TRUE(res.ok()) << res.log;
   test::echoTagged(res.log, "[window rounds]");
 }
@@ -307,11 +295,8 @@ TEST(GpuWindow, BackToBackRounds) {
 TEST(GpuWindow, GraphReplay) {
   GPU_REQUIRE(1);
   const uint64_t total = rounds();
-  auto res = test::runRanks(worldSize(), [total](int rank, int n, std::shared_ptr<Store> store) {
-    auto comm = gpuComm(rank, n, store, "win_graph", 600s);
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    Rounds r(*comm, rank, n, 8191);
+  auto res = onWindowRanks("win_graph", [total](Comm& comm, int rank, int n, cudaStream_t s) {
+    Rounds r(comm, rank, n, 8191);
     r.prime(s);
     CK(cudaStreamSynchronize(s));
     cudaGraph_t g;
@@ -335,11 +320,10 @@ TEST(GpuWindow, GraphReplay) {
                   (unsigned long long)(total / 2 * 2), sec);
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
-    comm->barrier(on(s));
+    comm.barrier(on(s));
     CK(cudaStreamSynchronize(s));
     r.close();
-    CK(cudaStreamDestroy(s));
-  }, std::chrono::seconds(1800));
+  }, 600s, std::chrono::seconds(1800));
   ASSERT_TRUE(res.ok()) << res.log;
   test::echoTagged(res.log, "[window rounds]");
 }

@@ -133,24 +133,20 @@ void ring(Comm& comm, Window& w, char* buf, size_t count, int rank, int n, cudaS
 
 TEST(GpuWindowVmm, RingTwoWindowsOneAllocationReregister) {
   GPU_REQUIRE(1);
-  auto res = test::runRanks(worldSize(), [](int rank, int n, std::shared_ptr<Store> store) {
-    auto comm = gpuComm(rank, n, store, "win_vmm");
-    CK(cudaSetDevice(deviceOf(rank)));
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto res = onWindowRanks("win_vmm", [](Comm& comm, int rank, int n, cudaStream_t s) {
     VmmBuf mem(8 << 20, deviceOf(rank), true);
     mem.fill(0x3C);
     const size_t count = size_t(n) * 70001;
     // Offsets differ between ranks: each peer adds the owner's offset to its own mapping.
     char* a = mem.base + 4096 + size_t(rank) * 256;
     char* b = mem.base + (2 << 20) + size_t(rank) * 512;
-    auto wa = comm->newWindow();
-    auto wb = comm->newWindow();
+    auto wa = comm.newWindow();
+    auto wb = comm.newWindow();
     wa->registerBuffer(a, count, DataType::u8);
     MP_CHECK(std::string(wa->transport()) == "ipc", "transport %s", wa->transport());
     wb->registerBuffer(b, count, DataType::u8);
-    ring(*comm, *wa, a, count, rank, n, s, 100);
-    ring(*comm, *wb, b, count, rank, n, s, 200);
+    ring(comm, *wa, a, count, rank, n, s, 100);
+    ring(comm, *wb, b, count, rank, n, s, 200);
     // Both windows reach the same peer allocation through one mapping.
     for (int r = 0; r < n; ++r) {
       const ptrdiff_t apart = ptrdiff_t((2 << 20) + r * 512) - ptrdiff_t(4096 + r * 256);
@@ -162,7 +158,7 @@ TEST(GpuWindowVmm, RingTwoWindowsOneAllocationReregister) {
     for (int r = 0; r < n; ++r)
       if (r != rank) peerMaps.push_back(wa->remotePtr(r));
     wa->deregisterBuffer();
-    ring(*comm, *wb, b, count, rank, n, s, 300);  // b's mapping outlives a's window
+    ring(comm, *wb, b, count, rank, n, s, 300);  // b's mapping outlives a's window
     wb->deregisterBuffer();
     // The last window let go: the peers' allocations are unmapped here.
     for (void* p : peerMaps) {
@@ -173,45 +169,35 @@ TEST(GpuWindowVmm, RingTwoWindowsOneAllocationReregister) {
                "a peer's allocation is still mapped at %p (type %d)", p, int(at.type));
     }
     wa->registerBuffer(a, count, DataType::u8);  // mapped again from scratch
-    ring(*comm, *wa, a, count, rank, n, s, 400);
+    ring(comm, *wa, a, count, rank, n, s, 400);
     wa->deregisterBuffer();
-    CK(cudaStreamDestroy(s));
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
 TEST(GpuWindowVmm, MixedWithCudaMalloc) {
   GPU_REQUIRE(1);
-  auto res = test::runRanks(worldSize(), [](int rank, int n, std::shared_ptr<Store> store) {
-    auto comm = gpuComm(rank, n, store, "win_vmm_mixed");
-    CK(cudaSetDevice(deviceOf(rank)));
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto res = onWindowRanks("win_vmm_mixed", [](Comm& comm, int rank, int n, cudaStream_t s) {
     const size_t count = size_t(n) * 4099;
     VmmBuf mem(count + 8192, deviceOf(rank), true);
     DevBuf plain(count + 8192, 0);
     char* buf = rank % 2 == 0 ? mem.base + 8192 : plain.base + 8192;
-    auto w = comm->newWindow();
+    auto w = comm.newWindow();
     w->registerBuffer(buf, count, DataType::u8);
-    ring(*comm, *w, buf, count, rank, n, s, 500);
+    ring(comm, *w, buf, count, rank, n, s, 500);
     w->deregisterBuffer();
-    CK(cudaStreamDestroy(s));
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
 TEST(GpuWindowVmm, RefusedOnEveryRank) {
   GPU_REQUIRE(1);
-  auto res = test::runRanks(worldSize(), [](int rank, int n, std::shared_ptr<Store> store) {
-    auto comm = gpuComm(rank, n, store, "win_vmm_refused");
-    CK(cudaSetDevice(deviceOf(rank)));
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto res = onWindowRanks("win_vmm_refused", [](Comm& comm, int rank, int n, cudaStream_t s) {
     const size_t count = 1 << 16;
     VmmBuf good(4 << 20, deviceOf(rank), true);
     VmmBuf hidden(4 << 20, deviceOf(rank), false);
     VmmBuf pair(2 << 20, deviceOf(rank), true, 2);
-    auto w = comm->newWindow();
+    auto w = comm.newWindow();
 
     char* noExport = rank == 0 ? hidden.base : good.base;
     std::string m = expectError(cclxInvalidArgument,
@@ -232,9 +218,8 @@ TEST(GpuWindowVmm, RefusedOnEveryRank) {
 
     // Nothing was left half-registered: the window still works.
     w->registerBuffer(good.base + 256, count, DataType::u8);
-    ring(*comm, *w, good.base + 256, count - count % size_t(n), rank, n, s, 600);
+    ring(comm, *w, good.base + 256, count - count % size_t(n), rank, n, s, 600);
     w->deregisterBuffer();
-    CK(cudaStreamDestroy(s));
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }

@@ -1,7 +1,8 @@
 // The cases and buffers of the several-ranks-per-GPU tests of the DDA exchange kernels
-// (tests/cpp/gpu/test_gpu_shared_colls.cc): per-rank comms (rank r on GPU r % count), the host
-// twin, every collective's buffers in every mode (out of place, in place, list, overlapping), the
-// twin's result and the byte-exact comparison.
+// (tests/cpp/gpu/test_gpu_shared_colls.cc): per-rank comms (rank r on GPU r % count; the harness
+// is helpers/gpu_ranks.h) with a small staging on request, every collective's buffers in every
+// mode (out of place, in place, list, overlapping), the twin's result and the byte-exact
+// comparison.
 #pragma once
 
 #if defined(CCLX_HAVE_CUDA)
@@ -15,25 +16,13 @@
 #include "core/comm/backend.h"
 #include "core/settings/config.h"
 #include "gpu/backend.h"
+#include "helpers/gpu_ranks.h"
 #include "helpers/gpu_util.h"
 
 namespace xchgtest {
 
 using namespace cclx;
 using namespace gputest;
-
-
-inline int worldSize() {
-  const char* v = std::getenv("CCLX_TEST_RANKS");
-  int n = v && *v ? std::atoi(v) : 4;
-  return n < 2 ? 2 : n > 8 ? 8 : n;
-}
-
-inline int deviceOf(int rank) {
-  int n = 0;
-  CK(cudaGetDeviceCount(&n));
-  return rank % n;
-}
 
 // small: a 2 MiB staging cap and 4 blocks, so that pipelined calls take many chunks per block and
 // LL fits only a few KiB (read when the comm is created).
@@ -48,17 +37,7 @@ inline std::shared_ptr<Comm> gpuComm(int rank, int size, std::shared_ptr<Store> 
     unsetenv("CCLX_DDA_MAX_BLOCKS");
   }
   reloadConfig();
-  Options o;
-  o.name = name;
-  o.timeout = timeout;
-  return Comm::create(DeviceSpec::cuda(deviceOf(rank)), o, std::move(store), rank, size);
-}
-
-inline std::shared_ptr<Comm> twinComm(int rank, int size, std::shared_ptr<Store> store, const char* name) {
-  Options o;
-  o.name = name;
-  o.timeout = std::chrono::seconds(120);
-  return test::makeCpuComm(rank, size, std::move(store), o);
+  return sharedGpuComm(rank, size, std::move(store), name, timeout);
 }
 
 inline CudaBackend& backendOf(Comm& c) {
@@ -277,12 +256,6 @@ inline void expectEqual(const XCase& c, const std::vector<char>& got, const std:
              describe(c).c_str(), what, rank, i, unsigned(uint8_t(got[i])), unsigned(uint8_t(want[i])));
 }
 
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { (void)cudaStreamDestroy(s); }
-};
-
 inline void runCase(Comm& gpu, Comm& twin, const XCase& c, int rank, int n, uint64_t seed, cudaStream_t s) {
   const std::vector<char> in = input(c, rank, n, seed);
   XBufs b(c, rank, n, in);
@@ -378,17 +351,12 @@ inline std::vector<XCase> allToAllVCases(int rank, int n) {
 }
 
 inline void runSuite(bool small, const std::function<std::vector<XCase>(int, int)>& cases, uint64_t seed0) {
-  const int n = worldSize();
-  auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "colls", small);
-    auto twin = twinComm(rank, size, store, "twin");
-    Stream st;
+  runTwinRanksWith(sharedWorldSize(), [&](int rank, int size, std::shared_ptr<Store> store) {
+    return gpuComm(rank, size, std::move(store), "colls", small);
+  }, "twin", [&](TwinRank& r) {
     uint64_t seed = seed0;
-    for (const XCase& c : cases(rank, size)) runCase(*gpu, *twin, c, rank, size, ++seed, st.s);
-    gpu->finalize();
-    twin->finalize();
-  }, std::chrono::seconds(600));
-  ASSERT_TRUE(res.ok()) << res.log;
+    for (const XCase& c : cases(r.rank, r.size)) runCase(*r.gpu, *r.twin, c, r.rank, r.size, ++seed, r.st.s);
+  });
 }
 
 }  // namespace xchgtest

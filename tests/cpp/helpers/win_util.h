@@ -1,5 +1,6 @@
-// Shared pieces of the GPU window suites (test_gpu_window, test_gpu_window_vmm): world size, a
-// GPU comm per rank (rank r on GPU r % count), an expected error, stream options with a put path.
+// Shared pieces of the GPU window suites (test_gpu_window, test_gpu_window_vmm): world size, the
+// per-rank setup and teardown (a GPU comm per rank, rank r on GPU r % count, and a stream; the
+// harness is helpers/gpu_ranks.h), an expected error, stream options with a put path.
 #pragma once
 
 #include <cclx/cclx.hpp>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "helpers/gpu_ranks.h"
 #include "helpers/gpu_util.h"
 
 namespace winutil {
@@ -16,26 +18,29 @@ namespace winutil {
 using namespace cclx;
 
 /// CCLX_TEST_RANKS, 2..8 (default 2).
-inline int worldSize() {
-  const char* v = std::getenv("CCLX_TEST_RANKS");
-  int n = v && *v ? std::atoi(v) : 2;
-  return n < 2 ? 2 : n > 8 ? 8 : n;
-}
+inline int worldSize() { return gputest::sharedWorldSize(2); }
 
-/// The GPU of rank r: r % the number of GPUs.
-inline int deviceOf(int rank) {
-  int n = 0;
-  CK(cudaGetDeviceCount(&n));
-  return rank % n;
-}
+using gputest::deviceOf;
 
 inline std::shared_ptr<Comm> gpuComm(int rank, int size, std::shared_ptr<Store> store,
                                      const char* name,
                                      std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
-  Options o;
-  o.name = name;
-  o.timeout = timeout;
-  return Comm::create(DeviceSpec::cuda(deviceOf(rank)), o, std::move(store), rank, size);
+  return gputest::sharedGpuComm(rank, size, std::move(store), name, timeout);
+}
+
+/// Runs fn(comm, rank, n, s) on worldSize() ranks: each makes its GPU comm `name` (its GPU the
+/// current device) and a non-blocking stream s first, and destroys them after fn. Returns the
+/// ranks' result.
+template <typename F>
+test::MpResult onWindowRanks(const char* name, F&& fn,
+                             std::chrono::milliseconds commTimeout = std::chrono::seconds(120),
+                             std::chrono::seconds timeout = std::chrono::seconds(300)) {
+  return test::runRanks(worldSize(), [&](int rank, int n, std::shared_ptr<Store> store) {
+    auto comm = gpuComm(rank, n, store, name, commTimeout);
+    CK(cudaSetDevice(deviceOf(rank)));
+    gputest::Stream st;
+    fn(*comm, rank, n, st.s);
+  }, timeout);
 }
 
 /// Runs f, which must throw cclx::Error with `code`; returns the message.
