@@ -17,6 +17,12 @@
 #                               cclx-perf baselines, the fused allreduce + RMSNorm custom ops at 1,
 #                               2 and 3 ranks) and the TP benchmark smoke run
 #                               (bench/tp_smoke.sh)
+#   scripts/gpu_one.sh suites [N]  the GPU suites on the shared per-rank harness
+#                               (tests/cpp/helpers/gpu_ranks.h) at one world size N (default 3):
+#                               test_gpu_shared, _failure, _faults, _shared_colls, _shared_grouped,
+#                               _rmsnorm, the window suites (500 back-to-back rounds) and the GPU
+#                               pytest cases of cclx-perf, communication memory and windows;
+#                               about 6 minutes
 #   scripts/gpu_one.sh baselines  the cclx-perf baselines at world size 1: nccl, nccl-sym (NCCL
 #                               symmetric windows: registration, graph capture) and torch-symm
 #                               (symmetric memory one-shot / two-shot, multicast off), their
@@ -25,7 +31,7 @@
 # Results and logs go to ${OUT:-bench/results}; each stage prints one summary line.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|window|py|baselines}
+STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|window|py|suites|baselines}
 OUT=${OUT:-bench/results}
 BUILD=build-dev
 mkdir -p "$OUT"
@@ -114,6 +120,25 @@ py)
   fi
   line "pytest rc=$prc tp_smoke rc=$brc"
   [ $prc -eq 0 ] && [ $brc -eq 0 ]
+  ;;
+suites)
+  n=${2:-3}
+  BINS="test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_rmsnorm" \
+    OUT="$OUT" bash scripts/gpu_shared.sh "$BUILD" "$n"
+  src=$?
+  wrc=0
+  for bin in test_gpu_window test_gpu_window_vmm; do
+    CCLX_TEST_RANKS=$n CCLX_TEST_WINDOW_ROUNDS=500 "$BUILD/tests/$bin" \
+      --gtest_output="json:$OUT/${bin}_$n.json" >"$OUT/${bin}_$n.log" 2>&1 || wrc=1
+    echo "gpu_one suites: $bin $n ranks: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/${bin}_$n.log" | tr '\n' ' ')"
+  done
+  export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  $PY -m pytest -q -rs tests/gpu/test_gpu_perf_fused.py tests/gpu/test_gpu_memory.py tests/gpu/test_gpu_window.py \
+    --junitxml="$OUT/pytest_suites.xml" >"$OUT/pytest_suites.log" 2>&1
+  prc=$?
+  tail -4 "$OUT/pytest_suites.log"
+  line "shared rc=$src windows rc=$wrc pytest rc=$prc"
+  [ $src -eq 0 ] && [ $wrc -eq 0 ] && [ $prc -eq 0 ]
   ;;
 baselines)
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
