@@ -18,13 +18,17 @@
 #                     onto grouped messages (scatter, gather, all-gather-v, all-to-all lists) on
 #                     the pipelined exchange against the host twin, back to back, graph replay,
 #                     a late rank (every output exact or NaN, an error on every rank)
+#   test_gpu_shared_p2p  point to point without NCCL: batches of sends and receives and single
+#                     send / recv on the pipelined exchange against the host twin, subsets of the
+#                     ranks, interleaved with collectives, graph replay, lengths that disagree, a
+#                     killed peer
 #   test_gpu_rmsnorm  the fused allreduce + residual add + RMSNorm (+ FP8): one-shot, two-shot
 #                     and the unfused sequence against the host twin, back to back, graph
 #                     replay, a missing rank
 set -u -o pipefail
 BUILD=${1:?usage: scripts/gpu_shared.sh BUILD_DIR [WORLD_SIZES]}
 SIZES=${2:-2 3 4 5 8}
-BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5 test_gpu_faults:2,3,5 test_gpu_shared_colls test_gpu_shared_grouped test_gpu_rmsnorm}
+BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5 test_gpu_faults:2,3,5 test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm}
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0

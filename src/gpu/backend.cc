@@ -62,6 +62,29 @@ CudaBackend::CudaBackend(const GpuSetup& setup, Exchange& ex) : cfg_(setup.cfg) 
     throw seq.error();
   }
   setupAlgorithms();
+  if (!ncclRefusal_.empty() && pm_.usable) growForPointToPoint(setup.timeout);
+}
+
+// Ranks that share a GPU run point to point on the pipelined exchange (no NCCL). Its staging is
+// allocated here, with every rank, rather than at the first batch: growth is collective, and a
+// batch involves its own peers only. A rank whose allocation fails turns the region off on every
+// rank (batches then fail, naming why); one that never arrives fails the comm's creation.
+void CudaBackend::growForPointToPoint(std::chrono::milliseconds timeout) {
+  uint32_t missing = 0;
+  try {
+    if (!peerMemGrow(pm_, regionBit(StagingRegion::kXchg), timeout, growStream_.get(), &missing))
+      CCLX_WARN("rank %d: comm '%s': the pipelined exchange's staging could not be allocated on "
+                "every rank: point to point and the exchange collectives are unavailable",
+                ctx_.rank, sh_->name.c_str());
+  } catch (const Error&) {
+    // As a failed growth at a call (growStaging): the peers learn it from the abort word, and
+    // nothing a peer may have mapped is freed.
+    if (missing) sh_->requestAbort(kAbortTimeout, missing);
+    else sh_->requestAbort();
+    leakAll("setup failed");
+    finalized_ = true;
+    throw;
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -497,7 +520,21 @@ std::string CudaBackend::failureMessage() const {
   return sh_->failMsg;
 }
 
-std::shared_ptr<Work> CudaBackend::run(const CollArgs& a) {
+std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
+  // Without NCCL (ranks sharing a GPU) a single send or receive is a batch of one message, which
+  // the pipelined exchange runs between the two ranks alone.
+  CollArgs p2p;
+  const bool single = (in.type == CollType::Send || in.type == CollType::Recv) && !ncclRefusal_.empty();
+  if (single) {
+    p2p = in;
+    p2p.type = CollType::SendRecv;
+    p2p.root = -1;
+    if (in.type == CollType::Send) p2p.sends = {P2PSend{in.root, in.send, in.count}};
+    else p2p.recvs = {P2PRecv{in.root, in.recv, in.count}};
+    p2p.send = nullptr;
+    p2p.recv = nullptr;
+  }
+  const CollArgs& a = single ? p2p : in;
   std::lock_guard<std::mutex> lock(runMu_);
   CCLX_REQUIRE(!finalized_, cclxInvalidUsage, "the CUDA communicator was finalized");
   sh_->throwIfFailed();

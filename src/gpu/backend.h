@@ -173,6 +173,7 @@ class CudaBackend final : public Backend {
   void setupDevice(const GpuSetup& setup);
   void setupPeers(const GpuSetup& setup, SetupSequence& seq);
   void setupAlgorithms();
+  void growForPointToPoint(std::chrono::milliseconds timeout);
   Caps caps(const CollArgs& a) const;
   DeviceAlgo* algoFor(const CollArgs& a, Algo algo) const;
   void checkPointer(const void* p, const char* what) const;

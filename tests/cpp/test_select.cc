@@ -367,6 +367,38 @@ TEST(Select, GroupedFormsAndReduceScatterV) {
   }
 }
 
+// A batch of point-to-point messages (SendRecv without `what`): the pipelined exchange exactly
+// where the comm has no NCCL (ranks sharing a GPU), whatever the hints (both ends of a message
+// must choose alike); NCCL otherwise; never on CPU comms or the plain "nccl" backend.
+TEST(Select, PointToPointBatches) {
+  Config cfg;
+  CollArgs b;
+  b.type = CollType::SendRecv;
+  b.dtype = DataType::u8;
+  b.count = 4097;
+  Caps shared = gpu(4);
+  shared.nccl = false;
+  shared.timed = false;
+  EXPECT_EQ(select(b, cfg, shared), Algo::Tree);
+  EXPECT_EQ(select(b, cfg, gpu(4)), Algo::Base);
+  for (const char* h : {"dda", "tree", "flat", "lamport", "nccl"}) {
+    CollArgs x = b;
+    x.opts.hints["algo"] = h;
+    EXPECT_EQ(select(x, cfg, gpu(4)), Algo::Base) << h;
+    EXPECT_EQ(select(x, cfg, shared), Algo::Tree) << h;
+  }
+  Caps noPipe = shared;
+  noPipe.tree = false;
+  EXPECT_EQ(select(b, cfg, noPipe), Algo::Base);
+  Caps plain = shared;
+  plain.plainNccl = true;
+  EXPECT_EQ(select(b, cfg, plain), Algo::Base);
+  EXPECT_EQ(select(b, cfg, host(4)), Algo::Base);
+  CollArgs bad = b;
+  bad.opts.hints["algo"] = "fastest";
+  EXPECT_THROW((void)select(bad, cfg, shared), Error);
+}
+
 // Allreduce: "dda" is auto without NCCL.
 TEST(Select, AllReduceDdaHint) {
   Config cfg;

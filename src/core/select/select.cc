@@ -227,13 +227,17 @@ Algo selectExchange(const CollArgs& a, const Config& cfg, const Caps& c) {
 }
 
 // Broadcast, reduce, reduce-scatter-v and the collectives lowered onto grouped messages (scatter,
-// gather, all-gather-v, all-to-all lists; a batch of point-to-point messages has no peer
-// algorithm): the pipelined exchange where NCCL cannot run them (ranks sharing a GPU, no NCCL)
-// or when a hint asks for a peer algorithm (any of flat, lamport, tree, dda); NCCL otherwise:
-// their speed against NCCL on GPUs of their own is not measured yet.
+// gather, all-gather-v, all-to-all lists): the pipelined exchange where NCCL cannot run them
+// (ranks sharing a GPU, no NCCL) or when a hint asks for a peer algorithm (any of flat, lamport,
+// tree, dda); NCCL otherwise: their speed against NCCL on GPUs of their own is not measured yet.
+// A batch of point-to-point messages (SendRecv without `what`) runs on the pipelined exchange
+// only where there is no NCCL, whatever the hints: both ends of a message must choose alike, and
+// a hint is a per-call, per-rank setting.
 Algo selectGrouped(const CollArgs& a, const Caps& c) {
   const std::string* h = hint(a, "algo");
   const Want want = h ? parseWant(*h) : Want::Auto;
+  if (a.type == CollType::SendRecv && !a.what)
+    return !c.host && c.peer && c.tree && !c.plainNccl && !c.nccl ? Algo::Tree : Algo::Base;
   if (c.host || !c.peer || !c.tree || c.plainNccl || want == Want::Nccl) return Algo::Base;
   if (want != Want::Auto || !c.timed || !c.nccl) return Algo::Tree;
   return Algo::Base;

@@ -17,11 +17,12 @@
 //      header into d's inbox [rank][b][q & 1] and thread d releases the data flag (rank, b) in
 //      d's exchange signal region (st.release.sys after the block barrier);
 //   2. for every peer s that sends a chunk k: thread s waits (acquire) for s's data flag to reach
-//      q_s; the header's length must equal what this rank expects from s (else the call fails
-//      naming s: all-to-all-v counts disagree); the block copies the chunk to plan.dst[s] (or,
-//      reduce-scatter, combines ranks 0..N-1 in order, its own part straight from plan.src[rank],
-//      and writes plan.dst[0]); the own part of a copy goes straight from src to dst (skipped
-//      when both are the same memory); then thread s releases its ack (rank, b) in s's region.
+//      q_s; the header's length (and kind: a batch's or a collective's) must equal what this rank
+//      expects from s (else the call fails naming s: all-to-all-v counts disagree); the block
+//      copies the chunk to plan.dst[s] (or, reduce-scatter, combines ranks 0..N-1 in order, its
+//      own part straight from plan.src[rank], and writes plan.dst[0]); the own part of a copy goes
+//      straight from src to dst (skipped when both are the same memory); then thread s releases
+//      its ack (rank, b) in s's region.
 // Pushes of a round precede its waits on every rank, and a wait only needs what peers did in this
 // or earlier rounds, so there is no cycle. Inbox reuse: a sender writes parity p for chunk q only
 // after the receiver acknowledged chunk q - 2 (the last one of that parity), across calls alike
@@ -34,6 +35,17 @@
 // (abort, host request, deadline; recorded) or a length mismatch ends the block's work and it
 // poisons every output. Either way every counter advances by its pair's chunk count, as on
 // success.
+//
+// Point-to-point batches (SendRecv without `what`: not every rank takes part) run as rounds
+// (xchgP2PRounds: round j holds the j-th message of each direction), one launch each. A round's
+// plan names the directions that take part (sendMask, recvMask); every other direction has no
+// chunk at all, so its counters stay put and no peer outside the batch is waited for. Both ends
+// of a direction agree on its chunk count because the k-th message from s to d is in round k on
+// both, with the same length (a length that differs fails the call naming the sender, as above).
+// The argument above holds per direction: sends and acknowledgements only ever concern one
+// direction's counters, inbox and flags, and a direction's sequence of launches at the sender
+// pairs with its sequence at the receiver, whichever collectives or batches either end runs
+// for other directions in between.
 #include "gpu/dda/xchg.h"
 #include "gpu/device/units.cuh"
 
@@ -41,6 +53,11 @@ namespace cclx {
 namespace {
 
 constexpr int kUnroll = 2;
+// Marks the headers of point-to-point rounds (lengths stay far below 2^56): a chunk of a batch
+// that a peer's collective would take (or the reverse: the two ends issued a batch and a
+// collective of one comm in different orders) fails the call naming the sender instead of being
+// read as the collective's data.
+constexpr uint64_t kP2PKind = uint64_t(1) << 56;
 constexpr int kThreads = 512;
 
 struct PipeParams {
@@ -58,6 +75,8 @@ struct PipeParams {
   int rank, size;
   RedOpKind op;
   double factor;
+  uint32_t sendMask, recvMask;    // XchgPlan: the directions that take part
+  uint64_t kind;                  // in every header's length word: kP2PKind for a batch's round
   bool reduce;
   bool aligned;
 };
@@ -83,6 +102,14 @@ __device__ __forceinline__ Part partOf(size_t bytes, size_t capV) {
   const size_t n = p.v.hi - p.v.lo;
   p.chunks = n == 0 ? 1 : (n + capV - 1) / capV;
   return p;
+}
+
+/// Chunks of the message to rank d / from rank s in this call (0: the direction takes no part).
+__device__ __forceinline__ size_t outChunks(const PipeParams& p, int d) {
+  return (p.sendMask >> d & 1u) ? partOf(p.srcBytes[d], p.capV).chunks : 0;
+}
+__device__ __forceinline__ size_t inChunks(const PipeParams& p, int s) {
+  return (p.recvMask >> s & 1u) ? partOf(p.dstBytes[s], p.capV).chunks : 0;
 }
 
 __device__ __forceinline__ size_t dataFlag(int src) { return size_t(src) * kMaxBlocks + blockIdx.x; }
@@ -184,8 +211,10 @@ __device__ __forceinline__ void reduceChunk(const PipeParams& p, Range r, const 
 
 /// Every output of the call, poisoned by this block's share (entry) or by this block alone.
 __device__ void poisonOutputs(const PipeParams& p, bool all) {
-  for (int s = 0; s < (p.reduce ? 1 : p.size); ++s)
+  for (int s = 0; s < (p.reduce ? 1 : p.size); ++s) {
+    if (!(p.recvMask >> s & 1u)) continue;  // a direction without a message has no output
     all ? dev::poisonAll(p.dst[s], p.dstBytes[s]) : dev::poisonShare(p.dst[s], p.dstBytes[s]);
+  }
 }
 
 /// Block b's whole call. Reduce: T and Op are the element type and op; copies use T = void.
@@ -196,41 +225,39 @@ __device__ bool pipeBody(const PipeParams& p, const uint64_t* s0, const uint64_t
   dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
   uint64_t* const mine = p.flags[me];
   size_t rounds = 0;
-  for (int r = 0; r < N; ++r)
-    rounds = max(rounds, max(partOf(p.srcBytes[r], p.capV).chunks, partOf(p.dstBytes[r], p.capV).chunks));
+  for (int r = 0; r < N; ++r) rounds = max(rounds, max(outChunks(p, r), inChunks(p, r)));
   for (size_t k = 0; k < rounds; ++k) {
     // 1. pushes: wait for the inbox parity to be free, write the chunks, publish them.
     int failed = 0;
-    if (t < N && t != me && k < partOf(p.srcBytes[t], p.capV).chunks) {
+    if (t < N && t != me && k < outChunks(p, t)) {
       const uint64_t q = s0[t] + k + 1;
       if (q >= 3 && !dev::waitFlagGE(mine + ackFlag(t), q - 2, wait, t)) failed = 1;
     }
     if (dev::syncThreadsOr(failed)) return true;
     dev::fenceAfterWait();
     for (int d = 0; d < N; ++d) {
-      if (d == me) continue;
+      if (d == me || k >= outChunks(p, d)) continue;
       const Part pt = partOf(p.srcBytes[d], p.capV);
-      if (k >= pt.chunks) continue;
       const uint64_t q = s0[d] + k + 1;
       char* box = inbox(p, d, me, int(q & 1));
-      if (t == 0) *reinterpret_cast<uint4*>(box) = make_uint4(uint32_t(p.srcBytes[d]),
-                                                              uint32_t(p.srcBytes[d] >> 32),
+      const uint64_t len = p.srcBytes[d] | p.kind;
+      if (t == 0) *reinterpret_cast<uint4*>(box) = make_uint4(uint32_t(len), uint32_t(len >> 32),
                                                               uint32_t(q), uint32_t(q >> 32));
       moveChunk<Al>(p.src[d], false, box + 16, true, chunkOf(pt, k, p.capV), p.srcBytes[d]);
     }
     dev::fenceBeforeSignal();
     __syncthreads();
-    if (t < N && t != me && k < partOf(p.srcBytes[t], p.capV).chunks)
+    if (t < N && t != me && k < outChunks(p, t))
       dev::stReleaseSys(p.flags[t] + dataFlag(me), s0[t] + k + 1);
     // 2. receives: wait for the chunks, check their headers, take them, acknowledge them.
-    if (t < N && t != me && k < partOf(p.dstBytes[t], p.capV).chunks) {
+    if (t < N && t != me && k < inChunks(p, t)) {
       const uint64_t q = r0[t] + k + 1;
       if (!dev::waitFlagGE(mine + dataFlag(t), q, wait, t)) {
         failed = 1;
       } else {
         const uint4 h = dev::ldCg(reinterpret_cast<const uint4*>(inbox(p, me, t, int(q & 1))));
         const uint64_t len = uint64_t(h.x) | uint64_t(h.y) << 32, seq = uint64_t(h.z) | uint64_t(h.w) << 32;
-        if (len != p.dstBytes[t] || seq != q) {
+        if (len != (p.dstBytes[t] | p.kind) || seq != q) {
           dev::raiseMismatch(p.fail, t);
           failed = 1;
         }
@@ -245,8 +272,8 @@ __device__ bool pipeBody(const PipeParams& p, const uint64_t* s0, const uint64_t
       reduceChunk<T, Op, Al>(p, chunkOf(pt, k, p.capV), q);
     } else {
       for (int s = 0; s < N; ++s) {
+        if (k >= inChunks(p, s)) continue;
         const Part pt = partOf(p.dstBytes[s], p.capV);
-        if (k >= pt.chunks) continue;
         if (s == me) {
           if (p.src[me] != p.dst[me])
             moveChunk<Al>(p.src[me], false, p.dst[me], false, chunkOf(pt, k, p.capV), p.dstBytes[me]);
@@ -257,7 +284,7 @@ __device__ bool pipeBody(const PipeParams& p, const uint64_t* s0, const uint64_t
       }
     }
     __syncthreads();  // the block's reads of the inboxes happen before the acks
-    if (t < N && t != me && k < partOf(p.dstBytes[t], p.capV).chunks)
+    if (t < N && t != me && k < inChunks(p, t))
       dev::stReleaseSys(p.flags[t] + ackFlag(me), r0[t] + k + 1);
   }
   return false;
@@ -298,8 +325,8 @@ __global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
   __syncthreads();  // every thread has read the counters
   if (threadIdx.x < unsigned(N) && int(threadIdx.x) != p.rank) {
     const int r = threadIdx.x;
-    p.sent[r * kMaxBlocks + b] = s0[r] + partOf(p.srcBytes[r], p.capV).chunks;
-    p.recvd[r * kMaxBlocks + b] = r0[r] + partOf(p.dstBytes[r], p.capV).chunks;
+    p.sent[r * kMaxBlocks + b] = s0[r] + outChunks(p, r);
+    p.recvd[r * kMaxBlocks + b] = r0[r] + inChunks(p, r);
   }
 }
 
@@ -326,10 +353,25 @@ class DdaXchgPipe final : public DeviceAlgo {
     const bool reduce = a.type == CollType::ReduceScatter || a.type == CollType::ReduceScatterV ||
                         a.type == CollType::Reduce;
     if (reduce && !ddaOpSupported(a.op.kind, a.dtype)) return false;
+    if (inboxBytesOf(ctx) < 32) return false;
     XchgPlan plan;
-    return inboxBytesOf(ctx) >= 32 && xchgPlan(a, ctx.rank, ctx.size, plan);
+    if (a.type == CollType::SendRecv && !a.what) {  // a batch: one launch per round
+      for (const CollArgs& r : xchgP2PRounds(a))
+        if (!xchgPlan(r, ctx.rank, ctx.size, plan)) return false;
+      return true;
+    }
+    return xchgPlan(a, ctx.rank, ctx.size, plan);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    if (a.type == CollType::SendRecv && !a.what) {
+      for (const CollArgs& r : xchgP2PRounds(a)) launchOne(r, ctx, stream);
+      return;
+    }
+    launchOne(a, ctx, stream);
+  }
+
+ private:
+  static void launchOne(const CollArgs& a, DeviceCtx& ctx, void* stream) {
     XchgPlan plan;
     CCLX_REQUIRE(xchgPlan(a, ctx.rank, ctx.size, plan), cclxInternalError, "pipelined exchange: no plan");
     const int G = ddaTreeBlocks(ctx);
@@ -351,6 +393,9 @@ class DdaXchgPipe final : public DeviceAlgo {
     p.size = ctx.size;
     p.op = a.op.kind;
     p.factor = a.op.factor;
+    p.kind = a.type == CollType::SendRecv && !a.what ? kP2PKind : 0;
+    p.sendMask = plan.sendMask;
+    p.recvMask = plan.recvMask;
     p.reduce = plan.reduce;
     p.aligned = plan.aligned;
     // Threads: enough for one round of a block's largest chunk (kUnroll vectors each).

@@ -138,35 +138,69 @@ bool xchgPlan(const CollArgs& a, int rank, int size, XchgPlan& p) {
       break;
     case CollType::SendRecv: {
       // A collective lowered onto grouped messages (scatter, gather, all-gather-v, all-to-all
-      // lists: `what` set, every rank calls it): at most one message to and from each rank.
-      // Batches of sends and receives are point to point (not every rank takes part): no plan.
-      if (!a.what) return false;
+      // lists: `what` set, every rank calls it): at most one message to and from each rank, every
+      // direction taking part. A round of a point-to-point batch (no `what`; not every rank takes
+      // part): the same, but only the directions that have a message.
       p.symmetric = false;
+      if (!a.what) p.sendMask = p.recvMask = 0;
       bool sent[kMaxRanks] = {}, got[kMaxRanks] = {};
       for (const P2PSend& m : a.sends) {
         if (m.peer < 0 || size_t(m.peer) >= N || sent[m.peer]) return false;
         sent[m.peer] = true;
         p.src[m.peer] = static_cast<const char*>(m.buf);
         p.srcBytes[m.peer] = m.count * es;
+        if (!a.what) p.sendMask |= 1u << m.peer;
       }
       for (const P2PRecv& m : a.recvs) {
         if (m.peer < 0 || size_t(m.peer) >= N || got[m.peer]) return false;
         got[m.peer] = true;
         p.dst[m.peer] = static_cast<char*>(m.buf);
         p.dstBytes[m.peer] = m.count * es;
+        if (!a.what) p.recvMask |= 1u << m.peer;
       }
-      if (p.srcBytes[me] != p.dstBytes[me]) return false;  // validation pairs them
+      // Validation pairs the messages to itself (counts equal, one receive per send).
+      if (p.srcBytes[me] != p.dstBytes[me] || sent[me] != got[me]) return false;
       break;
     }
     default: return false;
   }
   p.aligned = true;
   for (size_t r = 0; r < N; ++r) {
+    if (!(p.sendMask >> r & 1)) p.srcBytes[r] = 0;  // directions that do not take part
+    if (!(p.recvMask >> r & 1)) p.dstBytes[r] = 0;
     if (p.srcBytes[r] && (reinterpret_cast<uintptr_t>(p.src[r]) & 15)) p.aligned = false;
     if (p.dstBytes[r] && (reinterpret_cast<uintptr_t>(p.dst[r]) & 15)) p.aligned = false;
     p.maxBytes = std::max(p.maxBytes, std::max(p.srcBytes[r], p.dstBytes[r]));
   }
   return true;
+}
+
+std::vector<CollArgs> xchgP2PRounds(const CollArgs& a) {
+  std::vector<CollArgs> rounds;
+  int sends[kMaxRanks] = {}, recvs[kMaxRanks] = {};  // messages per peer so far
+  auto round = [&](int j) -> CollArgs& {
+    while (int(rounds.size()) <= j) {
+      CollArgs r = a;
+      r.sends.clear();
+      r.recvs.clear();
+      r.count = 0;
+      rounds.push_back(std::move(r));
+    }
+    return rounds[size_t(j)];
+  };
+  for (const P2PSend& m : a.sends) {
+    if (m.peer < 0 || m.peer >= kMaxRanks) return {};  // validated: never
+    CollArgs& r = round(sends[m.peer]++);
+    r.sends.push_back(m);
+    r.count += m.count;
+  }
+  for (const P2PRecv& m : a.recvs) {
+    if (m.peer < 0 || m.peer >= kMaxRanks) return {};
+    CollArgs& r = round(recvs[m.peer]++);
+    r.recvs.push_back(m);
+    r.count += m.count;
+  }
+  return rounds;
 }
 
 }  // namespace cclx
