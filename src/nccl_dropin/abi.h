@@ -32,12 +32,14 @@ struct ncclMultimemHandle_t {  // by value: one pointer
 }  // namespace cclx
 
 // Functions returning ncclResult_t: R(name, (parameters), (arguments)) for those the drop-in
-// forwards to the real NCCL as they are (forward.cc), I(...) for those intercept.cc defines.
-#define CCLX_NCCL_RESULT_FUNCTIONS(R, I)                                                              \
+// forwards to the real NCCL as they are (forward.cc: a comm of the shared-GPU mode among the
+// arguments is refused instead), I(...) for those intercept.cc defines, E(...) for those
+// entry.cc defines (served for the shared-GPU mode's comms, else forwarded).
+#define CCLX_NCCL_RESULT_FUNCTIONS(R, I, E)                                                              \
   R(ncclMemAlloc, (void** ptr, size_t size), (ptr, size))                                          \
   R(ncclMemFree, (void* ptr), (ptr))                                                               \
   R(ncclGetVersion, (int* version), (version))                                                     \
-  R(ncclGetUniqueId, (ncclUniqueId * id), (id))                                                    \
+  E(ncclGetUniqueId, (ncclUniqueId * id), (id))                                                    \
   I(ncclCommInitRankConfig,                                                                        \
     (ncclComm_t * comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config),              \
     (comm, nranks, id, rank, config))                                                              \
@@ -64,12 +66,12 @@ struct ncclMultimemHandle_t {  // by value: one pointer
     (comm, nranks, id, rank, newcomm, config))                                                     \
   R(ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId * id), (comm, id))                         \
   I(ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t * err), (comm, err))                     \
-  R(ncclCommCount, (const ncclComm_t comm, int* count), (comm, count))                             \
-  R(ncclCommCuDevice, (const ncclComm_t comm, int* device), (comm, device))                        \
-  R(ncclCommUserRank, (const ncclComm_t comm, int* rank), (comm, rank))                            \
-  R(ncclCommRegister, (const ncclComm_t comm, void* buff, size_t size, void** handle),             \
+  E(ncclCommCount, (const ncclComm_t comm, int* count), (comm, count))                             \
+  E(ncclCommCuDevice, (const ncclComm_t comm, int* device), (comm, device))                        \
+  E(ncclCommUserRank, (const ncclComm_t comm, int* rank), (comm, rank))                            \
+  E(ncclCommRegister, (const ncclComm_t comm, void* buff, size_t size, void** handle),             \
     (comm, buff, size, handle))                                                                    \
-  R(ncclCommDeregister, (const ncclComm_t comm, void* handle), (comm, handle))                     \
+  E(ncclCommDeregister, (const ncclComm_t comm, void* handle), (comm, handle))                     \
   R(ncclCommSuspend, (ncclComm_t comm, int flags), (comm, flags))                                  \
   R(ncclCommResume, (ncclComm_t comm), (comm))                                                     \
   R(ncclCommMemStats, (ncclComm_t comm, int stat, uint64_t* value), (comm, stat, value))           \
@@ -101,19 +103,19 @@ struct ncclMultimemHandle_t {  // by value: one pointer
   R(ncclGinInboxA2ACreateRequirement,                                                              \
     (ncclTeam_t peers, int nBlocks, int sizeLog2, void* handle, void* req),                        \
     (peers, nBlocks, sizeLog2, handle, req))                                                       \
-  R(ncclRedOpCreatePreMulSum,                                                                      \
+  E(ncclRedOpCreatePreMulSum,                                                                      \
     (ncclRedOp_t * op, void* scalar, ncclDataType_t type, ncclScalarResidence_t residence,         \
      ncclComm_t comm),                                                                             \
     (op, scalar, type, residence, comm))                                                           \
-  R(ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm), (op, comm))                               \
-  R(ncclReduce,                                                                                    \
+  E(ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm), (op, comm))                               \
+  E(ncclReduce,                                                                                    \
     (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root,    \
      ncclComm_t comm, ncclStream_t stream),                                                        \
     (send, recv, count, type, op, root, comm, stream))                                             \
-  R(ncclBcast,                                                                                     \
+  E(ncclBcast,                                                                                     \
     (void* buff, size_t count, ncclDataType_t type, int root, ncclComm_t comm, ncclStream_t stream), \
     (buff, count, type, root, comm, stream))                                                       \
-  R(ncclBroadcast,                                                                                 \
+  E(ncclBroadcast,                                                                                 \
     (const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,    \
      ncclStream_t stream),                                                                         \
     (send, recv, count, type, root, comm, stream))                                                 \
@@ -133,19 +135,19 @@ struct ncclMultimemHandle_t {  // by value: one pointer
     (const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm,             \
      ncclStream_t stream),                                                                         \
     (send, recv, count, type, comm, stream))                                                       \
-  R(ncclGather,                                                                                    \
+  E(ncclGather,                                                                                    \
     (const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,    \
      ncclStream_t stream),                                                                         \
     (send, recv, count, type, root, comm, stream))                                                 \
-  R(ncclScatter,                                                                                   \
+  E(ncclScatter,                                                                                   \
     (const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,    \
      ncclStream_t stream),                                                                         \
     (send, recv, count, type, root, comm, stream))                                                 \
-  R(ncclSend,                                                                                      \
+  E(ncclSend,                                                                                      \
     (const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,               \
      ncclStream_t stream),                                                                         \
     (send, count, type, peer, comm, stream))                                                       \
-  R(ncclRecv,                                                                                      \
+  E(ncclRecv,                                                                                      \
     (void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, ncclStream_t stream), \
     (recv, count, type, peer, comm, stream))                                                       \
   R(ncclPutSignal,                                                                                 \

@@ -17,10 +17,14 @@
 namespace cclx {
 namespace dropin {
 
-/// Records `msg` as this thread's last error and returns `code`.
+/// Records `msg` as this thread's last error, logs it (WARN) and returns `code`.
 ncclResult_t fail(ncclResult_t code, const std::string& msg);
-/// A cclx error as NCCL would report it.
+/// As fail(), without the log line (an error reported again, e.g. to a watchdog that polls).
+ncclResult_t note(ncclResult_t code, const std::string& msg);
+/// A cclx error as NCCL would report it (its NCCL code, its message).
 ncclResult_t fail(const Error& e);
+/// The NCCL code of a cclx error.
+ncclResult_t ncclCodeOf(cclxResult_t code);
 /// The loaded NCCL lacks `name` (or no NCCL was found): ncclInvalidUsage with the reason.
 ncclResult_t missing(const char* name);
 /// Clears this thread's last error (every call does, as NCCL's API calls do).

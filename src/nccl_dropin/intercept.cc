@@ -14,6 +14,7 @@
 #include "core/settings/config.h"
 #include "base/log.h"
 #include "nccl_dropin/comms.h"
+#include "nccl_dropin/entry.h"
 #include "nccl_dropin/errors.h"
 #include "nccl_dropin/real.h"
 
@@ -23,7 +24,6 @@ namespace dropin {
 namespace {
 
 thread_local int tDepth = 0;         // ncclGroupStart nesting of this thread
-thread_local std::string tError;     // the drop-in's last error on this thread
 std::atomic<int> gIntercept{-1};     // -1: not read yet; then 0 / 1
 
 bool interceptOn() {
@@ -162,35 +162,12 @@ ncclResult_t created(ncclResult_t r, ncclComm_t* comm) {
 
 }  // namespace
 
-ncclResult_t fail(ncclResult_t code, const std::string& msg) {
-  tError = "cclx: " + msg;
-  CCLX_WARN("NCCL drop-in: %s", msg.c_str());
-  return code;
-}
-
-ncclResult_t fail(const Error& e) {
-  switch (e.code()) {
-    case cclxInvalidArgument: return fail(nccl::ncclInvalidArgument, e.what());
-    case cclxInvalidUsage:
-    case cclxUnsupported:
-    case cclxAborted: return fail(nccl::ncclInvalidUsage, e.what());
-    case cclxCudaError: return fail(nccl::ncclUnhandledCudaError, e.what());
-    case cclxSystemError: return fail(nccl::ncclSystemError, e.what());
-    case cclxTimeout:
-    case cclxRemoteError: return fail(nccl::ncclRemoteError, e.what());
-    default: return fail(nccl::ncclInternalError, e.what());
-  }
-}
-
 ncclResult_t missing(const char* name) {
   const RealNccl& L = real();
   if (!L.handle) return fail(nccl::ncclSystemError, L.error);
   return fail(nccl::ncclInvalidUsage,
               strFormat("%s is not in the loaded NCCL %d (%s)", name, L.version, L.path.c_str()));
 }
-
-void clearError() { tError.clear(); }
-const char* lastError() { return tError.empty() ? nullptr : tError.c_str(); }
 
 }  // namespace dropin
 }  // namespace cclx
@@ -204,6 +181,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size
                                               ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
                                               ncclStream_t stream) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::allReduce(*s, send, recv, count, t, op, stream);
   auto fn = real().ncclAllReduce;
   if (!fn) return missing("ncclAllReduce");
   RedOpKind k;
@@ -218,6 +196,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclReduceScatter(const void* send, void* recv, 
                                                   ncclDataType_t t, ncclRedOp_t op,
                                                   ncclComm_t comm, ncclStream_t stream) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::reduceScatter(*s, send, recv, count, t, op, stream);
   auto fn = real().ncclReduceScatter;
   if (!fn) return missing("ncclReduceScatter");
   RedOpKind k;
@@ -232,6 +211,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size
                                               ncclDataType_t t, ncclComm_t comm,
                                               ncclStream_t stream) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::allGather(*s, send, recv, count, t, stream);
   auto fn = real().ncclAllGather;
   if (!fn) return missing("ncclAllGather");
   ncclResult_t r;
@@ -245,6 +225,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclAlltoAll(const void* send, void* recv, size_
                                              ncclDataType_t t, ncclComm_t comm,
                                              ncclStream_t stream) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::allToAll(*s, send, recv, count, t, stream);
   auto fn = real().ncclAlltoAll;
   if (!fn) return missing("ncclAlltoAll");
   ncclResult_t r;
@@ -256,12 +237,17 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclAlltoAll(const void* send, void* recv, size_
 
 // ---- groups ----
 
+// The shared-GPU mode's comms keep a group of their own (shared.h) in step with NCCL's: their
+// calls of the group run at the outermost end, after NCCL's.
 CCLX_DROPIN_EXPORT ncclResult_t ncclGroupStart() {
   clearError();
   auto fn = real().ncclGroupStart;
   if (!fn) return missing("ncclGroupStart");
-  ncclResult_t r = fn();
-  if (r == nccl::ncclSuccess) ++tDepth;
+  const ncclResult_t r = fn();
+  if (r == nccl::ncclSuccess) {
+    ++tDepth;
+    shared::groupStart();
+  }
   return r;
 }
 
@@ -270,16 +256,20 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclGroupEnd() {
   auto fn = real().ncclGroupEnd;
   if (!fn) return missing("ncclGroupEnd");
   if (tDepth > 0) --tDepth;  // the group is closed whatever NCCL reports
-  return fn();
+  const ncclResult_t r = fn();
+  const ncclResult_t mine = shared::groupDepth() > 0 ? shared::groupEnd(false) : nccl::ncclSuccess;
+  return r != nccl::ncclSuccess && r != nccl::ncclInProgress ? r : mine != nccl::ncclSuccess ? mine : r;
 }
 
 // Ends the group as ncclGroupEnd does (after estimating its cost instead of running it), so the
-// depth closes too (torch's cost estimator calls it).
+// depth closes too (torch's cost estimator calls it); the shared comms' calls of the group are
+// dropped, as NCCL drops its own.
 CCLX_DROPIN_EXPORT ncclResult_t ncclGroupSimulateEnd(void* simInfo) {
   clearError();
   auto fn = real().ncclGroupSimulateEnd;
   if (!fn) return missing("ncclGroupSimulateEnd");
   if (tDepth > 0) --tDepth;
+  if (shared::groupDepth() > 0) (void)shared::groupEnd(true);
   return fn(simInfo);
 }
 
@@ -288,10 +278,11 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclGroupSimulateEnd(void* simInfo) {
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id,
                                                  int rank) {
   clearError();
-  auto fn = real().ncclCommInitRank;
-  if (!fn) return missing("ncclCommInitRank");
   ncclResult_t r;
   if (settingsError(r)) return r;
+  if (shared::initRank(comm, nranks, id, rank, nullptr, localRank(), "ncclCommInitRank", r)) return r;
+  auto fn = real().ncclCommInitRank;
+  if (!fn) return missing("ncclCommInitRank");
   return created(fn(comm, nranks, id, rank), comm);
 }
 
@@ -299,10 +290,11 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nra
                                                        ncclUniqueId id, int rank,
                                                        ncclConfig_t* cfg) {
   clearError();
-  auto fn = real().ncclCommInitRankConfig;
-  if (!fn) return missing("ncclCommInitRankConfig");
   ncclResult_t r;
   if (settingsError(r)) return r;
+  if (shared::initRank(comm, nranks, id, rank, cfg, localRank(), "ncclCommInitRankConfig", r)) return r;
+  auto fn = real().ncclCommInitRankConfig;
+  if (!fn) return missing("ncclCommInitRankConfig");
   return created(fn(comm, nranks, id, rank, cfg), comm);
 }
 
@@ -310,16 +302,21 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int n
                                                          int nId, ncclUniqueId* ids,
                                                          ncclConfig_t* cfg) {
   clearError();
-  auto fn = real().ncclCommInitRankScalable;
-  if (!fn) return missing("ncclCommInitRankScalable");
   ncclResult_t r;
   if (settingsError(r)) return r;
+  // The shared mode meets through the first id (every rank holds all of them).
+  if (nId >= 1 && ids &&
+      shared::initRank(comm, nranks, ids[0], rank, cfg, localRank(), "ncclCommInitRankScalable", r))
+    return r;
+  auto fn = real().ncclCommInitRankScalable;
+  if (!fn) return missing("ncclCommInitRankScalable");
   return created(fn(comm, nranks, rank, nId, ids, cfg), comm);
 }
 
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
                                               ncclComm_t* newcomm, ncclConfig_t* cfg) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::split(*s, color, key, newcomm, cfg);
   auto fn = real().ncclCommSplit;
   if (!fn) return missing("ncclCommSplit");
   return created(fn(comm, color, key, newcomm, cfg), newcomm);
@@ -328,6 +325,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int ke
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int nExclude,
                                                ncclComm_t* newcomm, ncclConfig_t* cfg, int flags) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::shrink(*s, exclude, nExclude, newcomm, cfg, flags);
   auto fn = real().ncclCommShrink;
   if (!fn) return missing("ncclCommShrink");
   return created(fn(comm, exclude, nExclude, newcomm, cfg, flags), newcomm);
@@ -336,6 +334,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, in
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nranks, const ncclUniqueId* id,
                                              int rank, ncclComm_t* newcomm, ncclConfig_t* cfg) {
   clearError();
+  if (shared::isShared(comm)) return shared::unsupported("ncclCommGrow", comm);
   auto fn = real().ncclCommGrow;
   if (!fn) return missing("ncclCommGrow");
   return created(fn(comm, nranks, id, rank, newcomm, cfg), newcomm);
@@ -345,6 +344,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nranks, const 
 
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::finalize(*s);
   auto fn = real().ncclCommFinalize;
   if (!fn) return missing("ncclCommFinalize");
   dropComm(comm, /*graceful=*/true);
@@ -353,6 +353,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::destroy(*s);
   auto fn = real().ncclCommDestroy;
   if (!fn) return missing("ncclCommDestroy");
   dropComm(comm, /*graceful=*/true);
@@ -364,6 +365,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 // then cclx's state is released without waiting for or freeing anything still in use.
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::abort(*s);
   auto fn = real().ncclCommAbort;
   if (!fn) return missing("ncclCommAbort");
   stopComm(comm);
@@ -374,6 +376,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::abort(*s);  // no operation of it survives
   auto fn = real().ncclCommRevoke;
   if (!fn) return missing("ncclCommRevoke");
   stopComm(comm);
@@ -385,6 +388,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags) {
 // cclx's device-side failures (a peer that never arrived) first, then NCCL's own.
 CCLX_DROPIN_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* err) {
   clearError();
+  if (auto s = shared::find(comm)) return shared::asyncError(*s, err);
   auto fn = real().ncclCommGetAsyncError;
   if (!fn) return missing("ncclCommGetAsyncError");
   if (err) {
@@ -413,7 +417,7 @@ CCLX_DROPIN_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
 #define CCLX_ALIAS_R(name, params, args) CCLX_DROPIN_ALIAS(ncclResult_t, name, params)
 #define CCLX_ALIAS_O(type, name, params, args, fallback) CCLX_DROPIN_ALIAS(type, name, params)
 #define CCLX_SKIP(...)
-CCLX_NCCL_RESULT_FUNCTIONS(CCLX_SKIP, CCLX_ALIAS_R)
+CCLX_NCCL_RESULT_FUNCTIONS(CCLX_SKIP, CCLX_ALIAS_R, CCLX_SKIP)
 CCLX_NCCL_OTHER_FUNCTIONS(CCLX_SKIP, CCLX_ALIAS_O)
 #undef CCLX_ALIAS_R
 #undef CCLX_ALIAS_O

@@ -136,7 +136,7 @@ class Loader {
     }
     RealNccl l;
 #define CCLX_R(name, params, args) l.name = reinterpret_cast<decltype(l.name)>(dlsym(h, #name));
-    CCLX_NCCL_RESULT_FUNCTIONS(CCLX_R, CCLX_R)
+    CCLX_NCCL_RESULT_FUNCTIONS(CCLX_R, CCLX_R, CCLX_R)
 #undef CCLX_R
 #define CCLX_O(type, name, params, args, fallback) \
   l.name = reinterpret_cast<decltype(l.name)>(dlsym(h, #name));

@@ -13,7 +13,7 @@ namespace dropin {
 
 struct RealNccl {
 #define CCLX_R(name, params, args) ncclResult_t(*name) params = nullptr;
-  CCLX_NCCL_RESULT_FUNCTIONS(CCLX_R, CCLX_R)
+  CCLX_NCCL_RESULT_FUNCTIONS(CCLX_R, CCLX_R, CCLX_R)
 #undef CCLX_R
 #define CCLX_O(type, name, params, args, fallback) type(*name) params = nullptr;
   CCLX_NCCL_OTHER_FUNCTIONS(CCLX_O, CCLX_O)

@@ -145,6 +145,7 @@ const std::vector<std::string>& knownEnvNames() {
       "CCLX_LOW_PRECISION_ALLTOALL", "CCLX_LOW_PRECISION_MIN_BYTES", "CCLX_FP8_BLOCK_SIZE",
       "CCLX_FP8_PRODUCER_WARPS", "CCLX_FP8_TILES_PER_CTA", "CCLX_FP8_ALLREDUCE_ALGO",
       "CCLX_FP8_ONESHOT_MAX_BYTES", "CCLX_NCCL_INTERCEPT", "CCLX_NCCL_FORWARD",
+      "CCLX_DROPIN_SHARED",
       // Read by the Python package, the build and test scripts and the tests.
       "CCLX_EXT_DIR", "CCLX_DROPIN_LIB", "CCLX_GIT_COMMIT", "CCLX_ENABLE_CUDA", "CCLX_CUDA_ARCH",
       "CCLX_TEST_ONLY", "CCLX_TEST_RANKS", "CCLX_TEST_PG_PORT"};
@@ -287,6 +288,11 @@ Config Config::fromEnv() {
                    "reducescatter, alltoall, all",
                    v, name.c_str());
     }
+  }
+  if (const char* v = envOrNull("CCLX_DROPIN_SHARED")) {
+    const std::string s = lower(v);
+    if (s == "auto") c.dropinShared = -1;
+    else c.dropinShared = parseBool("CCLX_DROPIN_SHARED", v) ? 1 : 0;
   }
   if (const char* v = envOrNull("CCLX_TEST_SETUP_FAIL")) {
     const std::string s(v);

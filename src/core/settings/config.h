@@ -79,6 +79,10 @@ struct Config {
   // NCCL drop-in (libnccl.so.2 built by cclx).
   bool ncclIntercept = true;     // CCLX_NCCL_INTERCEPT=0: forward every call to the real NCCL
   unsigned ncclForward = 0;      // CCLX_NCCL_FORWARD=allreduce,allgather,...: kForward* bits
+  // CCLX_DROPIN_SHARED=auto|1|0: comms of 2..8 ranks whose ranks share a GPU run on a cclx comm
+  // of their own, no NCCL comm underneath (auto: when two ranks share a GPU; 1: always; 0: never,
+  // and no exchange before NCCL's init). -1 = auto.
+  int dropinShared = -1;
 
   // Tests only: CCLX_TEST_SETUP_FAIL=<rank>:<stage> makes that rank's collective setup fail at
   // that stage (device, who, alloc, open; core/failure/setup_sequence.h).
