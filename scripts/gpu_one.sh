@@ -13,6 +13,12 @@
 #                               (tests/gpu/test_gpu_window.py); windows on cuMem memory
 #                               (test_gpu_window_vmm at N) and communication memory
 #                               (tests/gpu/test_gpu_memory.py)
+#   scripts/gpu_one.sh dropin [N]  ranks sharing the GPU through the NCCL drop-in: point to point
+#                               on the pipelined exchange (test_gpu_shared_p2p at N = world
+#                               sizes, default "2 3 4 8"), then torch.distributed (backend
+#                               "nccl") under cclx-nccl run at 2, 3, 4 and 8 ranks, a killed rank
+#                               and examples/tp_mlp.py (tests/gpu/test_gpu_dropin_shared.py);
+#                               the torchrun logs under $OUT/pytest_dropin_tmp
 #   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench,
 #                               cclx-perf baselines, the fused allreduce + RMSNorm custom ops at 1,
 #                               2 and 3 ranks) and the TP benchmark smoke run
@@ -31,7 +37,7 @@
 # Results and logs go to ${OUT:-bench/results}; each stage prints one summary line.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|window|py|suites|baselines}
+STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|window|dropin|py|suites|baselines}
 OUT=${OUT:-bench/results}
 BUILD=build-dev
 mkdir -p "$OUT"
@@ -64,7 +70,7 @@ build)
       { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
   fi
   # TARGETS overrides what is built (default: everything the stages below run).
-  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_rmsnorm test_gpu_window test_gpu_window_vmm} \
+  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm test_gpu_window test_gpu_window_vmm} \
        >>"$log" 2>&1; then
     grep -E "error|FAILED" "$log" | head -40
     line "BUILD FAILED"
@@ -105,6 +111,24 @@ window)
   tail -4 "$OUT/pytest_gpu_window.log"
   line "test_gpu_window rc=$wrc pytest rc=$prc"
   [ $wrc -eq 0 ] && [ $prc -eq 0 ]
+  ;;
+dropin)
+  sizes=${2:-2 3 4 8}
+  crc=0
+  for n in $sizes; do
+    CCLX_TEST_RANKS=$n timeout 300 "$BUILD/tests/test_gpu_shared_p2p" \
+      --gtest_output="json:$OUT/gpu_shared_p2p_$n.json" >"$OUT/gpu_shared_p2p_$n.log" 2>&1 || crc=1
+    echo "gpu_one dropin: point to point, $n ranks: $(grep -E '^\[  (PASSED|FAILED)  \]' \
+      "$OUT/gpu_shared_p2p_$n.log" | tr '\n' ' ')"
+  done
+  export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  timeout 480 $PY -m pytest -q -rs -s tests/gpu/test_gpu_dropin_shared.py \
+    --basetemp="$OUT/pytest_dropin_tmp" --junitxml="$OUT/pytest_dropin_shared.xml" \
+    >"$OUT/pytest_dropin_shared.log" 2>&1
+  prc=$?
+  grep -E "ranks:|killed rank|passed|failed|error" "$OUT/pytest_dropin_shared.log" | tail -12
+  line "p2p rc=$crc pytest rc=$prc"
+  [ $crc -eq 0 ] && [ $prc -eq 0 ]
   ;;
 py)
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
