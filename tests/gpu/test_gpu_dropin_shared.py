@@ -75,7 +75,7 @@ def test_torch_distributed_on_one_gpu(n, tmp_path):
 
 
 def test_killed_rank_is_named_by_every_survivor(tmp_path):
-    n, timeout = 3, 8
+    n, timeout = 3, 15
     victim = n - 1
     port = harness.free_port()
     procs = []
