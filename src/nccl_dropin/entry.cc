@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "gpu/runtime.h"
 #include "nccl_dropin/errors.h"
 #include "nccl_dropin/real.h"

@@ -14,8 +14,8 @@
 #include <functional>
 #include <vector>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "nccl_dropin/errors.h"
 #include "nccl_dropin/shared/shared_internal.h"
 

@@ -7,12 +7,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/config.h"
-#include "core/dtype_math.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "core/watchdog.h"
+#include "core/comm/backend.h"
+#include "core/settings/config.h"
+#include "core/elements/dtype_math.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "core/failure/watchdog.h"
 #include "nccl_dropin/errors.h"
 #include "nccl_dropin/shared/shared_internal.h"
 #include "store/bootstrap.h"

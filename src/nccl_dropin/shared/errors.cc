@@ -3,7 +3,7 @@
 // test links it too.
 #include "nccl_dropin/errors.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace cclx {
 namespace dropin {

@@ -21,9 +21,9 @@
 #include <mutex>
 #include <random>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "core/settings/config.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "nccl_dropin/shared/shared_internal.h"
 #include "store/bootstrap.h"
 

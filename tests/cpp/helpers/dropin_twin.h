@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/settings/config.h"
 #include "helpers/host_util.h"
 #include "helpers/mp.h"
 #include "nccl_dropin/errors.h"
