@@ -14,7 +14,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -74,6 +76,24 @@ size_t msgBytes(uint64_t seed, int src, int dst, int k) {
   }
 }
 
+// Where two byte strings differ: the first and last differing offsets, how many bytes differ,
+// and how many of those still hold the poison (0xff: never written).
+std::string describeDiff(const std::vector<char>& got, const std::vector<char>& want) {
+  size_t first = got.size(), last = 0, n = 0, poison = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    first = std::min(first, i);
+    last = i;
+    ++n;
+    poison += uint8_t(got[i]) == 0xff;
+  }
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%zu bytes differ (%zu still 0xff), offsets %zu..%zu, first got 0x%02x want 0x%02x",
+                n, poison, first, last, n ? unsigned(uint8_t(got[first])) : 0u,
+                n ? unsigned(uint8_t(want[first])) : 0u);
+  return buf;
+}
+
 // One batch: this rank sends `perPeer` messages to every peer in `peers` (and to itself when
 // `self`) and receives as many from each. The lists name the peers in an order of the rank's own
 // (rotated by its rank, sends and receives differently), keeping each peer's messages in order.
@@ -127,9 +147,9 @@ void runBatch(Comm& gpu, Comm& twin, const std::vector<int>& peers, bool self, i
     MP_CHECK(uint8_t(got.back()) == 0xff, "%s: the receive from %d (#%d) wrote past its end", what,
              e.src, e.k);
     got.pop_back();
-    MP_CHECK(got == payload(seed, e.src, rank, e.k, e.bytes),
-             "%s: receive #%d from rank %d (%zu bytes) differs from the data sent", what, e.k,
-             e.src, e.bytes);
+    const std::vector<char> want = payload(seed, e.src, rank, e.k, e.bytes);
+    MP_CHECK(got == want, "%s: receive #%d from rank %d (%zu bytes) differs from the data sent: %s",
+             what, e.k, e.src, e.bytes, describeDiff(got, want).c_str());
     MP_CHECK(got == *e.t, "%s: receive #%d from rank %d differs from the host twin's", what, e.k,
              e.src);
   }
