@@ -81,15 +81,25 @@ def acc_type(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32 if dtype.is_floating_point else dtype
 
 
+def premul_factor(factor, dtype):
+    """The factor NCCL applies for torch's PREMUL_SUM with a host scalar: torch passes the scalar
+    in the data type, except for bfloat16, where it passes a float32 with ncclBfloat16; NCCL (and
+    the drop-in, which reads scalars as NCCL does) takes the first two bytes of that float32 as
+    the bfloat16 factor (its low mantissa half: 0.75 becomes 0)."""
+    if dtype == torch.bfloat16:
+        return torch.tensor([factor], dtype=torch.float32).view(torch.int16)[:1].view(torch.bfloat16)[0]
+    return torch.tensor(factor, dtype=dtype)
+
+
 def reference(ins, dtype, op, factor=None):
     """The drop-in's result: ranks 0..N-1 in order in the accumulation type (16-bit floats in
-    float32), rounded once; PREMUL_SUM multiplies each input by the factor (rounded to the data
-    type, as torch passes it) first; AVG divides at the end (integers: truncating)."""
+    float32), rounded once; PREMUL_SUM multiplies each input by the factor NCCL reads from
+    torch's scalar (premul_factor) first; AVG divides at the end (integers: truncating)."""
     if dtype == torch.bool:
         stack = torch.stack(ins)
         return (stack.any(0) if op in ("sum", "max") else stack.all(0))
     a = acc_type(dtype)
-    f = torch.tensor(factor, dtype=dtype).to(a) if op == "premul" else None
+    f = premul_factor(factor, dtype).to(a) if op == "premul" else None
     acc = None
     for x in ins:
         v = x.to(a)
