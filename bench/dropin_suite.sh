@@ -3,7 +3,7 @@
 #   1. bench/dropin_torch.py under `cclx-nccl run torchrun` with blocking comms (device_id),
 #      nonblocking comms (TORCH_NCCL_USE_COMM_NONBLOCKING=1) and lazy comm creation;
 #   2. cclx-perf --api nccl (NCCL's C API: the drop-in against the real NCCL), eager and graphs;
-#   3. faults at two ranks (tests/gpu/test_gpu_dropin_faults.py: a setup failure injected on one
+#   3. faults at two ranks (tests/gpu/dropin/test_gpu_dropin_faults.py: a setup failure injected on one
 #      rank, settings that differ, ncclCommAbort with a dead peer, graph capture on forked
 #      streams, destroy after async calls); needs >= 2 GPUs (NCCL refuses two ranks on one).
 # Every run's log and JSON go to $OUT (default bench/results/dropin-<date>), and
@@ -66,7 +66,7 @@ run perf_api_eager 900 "$PY" -m cclx.perf --api nccl -N "$NP" -C all -b 1K -e 25
 run perf_api_graph 900 "$PY" -m cclx.perf --api nccl -N "$NP" -b 1K -e 256M -f 2 -G 10 -n 100 \
   --json "$OUT/perf_api_graph.json"
 if [ "$NP" -ge 2 ]; then
-  run faults 900 "$PY" -m pytest -q -rs tests/gpu/test_gpu_dropin_faults.py \
+  run faults 900 "$PY" -m pytest -q -rs tests/gpu/dropin/test_gpu_dropin_faults.py \
     --junitxml="$OUT/faults.xml"
 else
   echo "dropin_suite.sh: faults skipped (needs 2 GPUs; NCCL refuses two ranks on one GPU)" >&2

@@ -10,14 +10,14 @@
 #                               N = world sizes, default "2 3 4 8": 10^4 back-to-back put/signal
 #                               rounds eager and replayed from a CUDA graph at 2 ranks, 500
 #                               above; gpu_window_<n>.json) and the torch window cases
-#                               (tests/gpu/test_gpu_window.py); windows on cuMem memory
+#                               (tests/gpu/api/test_gpu_window.py); windows on cuMem memory
 #                               (test_gpu_window_vmm at N) and communication memory
-#                               (tests/gpu/test_gpu_memory.py)
+#                               (tests/gpu/api/test_gpu_memory.py)
 #   scripts/gpu_one.sh dropin [N]  ranks sharing the GPU through the NCCL drop-in: point to point
 #                               on the pipelined exchange (test_gpu_shared_p2p at N = world
 #                               sizes, default "2 3 4 8"), then torch.distributed (backend
 #                               "nccl") under cclx-nccl run at 2, 3, 4 and 8 ranks, a killed rank
-#                               and examples/tp_mlp.py (tests/gpu/test_gpu_dropin_shared.py);
+#                               and examples/tp_mlp.py (tests/gpu/dropin/test_gpu_dropin_shared.py);
 #                               the torchrun logs under $OUT/pytest_dropin_tmp
 #   scripts/gpu_one.sh py       pytest tests/gpu (what one GPU runs: drop-in under torch, TP bench,
 #                               cclx-perf baselines, the fused allreduce + RMSNorm custom ops at 1,
@@ -105,7 +105,7 @@ window)
       "$OUT/gpu_window_vmm_$n.log" | tr '\n' ' ')"
   done
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-  $PY -m pytest -q -rs tests/gpu/test_gpu_window.py tests/gpu/test_gpu_memory.py --junitxml="$OUT/pytest_gpu_window.xml" \
+  $PY -m pytest -q -rs tests/gpu/api/test_gpu_window.py tests/gpu/api/test_gpu_memory.py --junitxml="$OUT/pytest_gpu_window.xml" \
     >"$OUT/pytest_gpu_window.log" 2>&1
   prc=$?
   tail -4 "$OUT/pytest_gpu_window.log"
@@ -122,7 +122,7 @@ dropin)
       "$OUT/gpu_shared_p2p_$n.log" | tr '\n' ' ')"
   done
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-  timeout 480 $PY -m pytest -q -rs -s tests/gpu/test_gpu_dropin_shared.py \
+  timeout 480 $PY -m pytest -q -rs -s tests/gpu/dropin/test_gpu_dropin_shared.py \
     --basetemp="$OUT/pytest_dropin_tmp" --junitxml="$OUT/pytest_dropin_shared.xml" \
     >"$OUT/pytest_dropin_shared.log" 2>&1
   prc=$?
@@ -157,7 +157,7 @@ suites)
     echo "gpu_one suites: $bin $n ranks: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/${bin}_$n.log" | tr '\n' ' ')"
   done
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-  $PY -m pytest -q -rs tests/gpu/test_gpu_perf_fused.py tests/gpu/test_gpu_memory.py tests/gpu/test_gpu_window.py \
+  $PY -m pytest -q -rs tests/gpu/perf/test_gpu_perf_fused.py tests/gpu/api/test_gpu_memory.py tests/gpu/api/test_gpu_window.py \
     --junitxml="$OUT/pytest_suites.xml" >"$OUT/pytest_suites.log" 2>&1
   prc=$?
   tail -4 "$OUT/pytest_suites.log"
@@ -166,7 +166,7 @@ suites)
   ;;
 baselines)
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-  $PY -m pytest -q -rs tests/gpu/test_gpu_perf_baselines.py \
+  $PY -m pytest -q -rs tests/gpu/perf/test_gpu_perf_baselines.py \
     --junitxml="$OUT/pytest_baselines.xml" >"$OUT/pytest_baselines.log" 2>&1
   prc=$?
   tail -6 "$OUT/pytest_baselines.log"

@@ -1,5 +1,5 @@
 """One rank of torch.distributed (backend "nccl") with every rank on one GPU, through the cclx
-NCCL drop-in (run under `cclx-nccl run -- torchrun ...`; tests/gpu/test_gpu_dropin_shared.py).
+NCCL drop-in (run under `cclx-nccl run -- torchrun ...`; tests/gpu/dropin/test_gpu_dropin_shared.py).
 
     dropin_shared_worker.py OUT eager|lazy   every c10d collective and point-to-point pattern,
                                             every dtype torch's NCCL backend passes, checked

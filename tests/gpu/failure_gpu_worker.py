@@ -1,4 +1,4 @@
-"""One rank of tests/gpu/test_gpu_failure.py: a CUDA comm of WORLD_SIZE ranks sharing the GPUs
+"""One rank of tests/gpu/failure/test_gpu_failure.py: a CUDA comm of WORLD_SIZE ranks sharing the GPUs
 (rank r on cuda:r % count) whose last rank is SIGKILLed after two allreduces.
 FAILURE_MODE=raise: abort_process_on_timeout_or_error=False; the survivors' next allreduce leaves
 NaN after torch.cuda.synchronize(), its Work raises naming the dead rank, the next call raises.

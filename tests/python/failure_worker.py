@@ -1,4 +1,4 @@
-"""One rank of tests/python/test_failure.py: a CPU comm of WORLD_SIZE ranks whose last rank is
+"""One rank of tests/python/failure/test_failure.py: a CPU comm of WORLD_SIZE ranks whose last rank is
 SIGKILLed after two allreduces. FAILURE_MODE=raise: abort_process_on_timeout_or_error=False, the
 survivors must get an error naming the dead rank; FAILURE_MODE=default: no argument (the
 default), the survivors must end by SIGABRT after their abort hooks ran."""

@@ -1,4 +1,4 @@
-"""One rank of a rendezvous scenario (tests/python/test_rendezvous.py): creates a comm with
+"""One rank of a rendezvous scenario (tests/python/failure/test_rendezvous.py): creates a comm with
 new_comm, runs an all_reduce and finalizes it, then prints one line "RESULT {json}" with what
 happened. RDV_KW (JSON) holds new_comm's keywords, RDV_DEVICE the device, RDV_FINALIZE_DELAY
 seconds to wait before finalize; RDV_EXIT=1 leaves with os._exit right after finalize;

@@ -4,7 +4,7 @@
 //
 // This part holds no CUDA code: the entry points of the drop-in (src/nccl_dropin/*.cc, CUDA
 // builds) call it for shared handles, and a CPU build runs it over CPU comms in its twin test
-// (tests/cpp/test_dropin_shared.cc). Every function returns an NCCL result and leaves the
+// (tests/cpp/dropin/test_dropin_shared.cc). Every function returns an NCCL result and leaves the
 // message for ncclGetLastError (errors.h); none throws.
 //
 // The handle. The application gets a pointer that is not an NCCL comm: every entry point that

@@ -9,7 +9,7 @@
 //  * abort() with a dead peer returns at once and the spinning kernel stops with a NaN output;
 //  * finalize() when a peer left without finalizing returns within the teardown bound.
 // World size: CCLX_TEST_RANKS (default 3). The CPU twin of the setup sequence is
-// tests/cpp/test_setup.cc.
+// tests/cpp/core/test_setup.cc.
 #include <gtest/gtest.h>
 
 #if defined(CCLX_HAVE_CUDA)

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/select/select.h"
-#include "gpu/fp8_selftest.h"
+#include "gpu/kernels/fp8_selftest.h"
 #include "core/settings/config.h"
 #include "helpers/fp8_util.h"
 #include "helpers/gpu_util.h"

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu/window_selftest.h"
+#include "gpu/kernels/window_selftest.h"
 #include "helpers/gpu_util.h"
 #include "helpers/win_util.h"
 

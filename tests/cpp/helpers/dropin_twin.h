@@ -1,4 +1,4 @@
-// The CPU twin of the NCCL drop-in's shared-GPU mode (tests/cpp/test_dropin_shared*.cc): NCCL's
+// The CPU twin of the NCCL drop-in's shared-GPU mode (tests/cpp/dropin/test_dropin_shared*.cc): NCCL's
 // API as the drop-in's entry points dispatch it for a shared comm (their shared branch), with a
 // fake shared-GPU decision: every rank reports the same "GPU" (gGpu), so every comm is a shared
 // one over cclx's host transport. Plus the helpers both test files use.

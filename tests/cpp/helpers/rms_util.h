@@ -1,5 +1,5 @@
 // Test data and references of the fused allreduce + residual add + RMSNorm (+ FP8), shared by the
-// host tests (tests/cpp/test_host_rmsnorm.cc) and the GPU tests (tests/cpp/gpu/test_gpu_rmsnorm.cc).
+// host tests (tests/cpp/host/test_host_rmsnorm.cc) and the GPU tests (tests/cpp/gpu/test_gpu_rmsnorm.cc).
 //
 // Inputs are a pure function of (seed, rank, index), so every rank computes every rank's input.
 // Two references: float64 (independent arithmetic; tolerances from the roundings of the element

@@ -6,7 +6,7 @@ import pytest
 
 import harness
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_coll.py")
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cases_coll.py")
 NAMES = harness.case_names(CASES)
 QUICK = ["all_reduce_f32", "all_reduce_bf16", "all_reduce_i32", "reduce_scatter_single",
          "all_gather_single", "all_to_all_v_single", "send_recv", "bad_inputs_then_valid"]

@@ -13,7 +13,7 @@ import pytest
 
 from harness import child_env, free_port
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 3
 
 

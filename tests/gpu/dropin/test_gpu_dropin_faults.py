@@ -6,7 +6,7 @@ captured on forked streams replay exactly; destroy after async calls leaks nothi
 
 Needs two GPUs: several ranks on one GPU cannot run NCCL (it refuses two ranks on one device),
 so the drop-in cannot be tested at two ranks on a one-GPU machine (skipped, with that reason).
-The same setup sequence runs without a GPU in tests/cpp/test_setup.cc and, for cclx comms with
+The same setup sequence runs without a GPU in tests/cpp/core/test_setup.cc and, for cclx comms with
 ranks sharing one GPU, in tests/cpp/gpu/test_gpu_faults.cc."""
 import os
 import subprocess
@@ -24,7 +24,7 @@ if not cclx._C.has_cuda:
     pytest.skip("cclx was built without CUDA", allow_module_level=True)
 import harness  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_pair(tmp_path, scenario, env0=None, env1=None, extra=None, timeout=180):

@@ -16,7 +16,7 @@ if not cclx._C.has_cuda:
 import harness  # noqa: E402
 from cclx import dropin  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("mode", ["plain", "device_id"])

@@ -1,5 +1,5 @@
 """A CUDA rank that fails during creation (a device that does not exist) makes the other rank
-fail at once with its message; the CPU twin is tests/python/test_rendezvous.py."""
+fail at once with its message; the CPU twin is tests/python/failure/test_rendezvous.py."""
 import json
 import os
 import subprocess

@@ -6,7 +6,7 @@ import pytest
 
 import harness
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_rmsnorm.py")
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cases_rmsnorm.py")
 NAMES = harness.case_names(CASES)
 try:
     import torch  # noqa: F401

@@ -3,7 +3,7 @@
 // transport, at world sizes 2..8 (one process per rank): every reduction and type, the data
 // movement collectives, groups of sends and receives. test_dropin_shared_life.cc has creation,
 // split, shrink, the life cycle, the errors and a killed rank; the GPU run of the same dispatch
-// under torch.distributed is tests/gpu/test_gpu_dropin_shared.py.
+// under torch.distributed is tests/gpu/dropin/test_gpu_dropin_shared.py.
 #include <gtest/gtest.h>
 
 #include "helpers/dropin_twin.h"

@@ -8,7 +8,7 @@ import harness
 
 pytest.importorskip("torch")
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_window.py")
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cases_window.py")
 NAMES = harness.case_names(CASES)
 WIDE = ["ring_numpy_bf16_async"]
 

@@ -1,7 +1,7 @@
 // Device-side data of the window tests (window_selftest.h).
 #include <cuda_runtime.h>
 
-#include "gpu/window_selftest.h"
+#include "gpu/kernels/window_selftest.h"
 
 namespace cclx {
 namespace wintest {

@@ -6,7 +6,7 @@ import pytest
 
 import harness
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_grouped.py")
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cases_grouped.py")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pytest
 
 import harness
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_api.py")
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cases_api.py")
 
 
 @pytest.fixture(scope="module")

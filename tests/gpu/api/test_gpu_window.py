@@ -14,7 +14,7 @@ import cclx  # noqa: E402
 if not cclx._C.has_cuda:
     pytest.skip("cclx was built without CUDA", allow_module_level=True)
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_gpu_window.py")
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cases_gpu_window.py")
 
 
 @pytest.fixture(scope="module")

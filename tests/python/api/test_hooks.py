@@ -11,7 +11,7 @@ import pytest
 
 import harness
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_hooks.py")
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cases_hooks.py")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_flight_recorder_dumps_when_the_process_aborts():
     hooks run) and the process ends with SIGABRT."""
     out = tempfile.mkdtemp(prefix="cclx-frabort-")
     pattern = os.path.join(out, "fr_rank{rank}.json")
-    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "abort_fr_worker.py")
+    worker = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "abort_fr_worker.py")
     port = harness.free_port()
     procs = []
     for r in range(2):

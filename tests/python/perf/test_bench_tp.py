@@ -13,7 +13,7 @@ import harness
 from cclx.bench import model as M
 from cclx.bench import tp as T
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _torch():

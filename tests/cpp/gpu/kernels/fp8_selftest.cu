@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "gpu/fp8/device.cuh"
-#include "gpu/fp8_selftest.h"
+#include "gpu/kernels/fp8_selftest.h"
 #include "base/error.h"
 
 namespace cclx {

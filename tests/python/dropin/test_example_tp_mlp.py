@@ -1,6 +1,6 @@
 """examples/tp_mlp.py on CPU tensors over gloo (--cpu): the tensor-parallel MLP's forward and
 backward equal the one-rank MLP's. (Its GPU run, every rank on one GPU through the NCCL drop-in,
-is tests/gpu/test_gpu_dropin_shared.py.)"""
+is tests/gpu/dropin/test_gpu_dropin_shared.py.)"""
 import os
 import subprocess
 import sys

@@ -4,7 +4,7 @@ torchrun per world size runs every case of dropin_shared_worker.py in one proces
 c10d collective and point-to-point pattern, every dtype, async handles, CUDA-graph replay,
 new_group, torch's cost estimator), each result bit-equal to a reference computed by the drop-in's
 rules on the CPU. Then a rank killed mid-loop at 3 ranks: every survivor's error names it within
-the timeout. The CPU twin of the dispatch is tests/cpp/test_dropin_shared*.cc."""
+the timeout. The CPU twin of the dispatch is tests/cpp/dropin/test_dropin_shared*.cc."""
 import json
 import os
 import re
@@ -23,7 +23,7 @@ if not cclx._C.has_cuda:
     pytest.skip("cclx was built without CUDA", allow_module_level=True)
 import harness  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(HERE, "dropin_shared_worker.py")
 FIRST_GPU = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
 # eager: init_process_group(device_id=...) (new_group by ncclCommSplit); lazy: comms at first use

@@ -4,7 +4,7 @@ into the bytes NCCL leaves zero (not with CCLX_DROPIN_SHARED=0, not when NCCL us
 ranks that report GPUs of their own decide "not shared" and NCCL makes the comm, a handle the
 drop-in does not know goes to NCCL unchanged, and CCLX_DROPIN_SHARED=1 with an id NCCL made
 alone fails naming the call. (The shared comms themselves need a GPU: test_gpu_dropin_shared.py;
-their dispatch's CPU twin: tests/cpp/test_dropin_shared*.cc.)"""
+their dispatch's CPU twin: tests/cpp/dropin/test_dropin_shared*.cc.)"""
 import os
 import shutil
 import subprocess
