@@ -155,13 +155,20 @@ class Store {
 };
 
 /// TCP store: rank 0 (isServer) listens on host:port (port 0 = pick one; see port()); clients
-/// connect with retries until `timeout`. Every connection presents `jobId`; the server refuses a
-/// client whose job id differs (the client gets cclxRemoteError).
+/// connect with retries until `timeout`. A client is admitted only when it proves (HMAC-SHA256
+/// challenge-response, never sending it) that it holds the server's `token` and names the
+/// server's `jobId`; the server proves the token back. A refused client gets cclxRemoteError
+/// saying which setting differs. Without a token (empty) the store serves loopback only: a
+/// server on an address that is not loopback, or a client to one, is refused with
+/// cclxInvalidArgument naming CCLX_STORE_TOKEN. A token has at least 16 characters; every rank
+/// must pass the same (Comm::fromEnv passes CCLX_STORE_TOKEN). docs/DESIGN.md, "Store
+/// authentication", has the protocol and what it protects.
 class TcpStore : public Store {
  public:
   static std::shared_ptr<TcpStore> create(const std::string& host, int port, bool isServer,
                                           const std::string& jobId,
-                                          std::chrono::milliseconds timeout);
+                                          std::chrono::milliseconds timeout,
+                                          const std::string& token = {});
   virtual int port() const = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "store/auth.h"
 
 namespace cclx::store {
 
@@ -100,13 +101,24 @@ void sendFrame(int fd, const std::string& body, Clock::time_point deadline, cons
   sendAll(fd, frame.data(), frame.size(), deadline, peer);
 }
 
-std::string recvFrame(int fd, Clock::time_point deadline, const char* peer) {
+std::string recvFrame(int fd, Clock::time_point deadline, const char* peer, uint32_t maxLen) {
   uint32_t n = 0;
   recvAll(fd, reinterpret_cast<char*>(&n), 4, deadline, peer);
-  if (n > kMaxFrame) CCLX_THROW(cclxRemoteError, "store %s sent a malformed frame", peer);
+  if (n > maxLen) CCLX_THROW(cclxRemoteError, "store %s sent a malformed frame", peer);
   std::string body(n, '\0');
   if (n) recvAll(fd, body.data(), n, deadline, peer);
   return body;
+}
+
+std::string authProof(bool client, const std::string& token, const std::string& serverNonce,
+                      const std::string& clientNonce, const std::string& jobId) {
+  Writer w;
+  w.str(client ? "cclx-store-2 client proof" : "cclx-store-2 server proof")
+      .str(serverNonce)
+      .str(clientNonce)
+      .str(jobId);
+  Digest d = hmacSha256(token, w.data());
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
 }
 
 void KvTable::set(const std::string& k, const std::string& v) {

@@ -3,9 +3,13 @@
 // Every message is a frame: a 4-byte length (host byte order; both ends are built from the same
 // source) followed by that many bytes. A request body is a one-byte command followed by its
 // arguments; strings are a 4-byte length plus bytes, integers 8 bytes. A reply body is a one-byte
-// status followed by the command's result. The first request on a connection must be HELLO,
-// carrying a protocol magic and the client's job id; the server answers REFUSED (with its own job
-// id) and closes the connection when they differ.
+// status followed by the command's result.
+//
+// A connection starts with a challenge-response handshake (docs/DESIGN.md, "Store
+// authentication"): the server sends CHALLENGE (magic, flags, a random nonce); the client answers
+// AUTH (magic, job id, its own nonce, HMAC-SHA256 under the token of the client transcript); the
+// server answers OK with its own proof (the server transcript) or a fixed refusal and closes.
+// Until then no frame may exceed kMaxHandshakeFrame.
 #pragma once
 
 #include <chrono>
@@ -17,11 +21,24 @@
 
 namespace cclx::store {
 
-enum Cmd : uint8_t { HELLO = 1, SET = 2, GET = 3, ADD = 4, CHECK = 5, ERASE = 6, MISSING = 7 };
-enum Status : uint8_t { OK = 0, NOT_FOUND = 1, REFUSED = 2, BAD_REQUEST = 3 };
+enum Cmd : uint8_t { AUTH = 1, SET = 2, GET = 3, ADD = 4, CHECK = 5, ERASE = 6, MISSING = 7,
+                     CHALLENGE = 8 };
+// REFUSED: the client did not prove it holds the token (or sent something else); OTHER_JOB: it
+// did, for another job id. Neither reply says anything about the server's job.
+enum Status : uint8_t { OK = 0, NOT_FOUND = 1, REFUSED = 2, BAD_REQUEST = 3, OTHER_JOB = 4 };
 
-constexpr const char* kMagic = "cclx-store-1";
-constexpr uint32_t kMaxFrame = 1u << 30;
+constexpr const char* kMagic = "cclx-store-2";
+constexpr uint32_t kMaxFrame = 1u << 30;        // frames of an authenticated connection
+constexpr uint32_t kMaxHandshakeFrame = 4096;   // any frame before authentication
+constexpr size_t kNonceBytes = 32;
+constexpr uint8_t kFlagServerHasToken = 1;      // CHALLENGE flags
+/// The only text a refused client gets.
+constexpr const char* kRefusal = "cclx store: connection refused";
+
+/// The proofs of the handshake: HMAC-SHA256 under `token` of a label (one for each side, so that
+/// neither proof can be reflected as the other), both nonces and the job id.
+std::string authProof(bool client, const std::string& token, const std::string& serverNonce,
+                      const std::string& clientNonce, const std::string& jobId);
 
 class Writer {
  public:
@@ -54,8 +71,10 @@ using Clock = std::chrono::steady_clock;
 
 /// Sends one frame; throws cclx::Error (cclxSystemError / cclxTimeout) on failure.
 void sendFrame(int fd, const std::string& body, Clock::time_point deadline, const char* peer);
-/// Receives one frame; throws cclx::Error; cclxRemoteError when the peer closed the connection.
-std::string recvFrame(int fd, Clock::time_point deadline, const char* peer);
+/// Receives one frame of at most `maxLen` bytes; throws cclx::Error; cclxRemoteError when the
+/// peer closed the connection or announced a longer frame.
+std::string recvFrame(int fd, Clock::time_point deadline, const char* peer,
+                      uint32_t maxLen = kMaxFrame);
 
 /// The server's table. Thread-safe. execute() serves one request body and returns a reply body.
 class KvTable {

@@ -1,7 +1,11 @@
 // TcpStore server: one thread poll()s the listening socket, every connection and a wake-up pipe,
-// and serves each complete request from the table. The destructor first lingers (bounded) while
-// clients are still connected and using the store, so that the process that owns the store does
-// not leave under a peer's request; then it wakes and joins the thread.
+// and serves each complete request from the table. A connection first passes the handshake
+// (proto.h): until then it may send one frame of at most kMaxHandshakeFrame bytes, must finish
+// within ServerLimits::handshakeTimeout, and at most ServerLimits::maxPending such connections
+// are kept (a new one evicts the oldest once that one had ServerLimits::evictAfter to answer;
+// until then new ones wait in the kernel's backlog). The destructor first lingers (bounded) while clients
+// are still connected and using the store, so that the process that owns the store does not
+// leave under a peer's request; then it wakes and joins the thread.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -19,20 +23,68 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "store/auth.h"
 #include "store/store_impl.h"
 #include "store/proto.h"
 
 namespace cclx::store {
 
+bool isLoopback(uint32_t addr) { return (ntohl(addr) >> 24) == 127; }
+
 namespace {
+
+// The address to bind for `host`: a loopback address when `host` is or resolves only to one
+// (a hostname the hosts file maps to 127.0.1.1 included), else every interface.
+uint32_t bindAddress(const std::string& host, bool& loopback) {
+  loopback = false;
+  if (host == "localhost") {
+    loopback = true;
+    return htonl(INADDR_LOOPBACK);
+  }
+  in_addr a{};
+  if (::inet_pton(AF_INET, host.c_str(), &a) == 1) {
+    loopback = isLoopback(a.s_addr);
+    return loopback ? a.s_addr : htonl(INADDR_ANY);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0 && res) {
+    bool all = true;
+    for (addrinfo* ai = res; ai; ai = ai->ai_next)
+      all = all && isLoopback(reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr.s_addr);
+    uint32_t first = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr.s_addr;
+    ::freeaddrinfo(res);
+    if (all) {
+      loopback = true;
+      return first;
+    }
+  }
+  return htonl(INADDR_ANY);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Server.
 
 class ServerStore final : public PollingStore {
  public:
-  ServerStore(const std::string& host, int port, const std::string& jobId)
-      : jobId_(jobId), host_(host) {
-    listenFd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ServerStore(const std::string& host, int port, const std::string& jobId,
+              const std::string& token, const ServerLimits& limits)
+      : jobId_(jobId), token_(token), host_(host), limits_(limits) {
+    bool loopback = false;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = bindAddress(host, loopback);
+    if (!loopback && token_.empty())
+      CCLX_THROW(cclxInvalidArgument,
+                 "refusing to serve the store on %s:%d, which is not a loopback address, without "
+                 "a token: set CCLX_STORE_TOKEN to the same secret on every rank (e.g. export "
+                 "CCLX_STORE_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')), or "
+                 "use MASTER_ADDR=127.0.0.1 for a job on one host",
+                 host.c_str(), port);
+    listenFd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (listenFd_ < 0) CCLX_THROW(cclxSystemError, "socket() failed: %s", std::strerror(errno));
     int one = 1;
     if (::setsockopt(listenFd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
@@ -40,11 +92,6 @@ class ServerStore final : public PollingStore {
       ::close(listenFd_);
       CCLX_THROW(cclxSystemError, "setsockopt(SO_REUSEADDR) failed: %s", std::strerror(e));
     }
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(port));
-    bool loopback = host == "127.0.0.1" || host == "localhost";
-    a.sin_addr.s_addr = htonl(loopback ? INADDR_LOOPBACK : INADDR_ANY);
     if (::bind(listenFd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
         ::listen(listenFd_, 1024) != 0) {
       int e = errno;
@@ -65,7 +112,8 @@ class ServerStore final : public PollingStore {
       CCLX_THROW(cclxSystemError, "pipe2() failed: %s", std::strerror(e));
     }
     thread_ = std::thread([this] { serve(); });
-    CCLX_INFO("store serving job '%s' on %s:%d", jobId_.c_str(), host.c_str(), port_);
+    CCLX_INFO("store serving job '%s' on %s:%d (%s)", jobId_.c_str(), host.c_str(), port_,
+              token_.empty() ? "loopback only, no token" : "token required");
   }
 
   ~ServerStore() override {
@@ -84,6 +132,14 @@ class ServerStore final : public PollingStore {
   std::string address() const override { return strFormat("%s:%d", host_.c_str(), port_); }
   bool serving() const override { return true; }
   int clients() const override { return nClients_.load(); }
+  ServerStats serverStats() const override {
+    ServerStats s;
+    s.authenticated = nClients_.load();
+    s.pending = nPending_.load();
+    s.pendingBytes = pendingBytes_.load();
+    s.refused = refused_.load();
+    return s;
+  }
   void set(const std::string& k, const std::string& v) override { table_.set(k, v); }
   int64_t add(const std::string& k, int64_t d) override { return table_.add(k, d); }
   bool check(const std::string& k) override { return table_.check(k); }
@@ -98,7 +154,11 @@ class ServerStore final : public PollingStore {
  private:
   struct Client {
     int fd = -1;
-    bool greeted = false;
+    bool authed = false;
+    Clock::time_point deadline;  // of the handshake
+    uint64_t seq = 0;            // order of acceptance (the oldest pending one is evicted)
+    Clock::time_point accepted;
+    std::string nonce;           // the challenge's
     std::string in;
   };
 
@@ -118,43 +178,153 @@ class ServerStore final : public PollingStore {
     for (;;) {
       std::vector<pollfd> fds;
       fds.push_back({wake_[0], POLLIN, 0});
-      fds.push_back({listenFd_, POLLIN, 0});
-      for (auto& c : clients_) fds.push_back({c.fd, POLLIN, 0});
-      int r = ::poll(fds.data(), fds.size(), -1);
+      // At the cap of pending connections whose oldest is still young, new ones wait in the
+      // kernel's backlog (the listening socket is left out of the poll) until it may be evicted.
+      Clock::time_point next = Clock::time_point::max();
+      const bool accepting = mayAccept(Clock::now(), next);
+      fds.push_back({accepting ? listenFd_ : -1, POLLIN, 0});
+      for (auto& c : clients_) {
+        fds.push_back({c.fd, POLLIN, 0});
+        if (!c.authed) next = std::min(next, c.deadline);
+      }
+      int wait = -1;
+      if (next != Clock::time_point::max()) {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
+        wait = int(std::clamp<int64_t>(ms + 1, 0, 60000));
+      }
+      int r = ::poll(fds.data(), fds.size(), wait);
       if (r < 0) {
         if (errno == EINTR) continue;
         CCLX_WARN("store server poll() failed: %s; server stops", std::strerror(errno));
         return;
       }
       if (fds[0].revents) return;
-      std::vector<size_t> dead;
-      for (size_t i = 0; i < clients_.size(); ++i)
-        if (fds[i + 2].revents && !serviceClient(clients_[i])) dead.push_back(i);
-      for (size_t j = dead.size(); j-- > 0;) {
-        ::close(clients_[dead[j]].fd);
-        clients_.erase(clients_.begin() + long(dead[j]));
+      const auto now = Clock::now();
+      for (size_t i = 0; i < clients_.size(); ++i) {
+        Client& c = clients_[i];
+        bool drop = false;
+        if (fds[i + 2].revents) drop = !serviceClient(c);
+        if (!drop && !c.authed && now >= c.deadline) drop = true;  // too slow, or idle
+        if (drop) {
+          if (!c.authed) ++refused_;
+          ::close(c.fd);
+          c.fd = -1;
+        }
       }
-      nClients_.store(int(clients_.size()));
-      if (fds[1].revents & POLLIN) acceptOne();
+      clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
+                                    [](const Client& c) { return c.fd < 0; }),
+                     clients_.end());
+      if (accepting && (fds[1].revents & POLLIN)) acceptSome();
+      updateCounts();
     }
   }
 
-  void acceptOne() {
-    int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-        CCLX_WARN("store accept() failed: %s", std::strerror(errno));
-      return;
+  // Whether a new connection may be accepted now: below the cap of pending connections, or at
+  // it when the oldest pending one has had ServerLimits::evictAfter to answer (it is then
+  // evicted for the new one). Otherwise `resume` becomes the time that changes.
+  bool mayAccept(Clock::time_point now, Clock::time_point& resume) const {
+    size_t pending = 0;
+    const Client* oldest = nullptr;
+    for (const auto& c : clients_) {
+      if (c.authed) continue;
+      ++pending;
+      if (!oldest || c.seq < oldest->seq) oldest = &c;
     }
-    setNoDelay(fd);
-    Client c;
-    c.fd = fd;
-    clients_.push_back(std::move(c));
-    nClients_.store(int(clients_.size()));
+    if (pending < std::max<size_t>(1, limits_.maxPending)) return true;
+    const auto at = oldest->accepted + limits_.evictAfter;
+    if (now >= at) return true;
+    resume = std::min(resume, at);
+    return false;
+  }
+
+  void updateCounts() {
+    int authed = 0, pending = 0;
+    size_t bytes = 0;
+    for (const auto& c : clients_) {
+      if (c.authed) {
+        ++authed;
+      } else {
+        ++pending;
+        bytes += c.in.size();
+      }
+    }
+    nClients_.store(authed);
+    nPending_.store(pending);
+    pendingBytes_.store(bytes);
+  }
+
+  // Accepts what the backlog holds (a bounded number per round, so that a flood of connections
+  // does not starve the connections already open).
+  void acceptSome() {
+    for (int k = 0; k < 64; ++k) {
+      Clock::time_point ignored = Clock::time_point::max();
+      if (!mayAccept(Clock::now(), ignored)) return;
+      sockaddr_in peer{};
+      socklen_t plen = sizeof(peer);
+      int fd = ::accept4(listenFd_, reinterpret_cast<sockaddr*>(&peer), &plen,
+                         SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+          CCLX_WARN("store accept() failed: %s", std::strerror(errno));
+        return;
+      }
+      if (token_.empty() && !(peer.sin_family == AF_INET && isLoopback(peer.sin_addr.s_addr))) {
+        ::close(fd);  // without a token only loopback peers are served
+        ++refused_;
+        noteRefusal("a peer that is not on loopback (the store has no token)");
+        continue;
+      }
+      setNoDelay(fd);
+      evictIfFull();
+      Client c;
+      c.fd = fd;
+      c.seq = nextSeq_++;
+      c.accepted = Clock::now();
+      c.deadline = c.accepted + limits_.handshakeTimeout;
+      try {
+        c.nonce = randomBytes(kNonceBytes);
+        Writer w;
+        w.u8(CHALLENGE).str(kMagic).u8(token_.empty() ? 0 : kFlagServerHasToken).str(c.nonce);
+        sendFrame(fd, w.data(), Clock::now() + std::chrono::milliseconds(100), "client");
+      } catch (const Error& e) {
+        CCLX_INFO("store server: dropping a new connection: %s", e.what());
+        ::close(fd);
+        ++refused_;
+        continue;
+      }
+      clients_.push_back(std::move(c));
+    }
+  }
+
+  void evictIfFull() {
+    size_t pending = 0;
+    auto oldest = clients_.end();
+    for (auto it = clients_.begin(); it != clients_.end(); ++it) {
+      if (it->authed) continue;
+      ++pending;
+      if (oldest == clients_.end() || it->seq < oldest->seq) oldest = it;
+    }
+    if (pending < std::max<size_t>(1, limits_.maxPending)) return;
+    ::close(oldest->fd);
+    ++refused_;
+    clients_.erase(oldest);
+    noteRefusal("connections that had not authenticated (too many at once)");
+  }
+
+  // One WARN line per 10 s at most: a flood of connections must not flood the log.
+  void noteRefusal(const char* what) {
+    auto now = Clock::now();
+    ++refusedSinceNote_;
+    if (now < nextNote_) return;
+    CCLX_WARN("store on %s:%d refused %llu connection(s) in the last 10 s; the latest: %s",
+              host_.c_str(), port_, (unsigned long long)refusedSinceNote_, what);
+    refusedSinceNote_ = 0;
+    nextNote_ = now + std::chrono::seconds(10);
   }
 
   // Reads what is available and serves every complete request. False: drop the connection.
   bool serviceClient(Client& c) {
+    if (!c.authed) return serviceHandshake(c);
     char buf[65536];
     for (;;) {
       ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -172,59 +342,112 @@ class ServerStore final : public PollingStore {
     while (c.in.size() >= 4) {
       uint32_t len;
       std::memcpy(&len, c.in.data(), 4);
-      if (len > store::kMaxFrame) return false;
+      if (len > kMaxFrame) return false;
       if (c.in.size() < 4 + size_t(len)) break;
       std::string req = c.in.substr(4, len);
       c.in.erase(0, 4 + size_t(len));
       lastRequest_.store(Clock::now().time_since_epoch().count());
-      bool keep = true;
-      std::string reply = handle(c, req, keep);
+      std::string reply = table_.execute(req);
       try {
-        store::sendFrame(c.fd, reply, Clock::now() + std::chrono::seconds(30), "client");
+        sendFrame(c.fd, reply, Clock::now() + std::chrono::seconds(30), "client");
       } catch (const Error& e) {
         CCLX_WARN("store server: dropping a client: %s", e.what());
         return false;
       }
-      if (!keep) return false;
     }
     return true;
   }
 
-  std::string handle(Client& c, const std::string& req, bool& keep) {
-    if (c.greeted) return table_.execute(req);
-    store::Reader r(req);
-    uint8_t cmd;
-    std::string magic, job;
-    keep = false;
-    if (!r.u8(cmd) || cmd != store::HELLO || !r.str(magic) || magic != store::kMagic || !r.str(job))
-      return store::Writer().u8(store::BAD_REQUEST).str("not a cclx store client").data();
-    if (job != jobId_) {
-      CCLX_WARN("store refused a client of job '%s' (this store belongs to job '%s')", job.c_str(),
-                jobId_.c_str());
-      return store::Writer().u8(store::REFUSED).str(jobId_).data();
+  // Before authentication a connection may hold one frame of at most kMaxHandshakeFrame bytes:
+  // a longer length closes it at once, before anything is allocated for it, and so does any
+  // byte beyond that frame.
+  bool serviceHandshake(Client& c) {
+    char buf[4 + kMaxHandshakeFrame + 1];
+    const size_t room = sizeof(buf) - c.in.size();
+    ssize_t n;
+    do {
+      n = ::recv(c.fd, buf, room, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0) return false;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    c.in.append(buf, size_t(n));
+    if (c.in.size() < 4) return true;
+    uint32_t len;
+    std::memcpy(&len, c.in.data(), 4);
+    if (len > kMaxHandshakeFrame) return false;
+    if (c.in.size() > 4 + size_t(len)) return false;  // a request before the handshake's answer
+    if (c.in.size() < 4 + size_t(len)) return true;
+    std::string req = c.in.substr(4);
+    c.in.clear();
+    bool ok = false;
+    std::string reply = authenticate(c, req, ok);
+    try {
+      sendFrame(c.fd, reply, Clock::now() + std::chrono::milliseconds(100), "client");
+    } catch (const Error&) {
+      return false;
     }
-    keep = true;
-    c.greeted = true;
-    return store::Writer().u8(store::OK).data();
+    if (!ok) return false;
+    c.authed = true;
+    c.nonce.clear();
+    c.in.shrink_to_fit();
+    return true;
+  }
+
+  // Verifies AUTH; `ok` when the client proved the token for this job. A refusal is the same
+  // fixed text whatever went wrong; a client that holds the token but names another job learns
+  // only that (OTHER_JOB), not which job this store serves.
+  std::string authenticate(Client& c, const std::string& req, bool& ok) {
+    ok = false;
+    Reader r(req);
+    uint8_t cmd = 0;
+    std::string magic, job, clientNonce, mac;
+    const std::string refused = Writer().u8(REFUSED).str(kRefusal).data();
+    if (!r.u8(cmd) || cmd != AUTH || !r.str(magic) || magic != kMagic || !r.str(job) ||
+        !r.str(clientNonce) || !r.str(mac) || !r.done() || clientNonce.size() != kNonceBytes ||
+        mac.size() != 32) {
+      noteRefusal("a malformed handshake");
+      return refused;
+    }
+    const std::string want = authProof(true, token_, c.nonce, clientNonce, job);
+    if (!constantTimeEqual(want.data(), mac.data(), want.size())) {
+      noteRefusal("a client that did not prove the token");
+      return refused;
+    }
+    if (job.size() != jobId_.size() ||
+        !constantTimeEqual(job.data(), jobId_.data(), job.size())) {
+      noteRefusal("a client of another job id");
+      return Writer().u8(OTHER_JOB).str(kRefusal).data();
+    }
+    ok = true;
+    return Writer().u8(OK).str(authProof(false, token_, c.nonce, clientNonce, job)).data();
   }
 
   std::string jobId_;
+  std::string token_;
   std::string host_;
-  std::atomic<int> nClients_{0};
+  ServerLimits limits_;
+  std::atomic<int> nClients_{0};   // authenticated connections
+  std::atomic<int> nPending_{0};   // connections in the handshake
+  std::atomic<size_t> pendingBytes_{0};
+  std::atomic<uint64_t> refused_{0};
   std::atomic<Clock::rep> lastRequest_{0};  // steady-clock ticks of the last request served
   int listenFd_ = -1;
   int port_ = 0;
   int wake_[2] = {-1, -1};
+  uint64_t nextSeq_ = 0;
+  uint64_t refusedSinceNote_ = 0;
+  Clock::time_point nextNote_{};
   std::vector<Client> clients_;  // touched only by the server thread (and the destructor)
-  store::KvTable table_;
+  KvTable table_;
   std::thread thread_;
 };
 
 }  // namespace
 
 std::shared_ptr<TcpStore> makeServerStore(const std::string& host, int port,
-                                          const std::string& jobId) {
-  return std::make_shared<ServerStore>(host, port, jobId);
+                                          const std::string& jobId, const std::string& token,
+                                          const ServerLimits& limits) {
+  return std::make_shared<ServerStore>(host, port, jobId, token, limits);
 }
 
 }  // namespace cclx::store

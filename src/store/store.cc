@@ -1,6 +1,6 @@
 // TcpStore front door, the polling get()/wait() shared by server and client, and prefixStore.
-// The server lives in store_server.cc, the client in store_client.cc, the wire format in
-// store_proto.h.
+// The server lives in server.cc, the client in client.cc, the wire format in proto.h, the
+// handshake's primitives in auth.h.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -65,6 +65,7 @@ void setNoDelay(int fd) {
 }  // namespace store
 
 namespace {
+constexpr size_t kMinTokenChars = 16;
 // ---------------------------------------------------------------------------------------------
 
 class PrefixStore final : public Store {
@@ -95,14 +96,19 @@ class PrefixStore final : public Store {
 
 std::shared_ptr<TcpStore> TcpStore::create(const std::string& host, int port, bool isServer,
                                            const std::string& jobId,
-                                           std::chrono::milliseconds timeout) {
+                                           std::chrono::milliseconds timeout,
+                                           const std::string& token) {
   CCLX_ARG_CHECK(port >= 0 && port < 65536, "store port %d is outside [0, 65535]", port);
   CCLX_ARG_CHECK(!host.empty(), "store host is empty");
   CCLX_ARG_CHECK(timeout.count() > 0, "store timeout must be positive (got %lld ms)",
                  (long long)timeout.count());
-  if (isServer) return store::makeServerStore(host, port, jobId);
+  CCLX_ARG_CHECK(token.empty() || token.size() >= kMinTokenChars,
+                 "the store's token (CCLX_STORE_TOKEN) has %zu characters; it needs at least %zu "
+                 "(e.g. export CCLX_STORE_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d "
+                 "' \\n'))", token.size(), kMinTokenChars);
+  if (isServer) return store::makeServerStore(host, port, jobId, token);
   CCLX_ARG_CHECK(port != 0, "a store client needs the server's port (got 0)");
-  return store::makeClientStore(host, port, jobId, timeout);
+  return store::makeClientStore(host, port, jobId, token, timeout);
 }
 
 const store::PollingStore* store::tcpStoreUnder(const Store& s) {

@@ -97,7 +97,7 @@ void mpFail(const char* file, int line, const char* cond, const char* fmt, ...) 
 }
 
 MpResult runRanks(int n, const std::function<void(int, int, std::shared_ptr<Store>)>& fn,
-                  std::chrono::seconds timeout) {
+                  std::chrono::seconds timeout, const std::function<void()>& afterFork) {
   MpResult res;
   if (n < 1) {
     res.log = "runRanks: n must be at least 1\n";
@@ -133,6 +133,7 @@ MpResult runRanks(int n, const std::function<void(int, int, std::shared_ptr<Stor
     pids[size_t(r)] = pid;
     fds[size_t(r)] = p[0];
   }
+  if (afterFork) afterFork();
 
   auto deadline = std::chrono::steady_clock::now() + timeout;
   int running = 0;

@@ -28,8 +28,11 @@ struct MpResult {
   bool ok() const;
 };
 
+/// `afterFork` (optional) runs in the parent once every rank is forked, before the wait (a test
+/// may start threads there: none exist while the harness forks).
 MpResult runRanks(int n, const std::function<void(int rank, int size, std::shared_ptr<Store>)>& fn,
-                  std::chrono::seconds timeout = std::chrono::seconds(300));
+                  std::chrono::seconds timeout = std::chrono::seconds(300),
+                  const std::function<void()>& afterFork = {});
 
 std::shared_ptr<Comm> makeCpuComm(int rank, int size, std::shared_ptr<Store> store,
                                   Options opts = {});

@@ -93,8 +93,9 @@ TEST(Store, RefusesAnotherJob) {
   EXPECT_EQ(codeOf([&] { TcpStore::create("127.0.0.1", server->port(), false, "job-B", 2s); }, &msg),
             cclxRemoteError);
   std::string want = "store at 127.0.0.1:" + std::to_string(server->port()) +
-                     " belongs to job job-A, not job-B";
+                     " serves another job: this process's job id is 'job-B'";
   EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("job-A"), std::string::npos) << "the refusal names the server's job: " << msg;
   // The server keeps serving its own job.
   auto ok = TcpStore::create("127.0.0.1", server->port(), false, "job-A", 2s);
   ok->set("x", "y");
