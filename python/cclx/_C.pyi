@@ -182,10 +182,12 @@ class TcpStore(Store):
     """
     TCP store. The server (is_server=True) listens on host:port (port 0 picks a free one,
     see .port); clients connect with retries until `timeout` seconds. All members present
-    the same `job_id`; a server refuses clients of another job.
+    the same `job_id` and prove they hold the same `token` (None: CCLX_STORE_TOKEN, '' =
+    none); a server refuses any other client. Without a token only loopback addresses
+    are served (docs/DESIGN.md, 'Store authentication').
     """
 
-    def __init__(self, host: str, port: int, is_server: bool, job_id: str = 'cclx', timeout: float = 300.0) -> None: ...
+    def __init__(self, host: str, port: int, is_server: bool, job_id: str = 'cclx', timeout: float = 300.0, token: str | None = None) -> None: ...
 
     @property
     def port(self) -> int:
@@ -445,6 +447,9 @@ def nccl_path() -> str:
 
 def _rendezvous_config() -> tuple[str, int, str]:
     """(job id, CCLX_TIMEOUT_MS or -1, the error of a malformed setting or '')."""
+
+def _store_token() -> str:
+    """CCLX_STORE_TOKEN ('' when unset), read even when another setting is malformed."""
 
 def _create_comm(device_type: int, device_index: int, name: str, backend: str, timeout: float, hints: Mapping[str, str], store: Store, rank: int, size: int) -> Comm:
     """

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import secrets
 import socket
 import sys
 import time
@@ -198,15 +199,20 @@ def _foreign_get(fstore: Any, key: str, timeout: float, what: str) -> str:
 def via_foreign(fstore: Any, rank: int, key: str, timeout: float, what: str) -> Any:
     """Rank 0 serves a cclx TcpStore on a free port and publishes its address through `fstore`
     (any object with set(key, value) / get(key), e.g. a torch.distributed.Store) under `key`;
-    the others connect to it."""
+    the others connect to it. The store's token is CCLX_STORE_TOKEN when set (never published:
+    every rank must have it); otherwise rank 0 draws a random one and publishes it with the
+    address, so that the cclx store admits exactly those who can read `fstore`."""
     job, timeout, _ = settings(timeout)
+    configured = _C._store_token()
     if rank == 0:
         host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
-        store = _C.TcpStore(host, 0, True, job, timeout)
-        fstore.set(key, f"{host}:{store.port}")
+        token = configured or secrets.token_hex(32)
+        store = _C.TcpStore(host, 0, True, job, timeout, token)
+        fstore.set(key, f"{host}:{store.port}" + ("" if configured else f" {token}"))
         return store
-    host, _, port = _foreign_get(fstore, key, timeout, what).rpartition(":")
-    return _C.TcpStore(host, int(port), False, job, timeout)
+    addr, _, published = _foreign_get(fstore, key, timeout, what).partition(" ")
+    host, _, port = addr.rpartition(":")
+    return _C.TcpStore(host, int(port), False, job, timeout, configured or published)
 
 
 def _via_foreign(fstore: Any, rank: int, prefix: str, timeout: float) -> Any:
@@ -252,7 +258,9 @@ def default_store(rank: int, size: int, prefix: str, timeout: float) -> Any:
     * otherwise rank 0 serves the cclx store on MASTER_ADDR:MASTER_PORT (default
       127.0.0.1:29500), a single rank without them on a free local port.
 
-    Every rank presents the job id (CCLX_JOB_ID, else TORCHELASTIC_RUN_ID, else 'cclx'); the
+    Every rank presents the job id (CCLX_JOB_ID, else TORCHELASTIC_RUN_ID, else 'cclx') and
+    proves it holds the store's token (CCLX_STORE_TOKEN; through a foreign store, one rank 0
+    publishes there when it is unset); without a token only loopback addresses are served. The
     timeout (CCLX_TIMEOUT_MS overrides it) bounds connecting. Stores are shared by the comms of
     the process."""
     job, timeout, _ = settings(timeout)
@@ -269,12 +277,12 @@ def default_store(rank: int, size: int, prefix: str, timeout: float) -> Any:
             _env_stores[key] = _torchrun_store(rank, size, timeout)
         return _env_stores[key]
     if size == 1 and not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")):
-        return _C.TcpStore("127.0.0.1", 0, True, job, timeout)
+        return _C.TcpStore("127.0.0.1", 0, True, job, timeout, "")
     addr, port = _master()
     key = (addr, port, rank)
     store = _env_stores.get(key)
     if store is None:
-        store = _C.TcpStore(addr, port, rank == 0, job, timeout)
+        store = _C.TcpStore(addr, port, rank == 0, job, timeout, _C._store_token())
         _env_stores[key] = store
     return store
 

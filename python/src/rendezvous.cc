@@ -41,6 +41,10 @@ void bindRendezvous(nb::module_& m) {
       "error of a malformed setting or ''), read even when a setting is malformed.");
 
   m.def(
+      "_store_token", [] { return rendezvousConfig().storeToken; },
+      "CCLX_STORE_TOKEN ('' when unset), read even when another setting is malformed.");
+
+  m.def(
       "_create_comm",
       [](int devType, int devIndex, const std::string& name, const std::string& backend,
          double timeout, const Hints& hints, std::shared_ptr<Store> store, int rank, int size,

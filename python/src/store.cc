@@ -1,14 +1,18 @@
 // Store / TcpStore: the rendezvous key-value store. Blocking calls release the GIL.
 #include "bindings.h"
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/settings/config.h"
 
 namespace cclx::py {
 namespace {
@@ -70,15 +74,18 @@ void bindStore(nb::module_& m) {
       m, "TcpStore",
       "TCP store. The server (is_server=True) listens on host:port (port 0 picks a free one,\n"
       "see .port); clients connect with retries until `timeout` seconds. All members present\n"
-      "the same `job_id`; a server refuses clients of another job.")
+      "the same `job_id` and prove they hold the same `token` (None: CCLX_STORE_TOKEN, '' =\n"
+      "none); a server refuses any other client. Without a token only loopback addresses\n"
+      "are served (docs/DESIGN.md, 'Store authentication').")
       .def(nb::new_([](const std::string& host, int port, bool isServer, const std::string& jobId,
-                       double timeout) {
+                       double timeout, std::optional<std::string> token) {
              if (port < 0 || port > 65535) argError("TcpStore: port must be in 0..65535");
+             const std::string secret = token ? *token : rendezvousConfig().storeToken;
              nb::gil_scoped_release nogil;
-             return TcpStore::create(host, port, isServer, jobId, msOf(timeout));
+             return TcpStore::create(host, port, isServer, jobId, msOf(timeout), secret);
            }),
            nb::arg("host"), nb::arg("port"), nb::arg("is_server"), nb::arg("job_id") = "cclx",
-           nb::arg("timeout") = 300.0)
+           nb::arg("timeout") = 300.0, nb::arg("token") = nb::none())
       .def_prop_ro("port", &TcpStore::port, "The port the server listens on.");
 
   m.def("prefix_store", &prefixStore, nb::arg("store"), nb::arg("prefix"),

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/comm/backend.h"
+#include "store/auth.h"
 #include "store/bootstrap.h"
 #include "core/comm/comm_internal.h"
 #include "base/error.h"
@@ -36,7 +37,7 @@ using namespace cclx;
 
 thread_local std::string tLastError;
 
-constexpr const char* kUidMagic = "cclx-uid1";
+constexpr const char* kUidMagic = "cclx-uid2";
 
 template <typename F>
 cclxResult_t guard(F&& f) {
@@ -90,17 +91,20 @@ struct Uid {
   std::string host;
   int port = 0;
   std::string job;
+  std::string token;  // the store's secret: the id is what the ranks share, as NCCL's
 };
 
 Uid decodeUid(const cclxUniqueId& id) {
   std::string s(id.internal, strnlen(id.internal, CCLX_UNIQUE_ID_BYTES));
   Uid u;
-  char magic[16] = {0}, host[64] = {0}, job[64] = {0};
-  if (std::sscanf(s.c_str(), "%15[^|]|%63[^|]|%d|%63s", magic, host, &u.port, job) != 4 ||
+  char magic[16] = {0}, host[64] = {0}, job[64] = {0}, token[65] = {0};
+  if (std::sscanf(s.c_str(), "%15[^|]|%63[^|]|%d|%63[^|]|%64s", magic, host, &u.port, job,
+                  token) != 5 ||
       std::strcmp(magic, kUidMagic) != 0 || u.port <= 0 || u.port > 65535)
     CCLX_THROW(cclxInvalidArgument, "malformed cclxUniqueId (not made by cclxGetUniqueId?)");
   u.host = host;
   u.job = job;
+  u.token = token;
   return u;
 }
 
@@ -216,8 +220,12 @@ cclxResult_t cclxGetUniqueId(cclxUniqueId* id) {
       job += strFormat("%llx-%llu", (unsigned long long)std::chrono::steady_clock::now()
                                         .time_since_epoch().count(), (unsigned long long)n++);
     }
-    auto server = TcpStore::create(host, 0, true, job, std::chrono::milliseconds(600000));
-    std::string enc = strFormat("%s|%s|%d|%s", kUidMagic, host.c_str(), server->port(), job.c_str());
+    // The id is the secret the ranks share (as NCCL's): it carries the store's token.
+    const std::string token = store::toHex(store::randomBytes(16).data(), 16);
+    auto server =
+        TcpStore::create(host, 0, true, job, std::chrono::milliseconds(600000), token);
+    std::string enc = strFormat("%s|%s|%d|%s|%s", kUidMagic, host.c_str(), server->port(),
+                                job.c_str(), token.c_str());
     CCLX_REQUIRE(enc.size() < CCLX_UNIQUE_ID_BYTES, cclxInternalError, "unique id too long");
     {
       std::lock_guard<std::mutex> lk(gServersMu);
@@ -245,7 +253,8 @@ cclxResult_t cclxCommInitRankConfig(cclxComm_t* comm, int nranks, cclxUniqueId i
     }
     // A malformed setting is reported through the store by Comm::create, so the other ranks
     // fail with it at once: reach the store first.
-    if (!store) store = TcpStore::create(u.host, u.port, false, u.job, creationTimeout(o));
+    if (!store)
+      store = TcpStore::create(u.host, u.port, false, u.job, creationTimeout(o), u.token);
     setOut(comm, Comm::create(dev, o, store, rank, nranks));
   });
 }

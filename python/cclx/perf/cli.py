@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -204,9 +205,12 @@ def _launch(argv: List[str], n: int) -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
+    # The store admits only the ranks started here: one secret for all of them.
+    token = os.environ.get("CCLX_STORE_TOKEN") or secrets.token_hex(32)
     for r in range(n):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
-                   LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                   LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   CCLX_STORE_TOKEN=token)
         out = None if r == 0 else subprocess.DEVNULL
         procs.append(subprocess.Popen([sys.executable, "-m", "cclx.perf", *argv], env=env,
                                       stdout=out))

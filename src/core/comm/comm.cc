@@ -229,8 +229,9 @@ std::shared_ptr<Comm> Comm::fromEnv(DeviceSpec device, const Options& opts) {
   // there, so that the other ranks fail with it at once.
   std::shared_ptr<TcpStore> store;
   try {
-    store = TcpStore::create(host, port, rank == 0, rendezvousConfig().jobId,
-                             creationTimeout(opts));
+    const RendezvousConfig rc = rendezvousConfig();
+    store = TcpStore::create(host, port, rank == 0, rc.jobId, creationTimeout(opts),
+                             rc.storeToken);
   } catch (const Error& e) {
     const char* agent = envOrNull("TORCHELASTIC_USE_AGENT_STORE");
     if (rank == 0 && agent && std::string(agent) == "True")

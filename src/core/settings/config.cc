@@ -107,6 +107,13 @@ std::string jobIdFromEnv() {
   return "cclx";
 }
 
+// CCLX_STORE_TOKEN: the store's shared secret ("" = none: loopback only). Its length is checked
+// where the store is made (TcpStore::create), so that a short one still reaches the others.
+std::string storeTokenFromEnv() {
+  const char* v = envOrNull("CCLX_STORE_TOKEN");
+  return v ? v : "";
+}
+
 size_t editDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -136,7 +143,7 @@ const std::vector<std::string>& knownEnvNames() {
   static const std::vector<std::string> names = {
       // Settings (Config::fromEnv, README's settings table).
       "CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX_TIMEOUT_MS", "CCLX_TIMEOUT",
-      "CCLX_ABORT_ON_ERROR", "CCLX_WATCHDOG", "CCLX_JOB_ID",
+      "CCLX_ABORT_ON_ERROR", "CCLX_WATCHDOG", "CCLX_JOB_ID", "CCLX_STORE_TOKEN",
       "CCLX_SHM_FLAT_MAX_BYTES", "CCLX_SHM_CHUNK_BYTES", "CCLX_SPIN_ITERATIONS", "CCLX_NCCL_PATH",
       "CCLX_NCCL_PIP_DIR", "CCLX_ALLREDUCE_ALGO", "CCLX_DDA_ENABLE", "CCLX_DDA_FLAT_MAX_BYTES",
       "CCLX_DDA_LAMPORT_MAX_BYTES", "CCLX_DDA_TREE_MAX_BYTES", "CCLX_DDA_STAGING_BYTES",
@@ -198,6 +205,7 @@ Config Config::fromEnv() {
   }
 
   c.jobId = jobIdFromEnv();
+  c.storeToken = storeTokenFromEnv();
 
   readBool("CCLX_WATCHDOG", c.watchdog);
 
@@ -339,6 +347,7 @@ RendezvousConfig rendezvousConfig() {
   try {
     Config c = Config::fromEnv();  // the environment as it is now, like config()'s first read
     r.jobId = c.jobId;
+    r.storeToken = c.storeToken;
     r.timeoutMs = c.timeoutMs;
     r.defaultTimeoutMs = c.defaultTimeoutMs;
     return r;
@@ -347,6 +356,7 @@ RendezvousConfig rendezvousConfig() {
   }
   warnUnknownEnvNames();
   r.jobId = jobIdFromEnv();
+  r.storeToken = storeTokenFromEnv();
   if (const char* v = envOrNull("CCLX_TIMEOUT_MS")) {
     try {
       r.timeoutMs = parseTimeoutMs(v);

@@ -36,6 +36,7 @@ struct Config {
 
   // Rendezvous.
   std::string jobId;  // CCLX_JOB_ID (else TORCHELASTIC_RUN_ID, else "cclx"): store handshake id
+  std::string storeToken;  // CCLX_STORE_TOKEN: the store's shared secret ("" = loopback only)
 
   // Host shared-memory transport.
   size_t shmFlatMaxBytes = 64 << 10;   // CCLX_SHM_FLAT_MAX_BYTES: flat below, tree above
@@ -107,10 +108,11 @@ const Config& config();
 void reloadConfig();
 
 /// What rendezvous needs even when a setting is malformed, so that this rank can still reach
-/// the store and tell the others why it fails: the job id, the timeouts that parse (else their
-/// defaults), and config()'s error ("" when the environment is fine).
+/// the store and tell the others why it fails: the job id, the store's token, the timeouts that
+/// parse (else their defaults), and config()'s error ("" when the environment is fine).
 struct RendezvousConfig {
   std::string jobId;
+  std::string storeToken;
   int64_t timeoutMs = -1;            // CCLX_TIMEOUT_MS
   int64_t defaultTimeoutMs = 600000;  // CCLX_TIMEOUT / TORCHCOMM_TIMEOUT_SECONDS (0 = none)
   std::string error;

@@ -25,6 +25,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "nccl_dropin/shared/shared_internal.h"
+#include "store/auth.h"
 #include "store/bootstrap.h"
 
 namespace cclx {
@@ -36,16 +37,24 @@ namespace {
 constexpr size_t kStampAt = 88;  // the stamp's 40 bytes end the 128-byte id
 constexpr char kMagic[8] = {'c', 'c', 'l', 'x', 'S', 'H', 'R', '1'};
 
+// From the kernel's random source (the token is the store's secret), else a seeded generator.
 uint64_t random64() {
-  static std::mutex mu;
-  static std::mt19937_64 g = [] {
-    std::random_device rd;
-    return std::mt19937_64((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(::getpid()) ^
-                           uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
-  }();
-  std::lock_guard<std::mutex> lk(mu);
   uint64_t v = 0;
-  while (v == 0) v = g();
+  while (v == 0) {
+    try {
+      std::memcpy(&v, store::randomBytes(sizeof(v)).data(), sizeof(v));
+      continue;
+    } catch (const Error&) {
+    }
+    static std::mutex mu;
+    static std::mt19937_64 g = [] {
+      std::random_device rd;
+      return std::mt19937_64((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(::getpid()) ^
+                             uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+    }();
+    std::lock_guard<std::mutex> lk(mu);
+    v = g();
+  }
   return v;
 }
 
@@ -156,8 +165,9 @@ void stampId(ncclUniqueId* id) {
       const uint32_t ip = advertisedAddress(*id);
       // Listens on every interface (the address is not loopback's) or on loopback only.
       const std::string host = ip == htonl(INADDR_LOOPBACK) ? "127.0.0.1" : ipString(ip);
-      sv.store = TcpStore::create(host, 0, true, "nccl-dropin-" + hex(token),
-                                  std::chrono::milliseconds(600000));
+      // The id's token is the store's job id and its secret: only holders of the id get in.
+      const std::string secret = "nccl-dropin-" + hex(token);
+      sv.store = TcpStore::create(host, 0, true, secret, std::chrono::milliseconds(600000), secret);
       if (sv.pid == 0) std::atexit(releaseServerAtExit);
       sv.pid = ::getpid();
       sv.token = token;
@@ -215,8 +225,8 @@ std::shared_ptr<Store> storeOf(const Stamp& s, const std::string& prefix,
   }
   if (!base) {
     // Connecting retries until the timeout; not under the lock (another comm may be connecting).
-    auto made = TcpStore::create(ipString(s.ipv4), s.port, false, "nccl-dropin-" + hex(s.token),
-                                 timeout);
+    const std::string secret = "nccl-dropin-" + hex(s.token);
+    auto made = TcpStore::create(ipString(s.ipv4), s.port, false, secret, timeout, secret);
     std::lock_guard<std::mutex> lk(gMu);
     const std::string key = ipString(s.ipv4) + ":" + std::to_string(s.port) + ":" + hex(s.token);
     auto& slot = clients()[key];

@@ -1,7 +1,8 @@
 // Rendezvous as users meet it: a rank that never starts (rank 0, the store's server, or any
 // other) is named by a cclxTimeout on every waiting rank within the timeout; a rank that fails
 // tells the others, which fail at once with its message; long waits log progress; the process
-// serving the store leaves only after the others finalized; a store of another job is refused.
+// serving the store leaves only after the others finalized; a store of another job, or of
+// another CCLX_STORE_TOKEN, is refused with a clear error; without a token only loopback serves.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -198,7 +199,8 @@ TEST(RendezvousEnv, JobIdMismatchIsRefused) {
       std::string msg = failsWith(cclxRemoteError, [&] {
         cclx::Comm::fromEnv(cclx::DeviceSpec::cpu());
       });
-      MP_CHECK(has(msg, "belongs to job jobA, not jobB"), "%s", msg.c_str());
+      MP_CHECK(has(msg, "serves another job") && has(msg, "'jobB'") && !has(msg, "jobA"), "%s",
+               msg.c_str());
     } else {
       std::string msg = failsWith(cclxTimeout, [&] {
         cclx::Comm::fromEnv(cclx::DeviceSpec::cpu());
@@ -230,6 +232,66 @@ TEST(RendezvousEnv, StoreOwnerLeavesAfterTheOthersFinalized) {
       _exit(0);  // no destructor: only finalize protects the others
     }
     MP_CHECK(ms < 500, "rank %d's finalize took %lld ms", rank, ms);
+  }, 60s);
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+}  // namespace
+
+namespace {
+
+TEST(RendezvousEnv, StoreTokenMismatchIsAClearErrorNotAHang) {
+  int port = freePort();
+  auto res = cclx::test::runRanks(2, [port](int rank, int size, std::shared_ptr<cclx::Store>) {
+    setenv("CCLX_STORE_TOKEN", rank == 0 ? "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                                         : "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", 1);
+    setRankEnv(rank, size, port, "3000");
+    long long ms = 0;
+    if (rank == 1) {
+      std::string msg = failsWith(cclxRemoteError, [&] {
+        cclx::Comm::fromEnv(cclx::DeviceSpec::cpu());
+      }, &ms);
+      MP_CHECK(has(msg, "CCLX_STORE_TOKEN differs"), "%s", msg.c_str());
+      MP_CHECK(!has(msg, "aaaa") && !has(msg, "bbbb"), "the message shows a token: %s",
+               msg.c_str());
+      MP_CHECK(ms < 2500, "took %lld ms", ms);
+    } else {
+      std::string msg = failsWith(cclxTimeout, [&] {
+        cclx::Comm::fromEnv(cclx::DeviceSpec::cpu());
+      }, &ms);
+      MP_CHECK(has(msg, "rank(s) 1 did not arrive"), "%s", msg.c_str());
+      MP_CHECK(ms < 6000, "took %lld ms", ms);
+    }
+  }, 60s);
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
+// MASTER_ADDR=0.0.0.0 is not a loopback address: without a token every rank refuses at once
+// (rank 0 to serve it, the others to connect), naming CCLX_STORE_TOKEN; with one it works.
+TEST(RendezvousEnv, RoutableAddressNeedsAStoreToken) {
+  int port = freePort();
+  auto res = cclx::test::runRanks(3, [port](int rank, int size, std::shared_ptr<cclx::Store>) {
+    unsetenv("CCLX_STORE_TOKEN");
+    setRankEnv(rank, size, port, "20000");
+    setenv("MASTER_ADDR", "0.0.0.0", 1);
+    long long ms = 0;
+    std::string msg = failsWith(cclxInvalidArgument, [&] {
+      cclx::Comm::fromEnv(cclx::DeviceSpec::cpu());
+    }, &ms);
+    MP_CHECK(has(msg, "CCLX_STORE_TOKEN") && has(msg, "loopback"), "%s", msg.c_str());
+    MP_CHECK(ms < 2000, "took %lld ms", ms);
+  }, 60s);
+  ASSERT_TRUE(res.ok()) << res.log;
+  int port2 = freePort();
+  res = cclx::test::runRanks(3, [port2](int rank, int size, std::shared_ptr<cclx::Store>) {
+    setenv("CCLX_STORE_TOKEN", "0123456789abcdef0123456789abcdef", 1);
+    setRankEnv(rank, size, port2, "20000");
+    setenv("MASTER_ADDR", "0.0.0.0", 1);
+    auto comm = cclx::Comm::fromEnv(cclx::DeviceSpec::cpu());
+    float x = float(rank + 1), y = 0;
+    comm->allReduce(&x, &y, 1, cclx::DataType::f32, cclx::RedOpKind::SUM);
+    MP_CHECK(y == 6.0f, "sum %f", y);
+    comm->finalize();
   }, 60s);
   ASSERT_TRUE(res.ok()) << res.log;
 }

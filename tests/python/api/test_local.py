@@ -134,6 +134,30 @@ def test_tcp_store_single_process():
     assert c.get("b") == b"text"
 
 
+def test_tcp_store_token(monkeypatch):
+    """A token is proven, never sent: the same one is admitted, another or none is refused with
+    an error naming CCLX_STORE_TOKEN; token=None reads CCLX_STORE_TOKEN; without a token only
+    loopback is served."""
+    a, b = "a" * 32, "b" * 32
+    s = cclx.TcpStore("127.0.0.1", 0, True, "tok-job", 10.0, a)
+    s.set("k", b"v")
+    assert cclx.TcpStore("127.0.0.1", s.port, False, "tok-job", 10.0, a).get("k") == b"v"
+    with pytest.raises(cclx.CclxError, match="CCLX_STORE_TOKEN differs") as e:
+        cclx.TcpStore("127.0.0.1", s.port, False, "tok-job", 10.0, b)
+    assert a not in str(e.value) and b not in str(e.value)
+    with pytest.raises(cclx.CclxError, match="requires a token"):
+        cclx.TcpStore("127.0.0.1", s.port, False, "tok-job", 10.0, "")
+    monkeypatch.setenv("CCLX_STORE_TOKEN", a)
+    assert cclx.TcpStore("127.0.0.1", s.port, False, "tok-job", 10.0).get("k") == b"v"
+    monkeypatch.delenv("CCLX_STORE_TOKEN")
+    with pytest.raises(cclx.CclxInvalidArgument, match="CCLX_STORE_TOKEN"):
+        cclx.TcpStore("0.0.0.0", 0, True, "tok-job", 10.0)
+    with pytest.raises(cclx.CclxInvalidArgument, match="at least 16"):
+        cclx.TcpStore("127.0.0.1", 0, True, "tok-job", 10.0, "short")
+    r = cclx.TcpStore("0.0.0.0", 0, True, "tok-job", 10.0, a)
+    assert cclx.TcpStore("127.0.0.1", r.port, False, "tok-job", 10.0, a).add("n", 2) == 2
+
+
 def test_version_info():
     info = cclx.build_info()
     assert info["version"] == cclx.__version__ and info["commit"]

@@ -1,8 +1,9 @@
 """Launch and rendezvous as a new user meets them, each scenario on its own group of processes
 (tests/python/rdv_worker.py): a rank that never starts is named on every other rank within the
 timeout (also rank 0, which serves the store); a rank that fails on a setting, a device or in
-new_comm makes the others fail at once with its message; jobs of different CCLX_JOB_ID do not
-mix; rank 0 leaves only after the others finalized; an unknown CCLX_* name draws one warning;
+new_comm makes the others fail at once with its message; jobs of different CCLX_JOB_ID, or
+ranks of different CCLX_STORE_TOKEN, do not mix (a clear error, never a hang); a routable
+MASTER_ADDR needs a token; rank 0 leaves only after the others finalized; an unknown CCLX_* name draws one warning;
 torchrun works without torch imported first."""
 import json
 import os
@@ -27,6 +28,16 @@ SCENARIOS = {
     "job_mismatch": (2, [], {"RDV_KW": '{"timeout": 2}'},
                      {0: {"CCLX_JOB_ID": "jobA"}, 1: {"CCLX_JOB_ID": "jobB"}}),
     "same_job": (2, [], {"CCLX_JOB_ID": "jobA"}, {}),
+    "token_mismatch": (2, [], {"RDV_KW": '{"timeout": 4}'},
+                       {0: {"CCLX_STORE_TOKEN": "a" * 32}, 1: {"CCLX_STORE_TOKEN": "b" * 32}}),
+    # 0.0.0.0 is not a loopback address: a token is needed (set, or drawn through torch's store).
+    "routable_no_token": (2, [], {"RDV_KW": '{"timeout": 20}'},
+                          {r: {"MASTER_ADDR": "0.0.0.0"} for r in (0, 1)}),
+    "routable_token": (2, [], {"CCLX_STORE_TOKEN": "c" * 32},
+                       {r: {"MASTER_ADDR": "0.0.0.0"} for r in (0, 1)}),
+    "torchrun_no_agent_routable": (2, [], {"TORCHELASTIC_RUN_ID": "routable", "RDV_INIT_PG": "1",
+                                           "TORCHELASTIC_USE_AGENT_STORE": "False"},
+                                   {r: {"MASTER_ADDR": "0.0.0.0"} for r in (0, 1)}),
     "finalize_order": (3, [], {}, {0: {"RDV_EXIT": "1"}, 2: {"RDV_FINALIZE_DELAY": "0.7"}}),
     "unknown_setting": (2, [], {"CCLX_TIMEOUTMS": "5"}, {}),
     # torchrun whose agent serves no store: rank 0 serves torch's (multi-tenant) on MASTER_PORT.
@@ -151,11 +162,39 @@ def test_bad_comm_hint_fails_every_rank_at_once(runs):
 
 def test_job_id_mismatch_is_refused(runs):
     res = _results(runs, "job_mismatch")
-    assert not res[1]["ok"] and "belongs to job jobA, not jobB" in res[1]["msg"], res[1]
+    assert not res[1]["ok"] and "serves another job" in res[1]["msg"], res[1]
+    assert "'jobB'" in res[1]["msg"] and "jobA" not in res[1]["msg"], res[1]
     assert not res[0]["ok"] and res[0]["isinstance"]["CclxTimeoutError"], res[0]
     assert "rank(s) 1 did not arrive" in res[0]["msg"], res[0]
     same = _results(runs, "same_job")
     assert all(x["ok"] and x["sum"] == 3.0 for x in same.values()), same
+
+
+def test_store_token_mismatch_is_a_clear_error(runs):
+    """Rank 1's token differs from rank 0's: rank 1 fails at once naming CCLX_STORE_TOKEN (no
+    token shown), rank 0 names rank 1 at its timeout."""
+    res = _results(runs, "token_mismatch")
+    assert not res[1]["ok"] and "CCLX_STORE_TOKEN differs" in res[1]["msg"], res[1]
+    assert res[1]["s"] < 3 and "aaaa" not in res[1]["msg"] and "bbbb" not in res[1]["msg"], res[1]
+    assert not res[0]["ok"] and res[0]["isinstance"]["CclxTimeoutError"], res[0]
+    assert "rank(s) 1 did not arrive" in res[0]["msg"], res[0]
+
+
+def test_routable_address_needs_a_store_token(runs):
+    """MASTER_ADDR=0.0.0.0 without CCLX_STORE_TOKEN: every rank refuses at once (rank 0 to serve,
+    rank 1 to connect) naming it; with the same token on both, the comm works; under torchrun
+    without one, rank 0 draws one and publishes it through torch's store."""
+    for r, x in _results(runs, "routable_no_token").items():
+        assert not x["ok"] and x["isinstance"]["CclxInvalidArgument"], (r, x)
+        assert "CCLX_STORE_TOKEN" in x["msg"] and "loopback" in x["msg"] and x["s"] < 3, (r, x)
+    for r, x in _results(runs, "routable_token").items():
+        assert x["ok"] and x["sum"] == 3.0, (r, x)
+    try:
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        return
+    for r, x in _results(runs, "torchrun_no_agent_routable").items():
+        assert x["ok"] and x["sum"] == 3.0 and x["torch_sum"] == 2.0, (r, x)
 
 
 def test_store_owner_leaves_after_the_others_finalized(runs):
