@@ -1,5 +1,5 @@
 // SHA-256 after FIPS 180-4 section 6.2, HMAC after RFC 2104; tested against FIPS 180's and
-// RFC 4231's published vectors (tests/cpp/test_store_auth.cc).
+// RFC 4231's published vectors (tests/cpp/store/test_store_auth.cc).
 #include "store/auth.h"
 
 #include <fcntl.h>
