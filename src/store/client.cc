@@ -47,9 +47,14 @@ class ClientStore final : public PollingStore {
   int64_t add(const std::string& k, int64_t d) override {
     std::string rep = call(Writer().u8(ADD).str(k).i64(d).data());
     Reader r(rep);
-    uint8_t st;
+    uint8_t st = 0xff;
     int64_t v;
-    if (!r.u8(st) || st != OK || !r.i64(v))
+    if (!r.u8(st)) CCLX_THROW(cclxRemoteError, "store %s: empty reply to add", peer_.c_str());
+    if (st == BAD_REQUEST)
+      CCLX_THROW(cclxInvalidArgument,
+                 "store %s: adding %lld to key '%s' overflows a 64-bit integer; the value is "
+                 "unchanged", peer_.c_str(), (long long)d, k.c_str());
+    if (st != OK || !r.i64(v))
       CCLX_THROW(cclxRemoteError, "store %s: bad reply to add", peer_.c_str());
     return v;
   }

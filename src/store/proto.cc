@@ -121,6 +121,17 @@ std::string authProof(bool client, const std::string& token, const std::string& 
   return std::string(reinterpret_cast<const char*>(d.data()), d.size());
 }
 
+Take takeFrame(std::string& in, std::string& body) {
+  if (in.size() < 4) return Take::kPartial;
+  uint32_t len;
+  std::memcpy(&len, in.data(), 4);
+  if (len > kMaxFrame) return Take::kBad;
+  if (in.size() < 4 + size_t(len)) return Take::kPartial;
+  body.assign(in, 4, len);
+  in.erase(0, 4 + size_t(len));
+  return Take::kFrame;
+}
+
 void KvTable::set(const std::string& k, const std::string& v) {
   std::lock_guard<std::mutex> lk(mu_);
   kv_[k] = v;
@@ -137,9 +148,13 @@ int64_t KvTable::add(const std::string& k, int64_t delta) {
   int64_t cur = 0;
   auto it = kv_.find(k);
   if (it != kv_.end() && !it->second.empty()) cur = std::strtoll(it->second.c_str(), nullptr, 10);
-  cur += delta;
-  kv_[k] = std::to_string(cur);
-  return cur;
+  int64_t sum;
+  if (__builtin_add_overflow(cur, delta, &sum))
+    CCLX_THROW(cclxInvalidArgument,
+               "store: adding %lld to key '%s' (now %lld) overflows a 64-bit integer; the value "
+               "is unchanged", (long long)delta, k.c_str(), (long long)cur);
+  kv_[k] = std::to_string(sum);
+  return sum;
 }
 bool KvTable::check(const std::string& k) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -175,7 +190,11 @@ std::string KvTable::execute(const std::string& request) {
       return w.u8(OK).str(v).data();
     case ADD:
       if (!r.str(k) || !r.i64(delta)) break;
-      return w.u8(OK).i64(add(k, delta)).data();
+      try {
+        return w.u8(OK).i64(add(k, delta)).data();
+      } catch (const Error&) {
+        break;  // the sum overflows: refused, nothing changed
+      }
     case CHECK:
       if (!r.str(k)) break;
       return w.u8(check(k) ? OK : NOT_FOUND).data();

@@ -76,12 +76,21 @@ void sendFrame(int fd, const std::string& body, Clock::time_point deadline, cons
 std::string recvFrame(int fd, Clock::time_point deadline, const char* peer,
                       uint32_t maxLen = kMaxFrame);
 
+/// Server side: takes the first complete frame off the front of `in` (the bytes a client sent so
+/// far: any number of frames, the last one possibly partial) into `body`. kPartial: `in` holds no
+/// complete frame yet (nothing taken); kBad: the frame announces more than kMaxFrame bytes (the
+/// server drops the connection).
+enum class Take { kFrame, kPartial, kBad };
+Take takeFrame(std::string& in, std::string& body);
+
 /// The server's table. Thread-safe. execute() serves one request body and returns a reply body.
 class KvTable {
  public:
   std::string execute(const std::string& request);
   void set(const std::string& k, const std::string& v);
   bool get(const std::string& k, std::string& v);
+  /// Throws cclxInvalidArgument (and changes nothing) when the sum overflows; execute() answers
+  /// such an ADD with BAD_REQUEST.
   int64_t add(const std::string& k, int64_t delta);
   bool check(const std::string& k);
   void erase(const std::string& k);

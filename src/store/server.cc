@@ -339,13 +339,9 @@ class ServerStore final : public PollingStore {
         return false;
       }
     }
-    while (c.in.size() >= 4) {
-      uint32_t len;
-      std::memcpy(&len, c.in.data(), 4);
-      if (len > kMaxFrame) return false;
-      if (c.in.size() < 4 + size_t(len)) break;
-      std::string req = c.in.substr(4, len);
-      c.in.erase(0, 4 + size_t(len));
+    std::string req;
+    for (Take t; (t = takeFrame(c.in, req)) != Take::kPartial;) {
+      if (t == Take::kBad) return false;
       lastRequest_.store(Clock::now().time_since_epoch().count());
       std::string reply = table_.execute(req);
       try {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 #include "helpers/mp.h"
@@ -203,3 +204,24 @@ TEST(Store, BadArguments) {
 }
 
 }  // namespace
+
+// An add whose sum overflows 64 bits is refused with cclxInvalidArgument on both sides and
+// changes nothing (found by fuzzing, tests/fuzz/fuzz_store.cc: signed overflow in the server).
+TEST(Store, AddThatOverflowsIsRefused) {
+  auto server = TcpStore::create("127.0.0.1", 0, true, "job", 5s);
+  auto client = TcpStore::create("127.0.0.1", server->port(), false, "job", 5s);
+  EXPECT_EQ(client->add("n", INT64_MAX - 1), INT64_MAX - 1);
+  std::string msg;
+  EXPECT_EQ(codeOf([&] { client->add("n", 2); }, &msg), cclxInvalidArgument);
+  EXPECT_NE(msg.find("overflows"), std::string::npos) << msg;
+  EXPECT_EQ(codeOf([&] { server->add("n", 2); }, &msg), cclxInvalidArgument);
+  EXPECT_NE(msg.find("'n'"), std::string::npos) << msg;
+  EXPECT_EQ(client->get("n", 1s), std::to_string(INT64_MAX - 1));
+  EXPECT_EQ(client->add("n", 1), INT64_MAX);
+  EXPECT_EQ(client->add("m", INT64_MIN), INT64_MIN);
+  EXPECT_EQ(codeOf([&] { server->add("m", -1); }), cclxInvalidArgument);
+  EXPECT_EQ(server->add("m", 0), INT64_MIN);
+  // The connection stays usable after a refused add.
+  client->set("after", "ok");
+  EXPECT_EQ(server->get("after", 1s), "ok");
+}
