@@ -13,6 +13,8 @@
  *  - CUDA communicators: buffers are device memory; the collective is enqueued on `stream`
  *    (a cudaStream_t; NULL = the legacy default stream) and the call returns once enqueued.
  *  - A communicator is used by one thread at a time.
+ *  - A destroyed or aborted handle stays known: calls on it fail with cclxInvalidUsage; a
+ *    pointer that no cclxCommInitRank* of this process returned fails with cclxInvalidArgument.
  *
  * Typical use:
  *   cclxUniqueId id;                      // rank 0: cclxGetUniqueId(&id), then ship the bytes
@@ -89,9 +91,11 @@ cclxResult_t cclxCommInitFromEnv(cclxComm_t* comm, int device, const cclxConfig_
 /* Orderly shutdown once outstanding work has completed; later collectives fail with
  * cclxInvalidUsage. The handle must still be released with cclxCommDestroy. */
 cclxResult_t cclxCommFinalize(cclxComm_t comm);
-/* Releases the handle and its resources. comm must not be used afterwards. NULL is a no-op. */
+/* Releases the communicator's resources. NULL is a no-op. The handle stays known: later calls on
+ * it (a second destroy included) fail with cclxInvalidUsage. */
 cclxResult_t cclxCommDestroy(cclxComm_t comm);
-/* Abandons outstanding work (peers waiting on this rank will time out) and releases the handle. */
+/* Abandons outstanding work (peers waiting on this rank will time out) and releases the
+ * communicator as cclxCommDestroy does (aborting a destroyed one does nothing). */
 cclxResult_t cclxCommAbort(cclxComm_t comm);
 /* First asynchronous error (cclxSuccess if none, cclxInProgress while work runs, cclxAborted). */
 cclxResult_t cclxCommGetAsyncError(cclxComm_t comm, cclxResult_t* asyncError);

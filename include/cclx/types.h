@@ -12,6 +12,15 @@
 extern "C" {
 #endif
 
+/* In C++ the enums below have the fixed underlying type int, as in C: any int a caller passes
+ * (a PreMulSum op handle, a value out of range that the call then rejects) is a value of the
+ * type, never undefined behaviour. */
+#ifdef __cplusplus
+#define CCLX_ENUM_INT : int
+#else
+#define CCLX_ENUM_INT
+#endif
+
 #define CCLX_MAJOR 0
 #define CCLX_MINOR 1
 #define CCLX_PATCH 0
@@ -19,7 +28,7 @@ extern "C" {
 
 /* Result codes, in NCCL's manner: 0 is success, everything else carries a message
  * retrievable with cclxGetLastError(). */
-typedef enum {
+typedef enum CCLX_ENUM_INT {
   cclxSuccess = 0,
   cclxInvalidArgument = 1, /* bad pointer, count, dtype/op combination, root, ... Nothing was written. */
   cclxInvalidUsage = 2,    /* API misuse: use after finalize/abort, wrong device, mismatch in check mode */
@@ -37,7 +46,7 @@ typedef enum {
 
 /* Element types. FP8 types are for data movement (broadcast, gathers, all-to-all, send/recv);
  * reductions on them are rejected. Values are stable (ABI). */
-typedef enum {
+typedef enum CCLX_ENUM_INT {
   cclxFloat32 = 0,
   cclxFloat64 = 1,
   cclxFloat16 = 2,
@@ -56,7 +65,7 @@ typedef enum {
 /* Reduction operators. AVG divides the sum by the world size (integer division for integer
  * types). PREMUL_SUM multiplies every input by a factor before summing: create it with
  * cclxRedOpCreatePreMulSum(). Bitwise ops accept integer types only. */
-typedef enum {
+typedef enum CCLX_ENUM_INT {
   cclxSum = 0,
   cclxProd = 1,
   cclxMin = 2,

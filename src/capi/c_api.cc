@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <unordered_set>
 #include <vector>
 
 #include "core/comm/backend.h"
@@ -24,8 +25,11 @@ struct cclxWindow {
   std::shared_ptr<cclx::Window> win;
 };
 
+// A handle is never freed: cclxCommDestroy / Abort release its comm and leave the handle known
+// (every later call on it fails naming it), so that a destroyed handle is never a use of freed
+// memory, nor mistaken for a newer comm that got the same address.
 struct cclxComm {
-  std::shared_ptr<cclx::Comm> comm;
+  std::shared_ptr<cclx::Comm> comm;  // null once destroyed or aborted
   std::mutex opsMu;
   std::map<int, double> premulOps;  // dynamic op id -> factor
   int nextOp = cclxNumOps;
@@ -134,9 +138,36 @@ DeviceSpec deviceFrom(int device) {
   return device < 0 ? DeviceSpec::cpu() : DeviceSpec::cuda(device);
 }
 
-cclxComm& handle(cclxComm_t c) {
-  CCLX_ARG_CHECK(c != nullptr && c->comm != nullptr, "communicator is NULL");
+// Every handle this process made (live or destroyed).
+std::mutex gHandlesMu;
+std::unordered_set<const cclxComm*>& handles() {
+  static auto* s = new std::unordered_set<const cclxComm*>();
+  return *s;
+}
+
+// A handle this process made; throws for NULL and for anything else.
+cclxComm& known(cclxComm_t c) {
+  CCLX_ARG_CHECK(c != nullptr, "communicator is NULL");
+  std::lock_guard<std::mutex> lk(gHandlesMu);
+  CCLX_ARG_CHECK(handles().count(c) != 0,
+                 "communicator %p was not made by cclxCommInitRank in this process",
+                 static_cast<const void*>(c));
   return *c;
+}
+
+// A live handle (not destroyed or aborted).
+cclxComm& handle(cclxComm_t c) {
+  cclxComm& h = known(c);
+  CCLX_REQUIRE(h.comm != nullptr, cclxInvalidUsage, "communicator %p was destroyed or aborted",
+               static_cast<const void*>(c));
+  return h;
+}
+
+// Destroy / abort: the comm leaves the handle (which stays known), its ops are forgotten.
+std::shared_ptr<Comm> release(cclxComm& h) {
+  std::lock_guard<std::mutex> lk(h.opsMu);
+  h.premulOps.clear();
+  return std::move(h.comm);
 }
 
 DataType dtypeOf(cclxDataType_t t) {
@@ -166,6 +197,10 @@ CollOptions streamOpts(void* stream) {
 void setOut(cclxComm_t* out, std::shared_ptr<Comm> comm) {
   auto* h = new cclxComm;
   h->comm = std::move(comm);
+  {
+    std::lock_guard<std::mutex> lk(gHandlesMu);
+    handles().insert(h);
+  }
   *out = h;
 }
 
@@ -275,14 +310,19 @@ cclxResult_t cclxCommFinalize(cclxComm_t comm) {
 }
 
 cclxResult_t cclxCommDestroy(cclxComm_t comm) {
-  return guard([&] { delete comm; });
+  return guard([&] {
+    if (!comm) return;
+    CCLX_REQUIRE(known(comm).comm != nullptr, cclxInvalidUsage,
+                 "communicator %p was already destroyed or aborted", static_cast<void*>(comm));
+    release(*comm).reset();
+  });
 }
 
 cclxResult_t cclxCommAbort(cclxComm_t comm) {
   return guard([&] {
-    if (!comm) return;
-    std::unique_ptr<cclxComm> owned(comm);
-    if (owned->comm) owned->comm->abort();
+    if (!comm || !known(comm).comm) return;  // aborting a destroyed comm: nothing left to do
+    std::shared_ptr<Comm> c = release(*comm);
+    c->abort();
   });
 }
 

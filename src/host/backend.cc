@@ -10,6 +10,7 @@
 #include "core/select/select.h"
 #include "base/log.h"
 #include "host/shm.h"
+#include "host/staging.h"
 #include "host/window.h"
 
 namespace cclx {
@@ -57,8 +58,17 @@ class HostBackend final : public Backend {
     CCLX_TRACE("host %s count=%zu dtype=%s algo=%s", collLabel(args), args.count,
                dtypeName(args.dtype), algo ? algo->name() : "unfused");
     try {
-      if (args.type == CollType::AllReduceRmsNorm && !algo) runUnfused(args);
-      else algo->run(args, *ctx_);
+      if (args.type == CollType::AllReduceRmsNorm && !algo) {
+        runUnfused(args);
+      } else {
+        // Misaligned or overlapping user buffers go through temporaries (host/staging.h).
+        const bool fp8 = algo == fp8AllReduce_.get() || algo == fp8OneShot_.get() ||
+                         algo == fp8AllGather_.get() || algo == fp8ReduceScatter_.get() ||
+                         algo == fp8AllToAll_.get();
+        HostStaging staging(args, ctx_->rank, ctx_->size, fp8);
+        algo->run(staging.args(), *ctx_);
+        staging.finish();
+      }
     } catch (const Error& e) {
       // A collective that failed (a timeout, a peer's failure) never leaves a plausible value
       // behind (core/elements/outputs.h); rejected arguments leave everything as it was.

@@ -1,5 +1,6 @@
 // Comm collectives: argument validation, check mode, dispatch to the backend.
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <iterator>
 #include <sstream>
@@ -52,8 +53,26 @@ void checkOp(const ReduceOp& op, DataType dtype) {
                  int(op.kind));
   CCLX_ARG_CHECK(opSupported(op.kind, dtype), "reduction op %s is not supported for %s",
                  opName(op.kind), dtypeName(dtype));
-  if (op.kind == RedOpKind::PREMUL_SUM)
-    CCLX_ARG_CHECK(std::isfinite(op.factor), "PREMUL_SUM factor %g is not finite", op.factor);
+  if (op.kind != RedOpKind::PREMUL_SUM) return;
+  CCLX_ARG_CHECK(std::isfinite(op.factor), "PREMUL_SUM factor %g is not finite", op.factor);
+  // The reductions convert the factor to the type they accumulate in (dtype_math.h): it must be
+  // a value of that type (integers: after truncation).
+  const double f = std::trunc(op.factor);
+  bool fits = true;
+  switch (dtype) {
+    case DataType::f32: case DataType::f16: case DataType::bf16:
+      fits = std::fabs(op.factor) <= double(std::numeric_limits<float>::max());
+      break;
+    case DataType::i8: fits = f >= -128.0 && f <= 127.0; break;
+    case DataType::u8: fits = f >= 0.0 && f <= 255.0; break;
+    case DataType::i32: fits = f >= -2147483648.0 && f <= 2147483647.0; break;
+    case DataType::u32: fits = f >= 0.0 && f <= 4294967295.0; break;
+    case DataType::i64: fits = f >= -0x1p63 && f < 0x1p63; break;
+    case DataType::u64: fits = f >= 0.0 && f < 0x1p64; break;
+    default: break;
+  }
+  CCLX_ARG_CHECK(fits, "PREMUL_SUM factor %g is outside the range of %s", op.factor,
+                 dtypeName(dtype));
 }
 
 struct Span {

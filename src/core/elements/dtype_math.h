@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define CCLX_HD __host__ __device__ __forceinline__
@@ -104,13 +105,32 @@ template <class T> CCLX_HD T store(typename AccOf<T>::type a) { return a; }
 template <> CCLX_HD bf16_t store<bf16_t>(float a) { return bf16_t{f32ToBf16(a)}; }
 template <> CCLX_HD f16_t store<f16_t>(float a) { return f16_t{f32ToF16(a)}; }
 
+/// Integer sums and products wrap around (two's complement, as NCCL's): signed integers add and
+/// multiply as their unsigned counterparts, where overflow is defined.
+template <class A> CCLX_HD A add(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return A(U(a) + U(b));
+  } else {
+    return a + b;
+  }
+}
+template <class A> CCLX_HD A mul(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return A(U(a) * U(b));
+  } else {
+    return a * b;
+  }
+}
+
 /// Reduction of accumulators. PREMUL_SUM's factor is applied in prepare(), AVG's division in
 /// finish(); both combine as SUM.
 template <RedOpKind Op, class A> CCLX_HD A combine(A a, A b) {
   if constexpr (Op == RedOpKind::SUM || Op == RedOpKind::AVG || Op == RedOpKind::PREMUL_SUM) {
-    return a + b;
+    return add(a, b);
   } else if constexpr (Op == RedOpKind::PRODUCT) {
-    return a * b;
+    return mul(a, b);
   } else if constexpr (Op == RedOpKind::MIN) {
     return (b < a) ? b : a;
   } else if constexpr (Op == RedOpKind::MAX) {
@@ -125,7 +145,7 @@ template <RedOpKind Op, class A> CCLX_HD A combine(A a, A b) {
 }
 /// Applied to each rank's value as it is loaded.
 template <RedOpKind Op, class A> CCLX_HD A prepare(A v, A factor) {
-  if constexpr (Op == RedOpKind::PREMUL_SUM) return v * factor; else return v;
+  if constexpr (Op == RedOpKind::PREMUL_SUM) return mul(v, factor); else return v;
 }
 /// Applied once to the reduced value.
 template <RedOpKind Op, class A> CCLX_HD A finish(A v, int nranks) {

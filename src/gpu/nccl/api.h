@@ -1,5 +1,7 @@
 // The subset of the NCCL 2.x C ABI that cclx calls, declared here so that building cclx needs no
 // NCCL headers (libnccl is loaded at run time, see nccl_cuda.h). Values match nccl.h of 2.19+.
+// The enums have the fixed underlying type int, as in C: any value an application passes (an op
+// handle, a type of a newer NCCL, garbage that a call rejects) is representable.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +16,7 @@ typedef struct {
   char internal[CCLX_NCCL_UNIQUE_ID_BYTES];
 } ncclUniqueId;
 
-typedef enum {
+typedef enum : int {
   ncclSuccess = 0,
   ncclUnhandledCudaError = 1,
   ncclSystemError = 2,
@@ -25,7 +27,7 @@ typedef enum {
   ncclInProgress = 7,
 } ncclResult_t;
 
-typedef enum {
+typedef enum : int {
   ncclInt8 = 0,
   ncclUint8 = 1,
   ncclInt32 = 2,
@@ -40,9 +42,9 @@ typedef enum {
   ncclFloat8e5m2 = 11,  // NCCL >= 2.24
 } ncclDataType_t;
 
-typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOpBase_t;
+typedef enum : int { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOpBase_t;
 typedef int ncclRedOp_t;  // base ops above, or a handle from ncclRedOpCreatePreMulSum
-typedef enum { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 } ncclScalarResidence_t;
+typedef enum : int { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 } ncclScalarResidence_t;
 
 using GetVersionFn = ncclResult_t (*)(int*);
 using GetUniqueIdFn = ncclResult_t (*)(ncclUniqueId*);

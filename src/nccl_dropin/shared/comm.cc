@@ -71,19 +71,25 @@ bool abortOnError() {
 }
 
 // The rank's scalar of a PreMulSum, as a double (exact for every type but 64-bit integers beyond
-// 2^53, which no caller uses as a factor).
+// 2^53, which no caller uses as a factor). Read by bytes: the scalar may be at any address.
+template <typename T>
+T scalarAs(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
 bool scalarValue(const void* p, ncclDataType_t t, double& v) {
   switch (t) {
-    case nccl::ncclInt8: v = *static_cast<const int8_t*>(p); return true;
-    case nccl::ncclUint8: v = *static_cast<const uint8_t*>(p); return true;
-    case nccl::ncclInt32: v = *static_cast<const int32_t*>(p); return true;
-    case nccl::ncclUint32: v = *static_cast<const uint32_t*>(p); return true;
-    case nccl::ncclInt64: v = double(*static_cast<const int64_t*>(p)); return true;
-    case nccl::ncclUint64: v = double(*static_cast<const uint64_t*>(p)); return true;
-    case nccl::ncclFloat16: v = math::f16ToF32(*static_cast<const uint16_t*>(p)); return true;
-    case nccl::ncclBfloat16: v = math::bf16ToF32(*static_cast<const uint16_t*>(p)); return true;
-    case nccl::ncclFloat32: v = *static_cast<const float*>(p); return true;
-    case nccl::ncclFloat64: v = *static_cast<const double*>(p); return true;
+    case nccl::ncclInt8: v = scalarAs<int8_t>(p); return true;
+    case nccl::ncclUint8: v = scalarAs<uint8_t>(p); return true;
+    case nccl::ncclInt32: v = scalarAs<int32_t>(p); return true;
+    case nccl::ncclUint32: v = scalarAs<uint32_t>(p); return true;
+    case nccl::ncclInt64: v = double(scalarAs<int64_t>(p)); return true;
+    case nccl::ncclUint64: v = double(scalarAs<uint64_t>(p)); return true;
+    case nccl::ncclFloat16: v = math::f16ToF32(scalarAs<uint16_t>(p)); return true;
+    case nccl::ncclBfloat16: v = math::bf16ToF32(scalarAs<uint16_t>(p)); return true;
+    case nccl::ncclFloat32: v = scalarAs<float>(p); return true;
+    case nccl::ncclFloat64: v = scalarAs<double>(p); return true;
     default: return false;
   }
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <string>
 
@@ -206,6 +207,37 @@ TEST_F(ConfigTest, UnknownNamesSuggestTheClosestKnownOne) {
     if (std::string(n).rfind("CCLX_", 0) == 0)
       EXPECT_NE(std::find(cclx::knownEnvNames().begin(), cclx::knownEnvNames().end(), n),
                 cclx::knownEnvNames().end()) << n;
+}
+
+// Every CCLX_* name the parser reads is known, so that setting it never draws the warning
+// "unknown setting ...; it is ignored" (found by tests/fuzz/fuzz_settings.cc: the fused, DDA
+// exchange, window and test-failure settings were missing).
+TEST_F(ConfigTest, EveryNameTheParserReadsIsKnown) {
+  const std::string src = std::string(CCLX_SOURCE_DIR) + "/src/core/settings/config.cc";
+  std::FILE* f = std::fopen(src.c_str(), "r");
+  ASSERT_NE(f, nullptr) << src;
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  const auto& known = cclx::knownEnvNames();
+  size_t names = 0;
+  // Every string literal that is a whole CCLX_ name ("CCLX_X", not "CCLX_X=%s ..." messages).
+  for (size_t at = 0; (at = text.find("\"CCLX_", at)) != std::string::npos; ++at) {
+    size_t end = at + 6;
+    while (end < text.size() && (std::isupper(static_cast<unsigned char>(text[end])) ||
+                                 std::isdigit(static_cast<unsigned char>(text[end])) ||
+                                 text[end] == '_'))
+      ++end;
+    if (end == at + 6 || end >= text.size() || text[end] != '"') continue;
+    const std::string name = text.substr(at + 1, end - at - 1);
+    ++names;
+    EXPECT_NE(std::find(known.begin(), known.end(), name), known.end()) << name;
+    std::string entry = name + "=1";
+    char* env[] = {entry.data(), nullptr};
+    EXPECT_TRUE(cclx::unknownEnvNames(env).empty()) << name;
+  }
+  EXPECT_GT(names, 40u);
 }
 
 TEST_F(ConfigTest, ReloadPicksUpChangesAndKeepsOldOnError) {

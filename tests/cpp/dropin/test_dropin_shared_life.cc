@@ -211,6 +211,39 @@ TEST(DropinShared, LifeCycleAndErrors) {
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
+// A PreMulSum scalar may sit at any address (the application passes a pointer to its bytes):
+// read by bytes, it gives its factor (found by tests/fuzz/fuzz_dropin.cc: the scalar was read as
+// an aligned element, undefined behaviour for a misaligned one).
+TEST(DropinShared, PreMulSumScalarAtAnyAddress) {
+  auto res = runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    setUpRank();
+    ncclComm_t c = makeComm(rank, size, *store, "uid");
+    alignas(16) unsigned char bytes[32];
+    for (size_t off : {1, 3, 5}) {
+      const double f64 = 0.75;
+      const int32_t i32 = 3;
+      std::memcpy(bytes + off, &f64, 8);
+      ncclRedOp_t op = 0;
+      MP_CHECK(sh::redOpCreatePreMulSum(SHARED(c), &op, bytes + off, ncclFloat64,
+                                        ncclScalarHostImmediate) == ncclSuccess, "f64: %s", LastError());
+      std::vector<double> d(5, double(rank + 1));
+      MP_CHECK(AllReduce(d.data(), d.data(), 5, ncclFloat64, op, c) == ncclSuccess, "%s", LastError());
+      for (double x : d) MP_CHECK(x == 0.75 * 3, "f64 PreMulSum from offset %zu: %g", off, x);
+      MP_CHECK(sh::redOpDestroy(SHARED(c), op) == ncclSuccess, "destroy op");
+      std::memcpy(bytes + off, &i32, 4);
+      MP_CHECK(sh::redOpCreatePreMulSum(SHARED(c), &op, bytes + off, ncclInt32,
+                                        ncclScalarHostImmediate) == ncclSuccess, "i32: %s", LastError());
+      std::vector<int32_t> v(5, rank + 1);
+      MP_CHECK(AllReduce(v.data(), v.data(), 5, ncclInt32, op, c) == ncclSuccess, "%s", LastError());
+      for (int32_t x : v) MP_CHECK(x == 9, "i32 PreMulSum from offset %zu: %d", off, x);
+      MP_CHECK(sh::redOpDestroy(SHARED(c), op) == ncclSuccess, "destroy op");
+    }
+    MP_CHECK(sh::destroy(SHARED(c)) == ncclSuccess, "destroy");
+    finishRank(rank, size, *store);
+  });
+  ASSERT_TRUE(res.ok()) << res.log;
+}
+
 // A rank killed in the middle of a loop of allreduces: every survivor's next call fails within
 // the timeout with ncclRemoteError, its message naming the dead rank; nothing hangs.
 TEST(DropinShared, KilledRankIsNamed) {
