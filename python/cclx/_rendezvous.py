@@ -255,8 +255,9 @@ def default_store(rank: int, size: int, prefix: str, timeout: float) -> Any:
     * torch.distributed initialized: rank 0 serves a cclx store on a free port and publishes
       its address through torch's default store;
     * under torchrun (its agent's store holds MASTER_PORT): the same through that store;
+    * a single rank: its own store on a free local port, whatever MASTER_PORT says;
     * otherwise rank 0 serves the cclx store on MASTER_ADDR:MASTER_PORT (default
-      127.0.0.1:29500), a single rank without them on a free local port.
+      127.0.0.1:29500).
 
     Every rank presents the job id (CCLX_JOB_ID, else TORCHELASTIC_RUN_ID, else 'cclx') and
     proves it holds the store's token (CCLX_STORE_TOKEN; through a foreign store, one rank 0
@@ -276,7 +277,8 @@ def default_store(rank: int, size: int, prefix: str, timeout: float) -> Any:
         if key not in _env_stores:
             _env_stores[key] = _torchrun_store(rank, size, timeout)
         return _env_stores[key]
-    if size == 1 and not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")):
+    if size == 1:
+        # Nothing to meet: a private store on a free port (MASTER_PORT may be torchrun's).
         return _C.TcpStore("127.0.0.1", 0, True, job, timeout, "")
     addr, port = _master()
     key = (addr, port, rank)

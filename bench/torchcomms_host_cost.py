@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Host cost per call of a 1 KiB (256 x float32) eager all_reduce through torchcomms, for the cclx
+backend against torchcomms' own: on CUDA torchcomms.new_comm("cclx") vs new_comm("nccl"), on CPU
+new_comm("cclx") vs new_comm("gloo"); world size 1, so nothing waits for a peer and the time is
+the call path (torchcomms' C++ TorchComm, its hooks' bookkeeping, the backend, the launch).
+
+For each backend: `--iters` back-to-back async_op=False calls, repeated `--repeats` times with
+the backends alternating; reported per call: median and minimum over repeats of wall time and of
+the process's CPU time (CUDA: the host time to enqueue; the stream is synchronized after each
+repeat, outside the timed loop's per-call mean only at its end).
+
+    python3 bench/torchcomms_host_cost.py --device cpu  [--iters 5000] [--repeats 9] [--json F]
+    python3 bench/torchcomms_host_cost.py --device cuda
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--iters", type=int, default=5000)
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--backends", default="", help="comma list (default: cclx and the "
+                    "device's torchcomms backend: nccl on cuda, gloo on cpu)")
+    ap.add_argument("--json", default="", help="write the results here")
+    a = ap.parse_args()
+    for k, v in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
+                 ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(k, v)
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+
+    import torch
+    import torchcomms
+
+    backends = [b for b in a.backends.split(",") if b] or \
+        ["cclx", "nccl" if a.device == "cuda" else "gloo"]
+    dev = torch.device(a.device)
+    comms = {b: torchcomms.new_comm(b, dev, name=f"hostcost_{b}") for b in backends}
+    x = torch.ones(256, dtype=torch.float32, device=dev)
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    for c in comms.values():
+        for _ in range(200):
+            c.all_reduce(x, torchcomms.ReduceOp.SUM, async_op=False)
+    sync()
+    wall = {b: [] for b in backends}
+    cpu = {b: [] for b in backends}
+    for _ in range(a.repeats):
+        for b, c in comms.items():
+            ar = c.all_reduce
+            op = torchcomms.ReduceOp.SUM
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(a.iters):
+                ar(x, op, async_op=False)
+            t1, c1 = time.perf_counter(), time.process_time()
+            sync()
+            wall[b].append((t1 - t0) / a.iters * 1e6)
+            cpu[b].append((c1 - c0) / a.iters * 1e6)
+    res = {"device": a.device, "bytes": 1024, "world_size": 1, "iters": a.iters,
+           "repeats": a.repeats, "torch": torch.__version__,
+           "torchcomms": getattr(torchcomms, "__version__", "?"), "us_per_call": {}}
+    print(f"{'backend':8} {'wall med':>9} {'wall min':>9} {'cpu med':>8} {'cpu min':>8}  (us/call)")
+    for b in backends:
+        r = {"wall_median": statistics.median(wall[b]), "wall_min": min(wall[b]),
+             "cpu_median": statistics.median(cpu[b]), "cpu_min": min(cpu[b])}
+        res["us_per_call"][b] = {k: round(v, 2) for k, v in r.items()}
+        print(f"{b:8} {r['wall_median']:9.2f} {r['wall_min']:9.2f} {r['cpu_median']:8.2f} "
+              f"{r['cpu_min']:8.2f}")
+    for c in comms.values():
+        c.finalize()
+    if a.json:
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+        with open(a.json, "w") as fh:
+            json.dump(res, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""cclx as a torchcomms backend: torchcomms.new_comm("cclx", device, name=...).
+
+torchcomms finds this module through the entry point `cclx` of group `torchcomms.backends`
+(pyproject.toml): its first new_comm("cclx", ...) imports it, and importing it registers
+CclxBackend with torchcomms.register_backend. Importing it by hand does the same.
+
+CclxBackend is a torchcomms.TorchCommBackend written in Python (torchcomms' Python-backend
+route): torchcomms' C++ TorchComm calls these methods, runs its own hooks and flight recorder
+around them, and wraps what they return (None: complete; else an object whose wait() it calls)
+in a TorchWork. Each method maps one-to-one onto a cclx.Comm method. What that route cannot
+carry (per-call hints and timeouts, batched point-to-point, windows, a PREMUL_SUM factor, a
+polled is_completed() or wait_blocking() of an asynchronous op) is listed in docs/API.md,
+"From torchcomms".
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional
+
+import torchcomms  # noqa: F401 - the backend exists only with torchcomms installed
+
+from . import _C
+from .comm import Comm, new_comm
+
+BACKEND_NAME = "cclx"
+_RED_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR")
+_hint_keys: Optional[frozenset] = None
+
+
+class _Work:
+    """What an async_op=True call returns to torchcomms: its wait() is cclx's Work.wait() (CUDA:
+    the caller's current stream waits; CPU: returns once complete; a failed op raises)."""
+
+    __slots__ = ("_w",)
+
+    def __init__(self, w: Any) -> None:
+        self._w = w
+
+    def wait(self) -> None:
+        self._w.wait()
+
+
+def _result(w: Any, async_op: bool) -> Optional[_Work]:
+    # A synchronous call has completed on CPU comms (errors raised in the call) and is ordered
+    # on the caller's current stream on CUDA comms: torchcomms takes None as complete.
+    return _Work(w) if async_op else None
+
+
+_OPS = {getattr(torchcomms.RedOpType, n): getattr(_C.ReduceOp, n) for n in _RED_OPS}
+
+
+def _op(op: Any) -> Any:
+    """torchcomms.ReduceOp -> cclx.ReduceOp. torchcomms gives Python backends the op's type only,
+    so PREMUL_SUM (whose factor it does not expose) cannot be mapped."""
+    kind = getattr(op, "type", op)
+    mine = _OPS.get(kind)
+    if mine is not None:
+        return mine
+    if kind == torchcomms.RedOpType.PREMUL_SUM:
+        raise _C.CclxUnsupportedError(
+            "cclx torchcomms backend: PREMUL_SUM is not available, torchcomms does not pass "
+            "the factor to Python backends (use cclx.new_comm directly for it)")
+    raise _C.CclxInvalidArgument(f"cclx torchcomms backend: unknown reduce op {op!r}")
+
+
+def _known_hint_keys(comm: Comm) -> frozenset:
+    """The hint keys cclx knows, read once from the message of cclx's own check (the table in
+    src/core/select/select.cc stays the only list)."""
+    global _hint_keys
+    if _hint_keys is None:
+        try:
+            comm.get_algo(1, _C.DataType.f32, _C.ReduceOp.SUM, {"": ""})
+            keys: frozenset = frozenset()
+        except _C.CclxInvalidArgument as e:
+            m = re.search(r"valid hints: ([^)]*)\)", str(e))
+            keys = frozenset(k.strip() for k in m.group(1).split(",")) if m else frozenset()
+        _hint_keys = keys
+    return _hint_keys
+
+
+def cclx_hints(comm: Comm, hints: Dict[str, str]) -> Dict[str, str]:
+    """torchcomms hints -> cclx hints: `cclx.KEY` / `cclx::KEY` always (cclx checks the key and
+    value), a plain key when cclx knows it; the rest belong to torchcomms or other backends and
+    are ignored, as torchcomms' own backends ignore hints they do not read."""
+    out: Dict[str, str] = {}
+    known = None
+    for k, v in hints.items():
+        for p in ("cclx::", "cclx."):
+            if k.startswith(p):
+                out[k[len(p):]] = str(v)
+                break
+        else:
+            if known is None:
+                known = _known_hint_keys(comm)
+            if k in known:
+                out[k] = str(v)
+    return out
+
+
+class CclxBackend(torchcomms.TorchCommBackend):
+    """A torchcomms backend over one cclx.Comm (CPU or CUDA)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._comm: Optional[Comm] = None
+        self._name = ""
+
+    @classmethod
+    def _wrap(cls, comm: Comm, name: str) -> "CclxBackend":
+        b = cls()
+        b._comm = comm
+        b._name = name
+        return b
+
+    def _c(self) -> Comm:
+        if self._comm is None:
+            raise _C.CclxUsageError("cclx torchcomms backend: the communicator was not "
+                                    "initialized (or was finalized)")
+        return self._comm
+
+    # ------------------------------------------------------------------ lifetime
+    def init(self, device: Any, name: str, options: Any) -> None:
+        hints = dict(getattr(options, "hints", {}) or {})
+        comm = new_comm(BACKEND_NAME, device, name=name, store=options.store,
+                        timeout=options.timeout,
+                        abort_process_on_timeout_or_error=options.abort_process_on_timeout_or_error)
+        mine = cclx_hints(comm, hints)
+        if mine:
+            comm.set_hints(mine)
+        self._comm = comm
+        self._name = name
+
+    def finalize(self) -> None:
+        if self._comm is not None:
+            comm, self._comm = self._comm, None
+            comm.finalize()
+
+    def split(self, ranks: List[int], name: str, options: Any) -> Optional["CclxBackend"]:
+        sub = self._c().split(list(ranks), name)
+        if sub is None:
+            return None
+        hints = cclx_hints(sub, dict(getattr(options, "hints", {}) or {}))
+        if hints:
+            sub.set_hints(hints)
+        return CclxBackend._wrap(sub, name)
+
+    def set_timeout(self, timeout: Any) -> None:
+        self._c().set_timeout(timeout)
+
+    # ------------------------------------------------------------------ identity
+    def get_rank(self) -> int:
+        return self._c().get_rank()
+
+    def get_size(self) -> int:
+        return self._c().get_size()
+
+    def get_backend_name(self) -> str:
+        return BACKEND_NAME
+
+    def get_comm_name(self) -> str:
+        return self._name
+
+    # ------------------------------------------------------------------ point-to-point
+    def send(self, tensor, dst, async_op):
+        return _result(self._c().send(tensor, dst, async_op), async_op)
+
+    def recv(self, tensor, src, async_op):
+        return _result(self._c().recv(tensor, src, async_op), async_op)
+
+    # ------------------------------------------------------------------ collectives
+    def broadcast(self, tensor, root, async_op):
+        return _result(self._c().broadcast(tensor, root, async_op), async_op)
+
+    def all_reduce(self, tensor, op, async_op):
+        return _result(self._c().all_reduce(tensor, _op(op), async_op), async_op)
+
+    def reduce(self, tensor, root, op, async_op):
+        return _result(self._c().reduce(tensor, root, _op(op), async_op), async_op)
+
+    def all_gather(self, tensor_list, tensor, async_op):
+        return _result(self._c().all_gather(list(tensor_list), tensor, async_op), async_op)
+
+    def all_gather_v(self, tensor_list, tensor, async_op):
+        return _result(self._c().all_gather_v(list(tensor_list), tensor, async_op), async_op)
+
+    def all_gather_single(self, output, input, async_op):
+        return _result(self._c().all_gather_single(output, input, async_op), async_op)
+
+    def reduce_scatter(self, output, input_list, op, async_op):
+        return _result(self._c().reduce_scatter(output, list(input_list), _op(op), async_op),
+                       async_op)
+
+    def reduce_scatter_v(self, output, input_list, op, async_op):
+        return _result(self._c().reduce_scatter_v(output, list(input_list), _op(op), async_op),
+                       async_op)
+
+    def reduce_scatter_single(self, output, input, op, async_op):
+        return _result(self._c().reduce_scatter_single(output, input, _op(op), async_op),
+                       async_op)
+
+    def all_to_all_single(self, output, input, async_op):
+        return _result(self._c().all_to_all_single(output, input, async_op), async_op)
+
+    def all_to_all_v_single(self, output, input, output_split_sizes, input_split_sizes,
+                            async_op):
+        return _result(self._c().all_to_all_v_single(output, input, list(output_split_sizes),
+                                                     list(input_split_sizes), async_op),
+                       async_op)
+
+    def all_to_all(self, output_tensor_list, input_tensor_list, async_op):
+        return _result(self._c().all_to_all(list(output_tensor_list), list(input_tensor_list),
+                                            async_op), async_op)
+
+    def barrier(self, async_op):
+        return _result(self._c().barrier(async_op), async_op)
+
+    def scatter(self, output_tensor, input_tensor_list, root, async_op):
+        return _result(self._c().scatter(output_tensor, list(input_tensor_list), root,
+                                         async_op), async_op)
+
+    def gather(self, output_tensor_list, input_tensor, root, async_op):
+        return _result(self._c().gather(list(output_tensor_list), input_tensor, root,
+                                        async_op), async_op)
+
+
+def register() -> None:
+    """Registers CclxBackend as torchcomms backend "cclx" (once per process)."""
+    if not torchcomms._comms._is_backend_registered(BACKEND_NAME):
+        torchcomms.register_backend(BACKEND_NAME, CclxBackend)
+
+
+register()

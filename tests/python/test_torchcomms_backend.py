@@ -1,0 +1,31 @@
+"""cclx as a torchcomms backend (torchcomms.new_comm("cclx")) on 3 CPU processes; skipped when
+torchcomms is not installed. torchcomms' own integration suite runs through
+bench/torchcomms_suite.py (docs/API.md, "From torchcomms")."""
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("torchcomms")
+
+import harness  # noqa: E402
+
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_torchcomms.py")
+
+
+@pytest.fixture(scope="module")
+def results():
+    return harness.run(CASES, 3, env={"CCLX_ABORT_ON_ERROR": "0"})
+
+
+@pytest.mark.parametrize("case", harness.case_names(CASES))
+def test_torchcomms_backend(results, case):
+    harness.check(results, case)
+
+
+def test_entry_point_declared():
+    """pip install . declares the entry point torchcomms looks the backend up by."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    text = open(os.path.join(root, "pyproject.toml")).read()
+    assert '[project.entry-points."torchcomms.backends"]' in text
+    assert 'cclx = "cclx.torchcomms_backend"' in text
