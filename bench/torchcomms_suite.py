@@ -33,6 +33,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def descendants(pid: int) -> list:
+    """pid's process tree (torchrun starts each rank in a session of its own)."""
+    kids: dict = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
 def counts(text: str) -> dict:
     out = {}
     for line in text.splitlines()[::-1]:
@@ -88,7 +107,11 @@ def main() -> int:
             rc = p.returncode
             result = "pass" if rc == 0 else "fail"
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)  # torchrun and its ranks: their own group
+            for q in descendants(p.pid):  # torchrun and its ranks (each its own session)
+                try:
+                    os.kill(q, signal.SIGKILL)
+                except OSError:
+                    pass
             text, _ = p.communicate()
             rc, result = None, "timeout"
         secs = round(time.monotonic() - t0, 1)

@@ -14,7 +14,9 @@ polled is_completed() or wait_blocking() of an asynchronous op) is listed in doc
 """
 from __future__ import annotations
 
+import collections
 import re
+import sys
 from typing import Any, Dict, List, Optional
 
 import torchcomms  # noqa: F401 - the backend exists only with torchcomms installed
@@ -40,10 +42,26 @@ class _Work:
         self._w.wait()
 
 
+# torchcomms' C++ TorchWork for a Python backend holds the object returned here and drops it
+# wherever its holder dies, possibly without the GIL (c10d's C++ callers: DDP, FSDP): a
+# deallocation there ends the process. So every _Work also stays here, and leaves only once
+# this list holds its last reference (then nothing else can touch it).
+_live: "collections.deque[_Work]" = collections.deque()
+
+
 def _result(w: Any, async_op: bool) -> Optional[_Work]:
     # A synchronous call has completed on CPU comms (errors raised in the call) and is ordered
     # on the caller's current stream on CUDA comms: torchcomms takes None as complete.
-    return _Work(w) if async_op else None
+    if not async_op:
+        return None
+    live = _live
+    while live and sys.getrefcount(live[0]) <= 2:  # the list's reference and the argument
+        live.popleft()
+    if len(live) > 64:  # older works still held: look further than the first
+        live.rotate(-1)
+    work = _Work(w)
+    live.append(work)
+    return work
 
 
 _OPS = {getattr(torchcomms.RedOpType, n): getattr(_C.ReduceOp, n) for n in _RED_OPS}
@@ -97,6 +115,24 @@ def cclx_hints(comm: Comm, hints: Dict[str, str]) -> Dict[str, str]:
     return out
 
 
+def _gather_lists(comm: Comm, mine: List[int]) -> List[List[int]]:
+    """Every rank's list (at most get_size() ranks each) by one all_gather_single."""
+    import torch
+
+    n = comm.get_size()
+    if len(mine) > n:
+        raise _C.CclxInvalidArgument(f"split: {len(mine)} ranks listed, the comm has {n}")
+    dev = comm.get_device()
+    row = torch.full((n + 1,), -1, dtype=torch.int64)
+    row[0] = len(mine)
+    if mine:
+        row[1:len(mine) + 1] = torch.tensor(mine, dtype=torch.int64)
+    out = torch.empty(n * (n + 1), dtype=torch.int64, device=dev)
+    comm.all_gather_single(out, row.to(dev))
+    table = out.cpu().view(n, n + 1).tolist()
+    return [t[1:1 + t[0]] for t in table]
+
+
 class CclxBackend(torchcomms.TorchCommBackend):
     """A torchcomms backend over one cclx.Comm (CPU or CUDA)."""
 
@@ -136,13 +172,34 @@ class CclxBackend(torchcomms.TorchCommBackend):
             comm.finalize()
 
     def split(self, ranks: List[int], name: str, options: Any) -> Optional["CclxBackend"]:
-        sub = self._c().split(list(ranks), name)
-        if sub is None:
+        """torchcomms' split: every rank calls it with the list of its own new group (empty: in
+        none), so lists differ between groups. The lists are gathered over this comm, checked
+        (each listed rank passed the same list), and each group is made by one cclx split (a
+        collective with one list on every rank), groups ordered by their first rank."""
+        comm = self._c()
+        mine = [int(r) for r in ranks]
+        lists = _gather_lists(comm, mine)
+        groups: List[List[int]] = []
+        for r, lst in enumerate(lists):
+            for m in lst:
+                if not 0 <= m < comm.get_size() or lists[m] != lst:
+                    raise _C.CclxInvalidArgument(
+                        f"split: rank {r} passed {lst}, but rank {m} passed "
+                        f"{lists[m] if 0 <= m < comm.get_size() else 'nothing (no such rank)'}")
+            if lst and lst not in groups:
+                groups.append(lst)
+        groups.sort(key=lambda g: min(g))
+        result = None
+        for g in groups:
+            sub = comm.split(g, name)
+            if sub is not None:
+                result = sub
+        if result is None:
             return None
-        hints = cclx_hints(sub, dict(getattr(options, "hints", {}) or {}))
+        hints = cclx_hints(result, dict(getattr(options, "hints", {}) or {}))
         if hints:
-            sub.set_hints(hints)
-        return CclxBackend._wrap(sub, name)
+            result.set_hints(hints)
+        return CclxBackend._wrap(result, name)
 
     def set_timeout(self, timeout: Any) -> None:
         self._c().set_timeout(timeout)

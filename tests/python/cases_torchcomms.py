@@ -169,10 +169,13 @@ def case_send_recv_barrier(ctx):
 
 
 def case_split(ctx):
+    # torchcomms' split: each rank passes the list of its own group (here: even / odd ranks),
+    # a rank in no group an empty list (here: the last rank when there are three or more).
     n, me = ctx.size, ctx.rank
-    ranks = [r for r in range(n) if r % 2 == 0]
+    out = n >= 3 and me == n - 1
+    ranks = [] if out else [r for r in range(n) if r % 2 == me % 2 and not (n >= 3 and r == n - 1)]
     sub = ctx.comm.split(ranks, "tc_split")
-    if me not in ranks:
+    if out:
         assert sub is None
         return
     assert sub.get_size() == len(ranks) and sub.get_rank() == ranks.index(me)
