@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Host cost per call of a 1 KiB (256 x float32) eager all_reduce through torchcomms, for the cclx
 backend against torchcomms' own: on CUDA torchcomms.new_comm("cclx") vs new_comm("nccl"), on CPU
-new_comm("cclx") vs new_comm("gloo"); world size 1, so nothing waits for a peer and the time is
+new_comm("cclx") vs new_comm("gloo"), and cclx.new_comm ("cclx-direct", the
+same comm without torchcomms); world size 1, so nothing waits for a peer and the time is
 the call path (torchcomms' C++ TorchComm, its hooks' bookkeeping, the backend, the launch).
 
 For each backend: `--iters` back-to-back async_op=False calls, repeated `--repeats` times with
@@ -44,20 +45,30 @@ def main() -> int:
     import torchcomms
 
     backends = [b for b in a.backends.split(",") if b] or \
-        ["cclx", "nccl" if a.device == "cuda" else "gloo"]
+        ["cclx", "nccl" if a.device == "cuda" else "gloo", "cclx-direct"]
     dev = torch.device(a.device)
-    comms = {b: torchcomms.new_comm(b, dev, name=f"hostcost_{b}") for b in backends}
+
+    def make(b):
+        if b == "cclx-direct":  # the same comm without torchcomms: cclx.new_comm
+            import cclx
+
+            c = cclx.new_comm("cclx", dev, name="hostcost_direct")
+            c.all_reduce_tc = lambda t, op, async_op: c.all_reduce(t, cclx.ReduceOp.SUM, async_op)
+            return c
+        return torchcomms.new_comm(b, dev, name=f"hostcost_{b}")
+
+    comms = {b: make(b) for b in backends}
     x = torch.ones(256, dtype=torch.float32, device=dev)
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     for c in comms.values():
         for _ in range(200):
-            c.all_reduce(x, torchcomms.ReduceOp.SUM, async_op=False)
+            getattr(c, "all_reduce_tc", c.all_reduce)(x, torchcomms.ReduceOp.SUM, async_op=False)
     sync()
     wall = {b: [] for b in backends}
     cpu = {b: [] for b in backends}
     for _ in range(a.repeats):
         for b, c in comms.items():
-            ar = c.all_reduce
+            ar = getattr(c, "all_reduce_tc", c.all_reduce)
             op = torchcomms.ReduceOp.SUM
             t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(a.iters):
