@@ -10,7 +10,7 @@ pytest.importorskip("torchcomms")
 
 import harness  # noqa: E402
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_torchcomms.py")
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cases_torchcomms.py")
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def test_torchcomms_backend(results, case):
 
 def test_entry_point_declared():
     """pip install . declares the entry point torchcomms looks the backend up by."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     text = open(os.path.join(root, "pyproject.toml")).read()
     assert '[project.entry-points."torchcomms.backends"]' in text
     assert 'cclx = "cclx.torchcomms_backend"' in text
