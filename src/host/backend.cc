@@ -58,6 +58,10 @@ class HostBackend final : public Backend {
     CCLX_TRACE("host %s count=%zu dtype=%s algo=%s", collLabel(args), args.count,
                dtypeName(args.dtype), algo ? algo->name() : "unfused");
     try {
+      // A peer that gave up on the comm (timed out, aborted) fails the call here on every rank,
+      // as the GPU kernels' abort word at entry does: a late rank whose peers had staged their
+      // data before giving up would otherwise complete a call they report as failed.
+      ctx_->checkPeers();
       if (args.type == CollType::AllReduceRmsNorm && !algo) {
         runUnfused(args);
       } else {

@@ -320,6 +320,11 @@ void HostCtx::checkPeer(int peer) {
   }
 }
 
+void HostCtx::checkPeers() {
+  for (int p = 0; p < size; ++p)
+    if (p != rank) checkPeer(p);
+}
+
 // Waits for *word >= target, `peer` being the rank that advances it: spins, yields, then sleeps
 // on a futex on the word's low 32 bits in 2 ms slices (the waiter count sits 8 bytes after the
 // word, see publish()). `missing` names the ranks still behind for the timeout message.

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -165,6 +166,73 @@ TEST_P(HostFailure, DeadRankGivesExactOrNaN) {
     }, std::chrono::seconds(120));
     for (int r = 0; r < n - 1; ++r)
       EXPECT_EQ(res.exitCodes[size_t(r)], 0) << a.name << " rank " << r << "\n" << res.log;
+  }
+}
+
+// A rank that arrives after its peers timed out on a call fails that call too, for every
+// collective, also those whose peers had staged all their data before giving up (flat, Lamport,
+// one-step exchanges, which it could otherwise complete): its error names itself as the rank
+// the others waited for, and its output is all ones. Found by bench/soak.py --late-every.
+TEST(FailureModel, LateRankFailsItsLateCall) {
+  const int n = 3;
+  struct Call {
+    const char* name;
+    std::function<void(Comm&, const float*, float*)> run;
+  };
+  const std::vector<Call> calls = {
+      {"allreduce-flat", [](Comm& c, const float* in, float* out) {
+         CollOptions co;
+         co.hints = {{"algo", "flat"}};
+         c.allReduce(in, out, kCount, DataType::f32, RedOpKind::SUM, co);
+       }},
+      {"allreduce-lamport", [](Comm& c, const float* in, float* out) {
+         CollOptions co;
+         co.hints = {{"algo", "lamport"}};
+         c.allReduce(in, out, kCount, DataType::f32, RedOpKind::SUM, co);
+       }},
+      {"broadcast", [](Comm& c, const float* in, float* out) {
+         c.broadcast(in, out, kCount, DataType::f32, 0);
+       }},
+      {"allgather", [](Comm& c, const float* in, float* out) {
+         c.allGather(in, out, kCount / 8, DataType::f32);
+       }},
+      {"alltoall", [](Comm& c, const float* in, float* out) {
+         c.allToAll(in, out, kCount / 8, DataType::f32);
+       }},
+      {"reducescatter", [](Comm& c, const float* in, float* out) {
+         c.reduceScatter(in, out, kCount / 8, DataType::f32, RedOpKind::SUM);
+       }},
+  };
+  for (const Call& call : calls) {
+    auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
+      const int late = size - 1;
+      auto c = comm(rank, size, store, std::string("lateonly_") + call.name);
+      std::vector<float> in = input(rank, 0), out(kCount * size_t(size), 3.0f);
+      call.run(*c, in.data(), out.data());  // warm-up: every rank in time
+      std::fill(out.begin(), out.end(), 3.0f);
+      if (rank == late) std::this_thread::sleep_for(2 * kTimeout);
+      std::string msg;
+      try {
+        call.run(*c, in.data(), out.data());
+      } catch (const Error& e) {
+        msg = e.what();
+        MP_CHECK(e.code() == cclxTimeout, "%s: rank %d: code %d: %s", call.name, rank,
+                 int(e.code()), e.what());
+      }
+      MP_CHECK(!msg.empty(), "%s: rank %d (late rank %d) completed the call its peers gave up on",
+               call.name, rank, late);
+      const std::string named = rank == late ? "waiting for rank " + std::to_string(late)
+                                             : "[" + std::to_string(late) + "]";
+      MP_CHECK(msg.find(named) != std::string::npos, "%s: rank %d: message does not name rank %d: %s",
+               call.name, rank, late, msg.c_str());
+      const size_t written = std::string(call.name) == "allgather" ? kCount / 8 * size_t(size)
+                             : std::string(call.name) == "alltoall" ? kCount / 8 * size_t(size)
+                             : std::string(call.name) == "reducescatter" ? kCount / 8 : kCount;
+      MP_CHECK(allOnes(std::vector<float>(out.begin(), out.begin() + long(written))),
+               "%s: rank %d: the failed call's output is not NaN", call.name, rank);
+      c->abort();
+    }, std::chrono::seconds(120));
+    ASSERT_TRUE(res.ok()) << call.name << "\n" << res.log;
   }
 }
 
