@@ -1,0 +1,83 @@
+"""bench/soak.py stays runnable and its checks stay sharp: a 300-call smoke on 3 CPU ranks, one
+with a late rank (every rank must see the error, naming the late rank), and the reference
+functions against hand-computed results and deliberately wrong outputs."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import harness
+
+BENCH = os.path.join(harness.ROOT, "bench")
+sys.path.insert(0, BENCH)
+import soak_ref as R  # noqa: E402
+
+
+def run_soak(tmp_path, *args):
+    out = str(tmp_path / "soak.json")
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "soak.py"), "--ranks", "3",
+                        "--calls", "300", "--max-bytes", "256K", "--json", out, *args],
+                       env=harness.child_env(), capture_output=True, text=True, timeout=300)
+    res = json.load(open(out)) if os.path.exists(out) else {}
+    return r, res
+
+
+def test_soak_smoke(tmp_path):
+    r, res = run_soak(tmp_path, "--seed", "7")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert res["ok"] and res["calls"] >= 295 and res["wrong_elements"] == 0, res
+    assert res["errors"] == 0 and res["late_events"] == 0, res
+    kinds = {k.split("/")[0] for k in res["kinds"]}
+    for k in ("allreduce", "all_gather_single", "reduce_scatter_single", "all_to_all_v",
+              "broadcast", "p2p", "window", "rmsnorm"):
+        assert k in kinds, (k, sorted(kinds))
+    assert res["odd_count_calls"] > 0 and len(res["commit"]) >= 40
+
+
+def test_soak_late_rank_smoke(tmp_path):
+    r, res = run_soak(tmp_path, "--seed", "3", "--late-every", "150", "--timeout", "1")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert res["late_events"] == 1 and res["comms_created"] == 2, res
+    assert res["late_errors_seen"] == 3 and res["late_errors_naming_rank"] == 3, res
+    assert res["wrong_elements"] == 0 and res["errors"] == 0, res
+
+
+def test_reference_rules():
+    # f16 sums accumulate in float over ranks 0..N-1 and round once: 2048 + 1 + 1 is 2050 in
+    # float, while rounding after each step (f16 spacing 2 at 2048) would give 2048.
+    xs = [np.array([2048.0], np.float16), np.array([1.0], np.float16),
+          np.array([1.0], np.float16)]
+    assert R.reduce_exact(xs, "SUM", "f16")[0] == np.float16(2050.0)
+    # f32 keeps the rank order: (1e8 + 1) - 1e8 = 0 in float32, not 1.
+    xs = [np.array([1e8], np.float32), np.array([1.0], np.float32),
+          np.array([-1e8], np.float32)]
+    assert R.reduce_exact(xs, "SUM", "f32")[0] == 0.0
+    # Integers wrap like C and AVG truncates toward zero.
+    xs = [np.array([100, -7], np.int8), np.array([100, 2], np.int8)]
+    assert R.reduce_exact(xs, "SUM", "i8").tolist() == [-56, -5]
+    assert R.reduce_exact(xs, "AVG", "i8").tolist() == [-28, -2]
+    f = R.reduce_exact([np.array([3.0], np.float32)] * 2, "PREMUL_SUM", "f32", 0.5)
+    assert f[0] == 3.0
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "i32"])
+def test_checks_find_wrong_values(dtype):
+    pool = R.Pool(5, 1 << 16)
+    xs = [pool.input(dtype, 1001, 17, r) for r in range(4)]
+    assert not np.array_equal(xs[0], xs[1])  # ranks differ
+    assert np.array_equal(pool.input(dtype, 1001, 17, 2), xs[2])  # and regenerate alike
+    good = R.reduce_exact(xs, "SUM", dtype)
+    assert R.count_wrong_reduce(good, xs, "SUM", dtype) == 0
+    bad = good.copy()
+    R.bits(bad)[5] ^= 1  # one ulp (or one unit) off
+    bad[9] = xs[0][9]  # a stale value: this rank's own input
+    assert R.count_wrong_reduce(bad, xs, "SUM", dtype) == 2
+    # A failed call: exact or all-ones bytes pass, anything else counts.
+    out = good.copy()
+    R.bits(out)[:500] = np.iinfo(R.bits(out).dtype).max
+    assert R.count_not_exact_or_poison(out, good) == 0
+    out[700] = xs[1][700]
+    assert R.count_not_exact_or_poison(out, good) == 1
