@@ -19,6 +19,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -61,8 +62,7 @@ def launch(a) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = os.path.abspath(a.json + ".d") if a.json else f"/tmp/cclx-soak-{os.getpid()}"
-    os.makedirs(out, exist_ok=True)
+    out = tempfile.mkdtemp(prefix="cclx-soak-")  # per-rank results
     env = dict(os.environ)
     if env.get("CCLX_EXT_DIR"):  # build tree: sources from python/, extension from there
         env["CCLX_EXT_DIR"] = os.path.abspath(env["CCLX_EXT_DIR"])
