@@ -95,6 +95,7 @@ def draw(kind: str, rng, ctx) -> dict:
         s["tgt"] = int(rng.integers(0, ctx.win_elems - s["count"] + 1))
         s["shift"] = int(rng.integers(1, n)) if n > 1 else 0
         s["async"] = bool(rng.random() < 0.3)
+        s["hints"] = pick(rng, (None, {"put_path": "ce"}, {"put_path": "sm"})) if ctx.cuda else None
     s["count"] = s.get("count", ctx.count(rng, s["dtype"], mult))
     return s
 
@@ -312,7 +313,7 @@ def _window(ctx, s, async_op):
     win, buf = ctx.window()
     dst, src = (r + s["shift"]) % N, (r - s["shift"]) % N
     data = ctx.dev_in(ctx.pool.input("f32", n, cid, r), s["offs"][0])
-    wk = win.put(data.view, dst, r * E + s["tgt"], async_op=s["async"])
+    wk = win.put(data.view, dst, r * E + s["tgt"], async_op=s["async"], hints=s["hints"])
     if s["async"]:
         wk.wait()
     win.signal(dst)

@@ -161,7 +161,7 @@ def plan(rng, ctx, late: bool) -> dict:
     w = np.array([O.WEIGHTS[k] for k in kinds], float)
     u = rng.random()
     if late:
-        return {"type": "single", "specs": [O.draw(O.pick(rng, O.COLL_KINDS[:-1]), rng, ctx)],
+        return {"type": "single", "specs": [O.draw(O.pick(rng, O.COLL_KINDS), rng, ctx)],
                 "async": False}
     if u < 0.04:
         k = int(rng.integers(2, 17))
