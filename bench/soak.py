@@ -43,6 +43,8 @@ def parse(argv=None):
                    help="largest buffer of a call (K/M/G suffix; default 64M)")
     p.add_argument("--json", type=str, default=None, help="write the results here")
     p.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines")
+    p.add_argument("--max-seconds", type=float, default=0.0,
+                   help="stop (all ranks at the same call) after about this long (0: never)")
     p.add_argument("--_worker", nargs=2, metavar=("RANK", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.max_bytes_n = _size(a.max_bytes)
@@ -72,6 +74,7 @@ def launch(a) -> int:
                CCLX_JOB_ID=f"soak-{os.getpid()}")
     argv = [a for a in sys.argv[1:]]
     procs = []
+    commit = git_commit()  # of the code the ranks run
     t0 = time.time()
     for r in range(a.ranks):
         e = dict(env, RANK=str(r), LOCAL_RANK=str(r))
@@ -84,6 +87,7 @@ def launch(a) -> int:
         f = os.path.join(out, f"rank{r}.json")
         per.append(json.load(open(f)) if os.path.exists(f) else None)
     res = summarize(a, per, rcs, wall)
+    res["commit"] = commit
     print(table(res))
     if a.json:
         with open(a.json, "w") as f:
@@ -115,11 +119,12 @@ def summarize(a, per, rcs, wall) -> dict:
             e[2] = max(e[2], t)
     late = r0.get("late_events", 0)
     res = {
-        "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "commit": "", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "host": socket.gethostname(), "cpus": os.cpu_count(),
         "config": {"ranks": a.ranks, "device": a.device, "calls": a.calls, "seed": a.seed,
                    "late_every": a.late_every, "timeout_s": a.timeout,
-                   "max_bytes": a.max_bytes_n},
+                   "max_bytes": a.max_bytes_n, "max_seconds": a.max_seconds},
+        "stopped_early": bool(r0.get("stopped_early")),
         "exit_codes": rcs,
         "calls": r0.get("calls", 0),
         "calls_scheduled": r0.get("sched_calls", 0),
@@ -142,6 +147,7 @@ def summarize(a, per, rcs, wall) -> dict:
     }
     res["calls_per_s"] = round(res["calls"] / res["loop_time_s"], 1) if res["loop_time_s"] else 0
     res["ok"] = (len(ok_ranks) == a.ranks and all(rc == 0 for rc in rcs)
+                 and (res["calls_scheduled"] >= a.calls or res["stopped_early"])
                  and res["wrong_elements"] == 0 and res["errors"] == 0
                  and res["late_unseen"] == 0
                  and res["late_errors_seen"] + res["late_seen_on_next_call"] == late * a.ranks)

@@ -73,16 +73,17 @@ class Pool:
         if p is None:
             n = 2 * self.max_bytes // np_dtype(dtype).itemsize + 65536
             rng = np.random.default_rng([self.seed, 0x5EED, len(dtype), sum(map(ord, dtype))])
-            sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+            sign = (rng.integers(0, 2, n, dtype=np.int8) * 2 - 1).astype(np.int8)
             if dtype in INT_TYPES:
-                v = rng.integers(1, 10, n).astype(np.float64)
-                if not dtype.startswith("u"):
-                    v *= sign
+                v = rng.integers(1, 10, n, dtype=np.int8)
+                p = (v * sign if not dtype.startswith("u") else v).astype(np_dtype(dtype))
             elif dtype in FP8_TYPES:
-                v = rng.integers(1, 8, n) * sign
+                p = (rng.integers(1, 8, n, dtype=np.int8) * sign).astype(np.float32)
+                p = p.astype(np_dtype(dtype))
             else:
-                v = (0.5 + 1.5 * rng.random(n)) * sign
-            p = self._pools[dtype] = v.astype(np_dtype(dtype))
+                v = rng.random(n, dtype=np.float32) * np.float32(1.5) + np.float32(0.5)
+                p = (v * sign).astype(np_dtype(dtype))
+            self._pools[dtype] = p
             p.flags.writeable = False
         return p
 

@@ -300,7 +300,12 @@ def worker(a, rank: int, out: str) -> int:
     silent = False  # the late call succeeded on this rank; its comm not yet seen failing
     t0 = last = time.time()
     dest = os.path.join(out, f"rank{rank}.json")
-    while d["sched_calls"] < a.calls:
+    stop_at = None  # --max-seconds: the item every rank stops at (rank 0 posts it)
+    while d["sched_calls"] < a.calls and i != stop_at:
+        if a.max_seconds and i % 128 == 0:
+            stop_at = _stop_item(store, rank, i, time.time() - t0 > a.max_seconds, stop_at)
+            if stop_at is not None and i >= stop_at:
+                break
         late = bool(next_late is not None and d["sched_calls"] >= next_late
                     and d["sched_calls"] + 200 < a.calls)
         rng = np.random.default_rng([a.seed, 1, i])
@@ -354,6 +359,7 @@ def worker(a, rank: int, out: str) -> int:
             _save(dest, d)
     d["time"] = time.time() - t0
     d["late_unseen"] += silent
+    d["stopped_early"] = stop_at is not None
     try:
         ctx.comm.barrier()
         ctx.comm.finalize()
@@ -380,6 +386,18 @@ def recover(ctx, store, gen: int, i: int, rank: int, size: int) -> int:
     resume = max(int(store.get(k)) for k in keys) + 1
     ctx.new_comm(store, gen + 1)
     return resume
+
+
+def _stop_item(store, rank: int, i: int, late: bool, stop_at):
+    """Rank 0 posts i + 512 once its time is up; every rank reads it every 128 items (the ranks
+    stay within a few items of each other: most items are collectives)."""
+    if stop_at is not None:
+        return stop_at
+    if rank == 0 and late:
+        store.set("soak/stop", str(i + 512))
+    if store.check("soak/stop"):
+        return int(store.get("soak/stop"))
+    return None
 
 
 def _save(dest: str, d: dict) -> None:
