@@ -224,12 +224,13 @@ def rmsnorm_ref(xs: List[np.ndarray], res: np.ndarray, w: np.ndarray, eps: float
 
 def rmsnorm_fp8_wrong(r_got: np.ndarray, w: np.ndarray, eps: float, q_got: np.ndarray,
                       s_got: np.ndarray) -> int:
-    """Wrong codes of the FP8 variant: scale = amax(|y|) / 448 per token, codes * scale within
-    half an e4m3 step of y (y from the returned r)."""
+    """Wrong codes of the FP8 variant: scale = amax(|y|) / 448 per token (at least 2^-126; 1
+    for a row of zeros), codes * scale within half an e4m3 step of y (y from the returned r)."""
     rg = r_got.astype(np.float64)
     inv = 1.0 / np.sqrt((rg * rg).mean(-1, keepdims=True) + eps)
     y = rg * inv * w.astype(np.float64)
-    s_ref = np.maximum(np.abs(y).max(-1, keepdims=True) / 448.0, 2.0 ** -126)
+    amax = np.abs(y).max(-1, keepdims=True)
+    s_ref = np.where(amax == 0, 1.0, np.maximum(amax / 448.0, 2.0 ** -126))
     s = s_got.astype(np.float64)
     wrong = int(np.count_nonzero(~(np.abs(s - s_ref) <= 1e-2 * s_ref)))
     deq = q_got.astype(np.float64) * s

@@ -81,3 +81,17 @@ def test_checks_find_wrong_values(dtype):
     assert R.count_not_exact_or_poison(out, good) == 0
     out[700] = xs[1][700]
     assert R.count_not_exact_or_poison(out, good) == 1
+
+
+def test_fp8_norm_scales():
+    # Per token amax(|y|) / 448; a row of zeros has scale 1 (docs/DESIGN.md, element rule 5).
+    r = np.array([[0.0, 0.0], [3.0, -4.0]], np.float32)
+    w = np.ones(2, np.float32)
+    y1 = np.array([3.0, -4.0]) / np.sqrt(12.5 + 1e-6)
+    s = np.array([[1.0], [abs(y1).max() / 448]], np.float32)
+    q = np.zeros((2, 2), np.float32)
+    q[1] = np.round(y1 / s[1, 0])
+    assert R.rmsnorm_fp8_wrong(r, w, 1e-6, q, s) == 0
+    s0 = s.copy()
+    s0[0, 0] = 2.0 ** -126  # the scale a zero row must not get
+    assert R.rmsnorm_fp8_wrong(r, w, 1e-6, q, s0) == 1
