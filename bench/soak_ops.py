@@ -11,7 +11,7 @@ import numpy as np
 
 import soak_ref as R
 
-INT_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR")
+INT_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR", "PREMUL_SUM")
 FLOAT_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "PREMUL_SUM")
 FACTORS = (0.5, 1.25, -0.75, 3.0)  # exact in every float type
 GRAPH_KINDS = ("allreduce", "broadcast", "all_gather_single", "reduce_scatter_single",

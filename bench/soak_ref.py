@@ -101,6 +101,11 @@ def reduce_exact(xs: List[np.ndarray], op: str, dtype: str, factor: float = 1.0)
     n = len(xs)
     t = np_dtype(dtype)
     if dtype in INT_TYPES:
+        if op == "PREMUL_SUM":  # the factor converted to the integer type (truncated)
+            f = t.type(int(factor))
+            with np.errstate(over="ignore"):
+                xs = [(a * f).astype(t) for a in xs]
+            op = "SUM"
         r = xs[0].copy()
         with np.errstate(over="ignore"):
             for a in xs[1:]:
@@ -190,7 +195,8 @@ def count_fp8(g: np.ndarray, ref: np.ndarray, scale: np.ndarray, xs: List[np.nda
 
 def count_wrong_exact(got: np.ndarray, want: np.ndarray) -> int:
     """Data movement: every bit must match."""
-    return int(np.count_nonzero(bits(got).reshape(-1) != bits(np.ascontiguousarray(want)).reshape(-1)))
+    want = np.ascontiguousarray(want)
+    return int(np.count_nonzero(bits(got).reshape(-1) != bits(want).reshape(-1)))
 
 
 def count_not_exact_or_poison(got: np.ndarray, want: Optional[np.ndarray]) -> int:

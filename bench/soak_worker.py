@@ -58,7 +58,8 @@ class Ctx:
         up to 1 MiB, 2%: up to --max-bytes), the whole buffer (mult blocks) within --max-bytes."""
         es = R.np_dtype(dtype).itemsize
         u = rng.random()
-        hi = min(self.max_bytes, 16 << 10 if u < 0.85 else (1 << 20 if u < 0.98 else self.max_bytes))
+        hi = 16 << 10 if u < 0.85 else (1 << 20 if u < 0.98 else self.max_bytes)
+        hi = min(self.max_bytes, hi)
         b = float(np.exp(rng.uniform(np.log(es), np.log(max(hi, es)))))
         return max(1, int(b // (es * mult)))
 
@@ -191,8 +192,8 @@ class Stats:
     def __init__(self, size: int) -> None:
         self.size = size
         self.d = dict(calls=0, sched_calls=0, wrong=0, errors=0, error_msgs=[], late_events=0,
-                      late_errors=0, late_named=0, late_next=0, late_unseen=0, gens=1, big=0, late_msgs=[],
-                      odd=0, bytes=0, kinds={}, time=0.0)
+                      late_errors=0, late_named=0, late_next=0, late_unseen=0, gens=1, big=0,
+                      late_msgs=[], odd=0, bytes=0, kinds={}, time=0.0)
 
     def kind(self, s, wrong: int, dt: float) -> None:
         h = s.get("hints") or {}

@@ -61,6 +61,10 @@ def test_reference_rules():
     assert R.reduce_exact(xs, "AVG", "i8").tolist() == [-28, -2]
     f = R.reduce_exact([np.array([3.0], np.float32)] * 2, "PREMUL_SUM", "f32", 0.5)
     assert f[0] == 3.0
+    # An integer PREMUL_SUM multiplies by the factor converted to the type (truncated).
+    xs = [np.array([5, -3], np.int32), np.array([7, 2], np.int32)]
+    assert R.reduce_exact(xs, "PREMUL_SUM", "i32", 3.0).tolist() == [36, -3]
+    assert R.reduce_exact(xs, "PREMUL_SUM", "i32", 1.25).tolist() == [12, -1]
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "i32"])
