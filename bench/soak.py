@@ -45,6 +45,10 @@ def parse(argv=None):
     p.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="stop (all ranks at the same call) after about this long (0: never)")
+    p.add_argument("--summarize", metavar="DIR", default=None,
+                   help="report a run that was cut short from its ranks' last snapshots (DIR "
+                        "holds rank<r>.json, written every --progress seconds); with --commit")
+    p.add_argument("--commit", default=None, help="with --summarize: the commit the ranks ran")
     p.add_argument("--_worker", nargs=2, metavar=("RANK", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.max_bytes_n = _size(a.max_bytes)
@@ -93,7 +97,7 @@ def launch(a) -> int:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
         print(f"wrote {a.json}")
-    return 0 if res["ok"] else 1
+    return 0 if res["ok"] and res["complete"] else 1
 
 
 def git_commit() -> str:
@@ -146,9 +150,9 @@ def summarize(a, per, rcs, wall) -> dict:
                   for k, v in sorted(kinds.items())},
     }
     res["calls_per_s"] = round(res["calls"] / res["loop_time_s"], 1) if res["loop_time_s"] else 0
-    res["ok"] = (len(ok_ranks) == a.ranks and all(rc == 0 for rc in rcs)
-                 and (res["calls_scheduled"] >= a.calls or res["stopped_early"])
-                 and res["wrong_elements"] == 0 and res["errors"] == 0
+    res["complete"] = (len(ok_ranks) == a.ranks and all(rc == 0 for rc in rcs)
+                       and (res["calls_scheduled"] >= a.calls or res["stopped_early"]))
+    res["ok"] = (res["wrong_elements"] == 0 and res["errors"] == 0
                  and res["late_unseen"] == 0
                  and res["late_errors_seen"] + res["late_seen_on_next_call"] == late * a.ranks)
     return res
@@ -167,7 +171,8 @@ def table(res) -> str:
                  f"{res['late_errors_naming_rank']}, on the next call "
                  f"{res['late_seen_on_next_call']}, unseen {res['late_unseen']}), comms "
                  f"{res['comms_created']}, calls >= 1 MiB {res['calls_ge_1MiB']}: "
-                 f"{'OK' if res['ok'] else 'FAILED'}")
+                 f"{'OK' if res['ok'] else 'FAILED'}"
+                 f"{'' if res['complete'] else ' (incomplete: stopped or a rank did not finish)'}")
     for m in res["late_messages"][:4]:
         lines.append("  late: " + m)
     for m in res["error_messages"]:
@@ -177,6 +182,18 @@ def table(res) -> str:
 
 if __name__ == "__main__":
     args = parse()
+    if args.summarize:  # a run cut short: its ranks' last snapshots
+        snaps = [os.path.join(args.summarize, f"rank{r}.json") for r in range(args.ranks)]
+        per = [json.load(open(f)) if os.path.exists(f) else None for f in snaps]
+        t = max((p["time"] for p in per if p), default=0.0)
+        res = summarize(args, per, [None] * args.ranks, t)
+        res["commit"] = args.commit or "unknown"
+        res["from_snapshots"] = "the run was stopped; counts from each rank's last snapshot"
+        print(table(res))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+        sys.exit(0)
     if args._worker:
         from soak_worker import worker
 

@@ -28,7 +28,7 @@ def run_soak(tmp_path, *args):
 def test_soak_smoke(tmp_path):
     r, res = run_soak(tmp_path, "--seed", "7")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert res["ok"] and res["calls"] >= 295 and res["wrong_elements"] == 0, res
+    assert res["ok"] and res["complete"] and res["calls"] >= 295 and res["wrong_elements"] == 0, res
     assert res["errors"] == 0 and res["late_events"] == 0, res
     kinds = {k.split("/")[0] for k in res["kinds"]}
     for k in ("allreduce", "all_gather_single", "reduce_scatter_single", "all_to_all_v",
