@@ -105,9 +105,12 @@ def draw(kind: str, rng, ctx) -> dict:
 
 def _reduction(ctx, s, xs_all: List[np.ndarray], got: np.ndarray, failed: bool) -> int:
     fp8 = bool(s.get("hints") and s["hints"].get("low_precision") == "fp8")
+    if failed and fp8:
+        ref, scale = R.reduce_f64(xs_all, s["op"], s["factor"])
+        return R.count_fp8_or_poison(got, ref, scale, xs_all)
     if failed:
-        want = None if fp8 else R.reduce_exact(xs_all, s["op"], s["dtype"], s["factor"])
-        return R.count_not_exact_or_poison(got, want)
+        return R.count_not_exact_or_poison(got, R.reduce_exact(xs_all, s["op"], s["dtype"],
+                                                               s["factor"]))
     return R.count_wrong_reduce(got, xs_all, s["op"], s["dtype"], s["factor"], fp8)
 
 
@@ -115,7 +118,7 @@ def _moved(got: np.ndarray, want: np.ndarray, failed: bool, fp8: bool = False) -
     if fp8:
         ref = want.astype(np.float64)
         if failed:
-            return R.count_not_exact_or_poison(got, None) if got.size else 0
+            return R.count_fp8_or_poison(got, ref, np.abs(ref), [want]) if got.size else 0
         return R.count_fp8(got.astype(np.float64), ref, np.abs(ref), [want])
     if failed:
         return R.count_not_exact_or_poison(got, want)

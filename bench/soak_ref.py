@@ -184,13 +184,29 @@ def count_wrong_reduce(got: np.ndarray, xs: List[np.ndarray], op: str, dtype: st
     return int(np.count_nonzero(bad))
 
 
-def count_fp8(g: np.ndarray, ref: np.ndarray, scale: np.ndarray, xs: List[np.ndarray]) -> int:
+def fp8_ok(g: np.ndarray, ref: np.ndarray, scale: np.ndarray, xs: List[np.ndarray]) -> np.ndarray:
     """FP8 bound: each quantization moves a value by at most half an e4m3 step (2^-4 relative)
     plus half the subnormal step of its block's scale; up to two quantizations per term, the
-    rounding of the output type on top."""
+    rounding of the output type on top. True where `g` (float64) is within it."""
     amax = max(float(np.max(np.abs(a.astype(np.float64)))) if a.size else 0.0 for a in xs)
     tol = 0.14 * scale + 0.07 * np.abs(ref) + len(xs) * amax * 2.0 ** -17 + 1e-30
-    return int(np.count_nonzero(~(np.abs(g - ref) <= tol)))
+    return np.abs(g - ref) <= tol
+
+
+def count_fp8(g: np.ndarray, ref: np.ndarray, scale: np.ndarray, xs: List[np.ndarray]) -> int:
+    return int(np.count_nonzero(~fp8_ok(g, ref, scale, xs)))
+
+
+def count_fp8_or_poison(got: np.ndarray, ref: np.ndarray, scale: np.ndarray,
+                        xs: List[np.ndarray]) -> int:
+    """Outputs of an FP8 call in an item that failed (the call itself may have completed before
+    the failure): each element is within the FP8 bound or all-ones bytes. An input left as it
+    was (stale data) is outside the bound."""
+    b = bits(got).reshape(-1)
+    ones = b == np.iinfo(b.dtype).max
+    ok = fp8_ok(got.astype(np.float64).reshape(-1), np.asarray(ref).reshape(-1),
+                np.asarray(scale).reshape(-1), xs)
+    return int(np.count_nonzero(~ones & ~ok))
 
 
 def count_wrong_exact(got: np.ndarray, want: np.ndarray) -> int:

@@ -182,12 +182,6 @@ def ncalls(item) -> int:
     return n * (1 + item["replays"]) if item["type"] == "graph" else n
 
 
-def _fp8_late_ok(s) -> None:
-    # A late call is checked "exact or poison": no FP8 compression there.
-    if s.get("hints") and "low_precision" in s["hints"]:
-        s["hints"] = None
-
-
 class Stats:
     def __init__(self, size: int) -> None:
         self.size = size
@@ -314,8 +308,6 @@ def worker(a, rank: int, out: str) -> int:
         late_rank = int(rng.integers(size)) if late else None
         for j, s in enumerate(item["specs"]):
             s["cid"] = (i << 6) | j
-            if late:
-                _fp8_late_ok(s)
         if late:
             next_late += K
         d["sched_calls"] += ncalls(item)

@@ -99,3 +99,31 @@ def test_fp8_norm_scales():
     s0 = s.copy()
     s0[0, 0] = 2.0 ** -126  # the scale a zero row must not get
     assert R.rmsnorm_fp8_wrong(r, w, 1e-6, q, s0) == 1
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_fp8_call_of_a_failed_item(dtype):
+    # An item fails when one of its calls does; an FP8 call issued before the failing one may
+    # have completed. Its output passes when each element is within the FP8 bound or poison;
+    # its input left in place (stale data) or a far value counts.
+    import soak_ops as O
+    pool = R.Pool(11, 1 << 16)
+    xs = [pool.input(dtype, 2724, 23, r) for r in range(3)]
+    ref, _ = R.reduce_f64(xs, "AVG")
+    s = {"op": "AVG", "dtype": dtype, "factor": 1.0,
+         "hints": {"low_precision": "fp8", "fp8_algo": "oneshot"}}
+    near = (ref * (1 + 2.0 ** -5)).astype(R.np_dtype(dtype))  # inside the codec's bound
+    assert O._reduction(None, s, xs, near, False) == 0
+    assert O._reduction(None, s, xs, near, True) == 0
+    out = near.copy()
+    R.bits(out)[:1000] = np.iinfo(R.bits(out).dtype).max
+    assert O._reduction(None, s, xs, out, True) == 0
+    out[1500] = xs[0][1500] * 3 + 1  # far from the mean of three inputs
+    assert O._reduction(None, s, xs, out, True) == 1
+    assert O._reduction(None, s, xs, xs[0].copy(), True) > 2000  # stale input
+    # Data movement with FP8 (all-gather, all-to-all): the same rule.
+    want = xs[1]
+    assert O._moved(want.copy(), want, True, fp8=True) == 0
+    got = want.copy()
+    got[3] = want[3] * 2 + 1
+    assert O._moved(got, want, True, fp8=True) == 1
