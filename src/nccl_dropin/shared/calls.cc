@@ -191,90 +191,89 @@ ncclResult_t flushComm(SharedComm& c, std::vector<Pending>& ops, FirstError& fir
 
 // ---- collectives ----
 
-ncclResult_t allReduce(SharedComm& c, const void* send, void* recv, size_t count,
-                       ncclDataType_t t, ncclRedOp_t op, ncclStream_t stream) {
-  const char* call = "ncclAllReduce";
+namespace {
+
+/// A reduction: converts the type and the op (each refused with NCCL's error), then submits
+/// f(comm, options, type, op).
+template <class F>
+ncclResult_t reduction(SharedComm& c, const char* call, ncclDataType_t t, ncclRedOp_t op,
+                       ncclStream_t stream, F f) {
   DataType dt;
   if (!toDataType(t, dt)) return badType(call, t);
   ReduceOp rop;
   ncclResult_t r;
   if (!toOp(c, op, t, call, rop, r)) return r;
-  return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) {
-    return comm.allReduce(send, recv, count, dt, rop, o);
-  });
+  return submit(c, call, stream,
+                [=](Comm& comm, const CollOptions& o) { return f(comm, o, dt, rop); });
+}
+
+/// A data movement: converts the type, then submits f(comm, options, type).
+template <class F>
+ncclResult_t movement(SharedComm& c, const char* call, ncclDataType_t t, ncclStream_t stream,
+                      F f) {
+  DataType dt;
+  if (!toDataType(t, dt)) return badType(call, t);
+  return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) { return f(comm, o, dt); });
+}
+
+}  // namespace
+
+ncclResult_t allReduce(SharedComm& c, const void* send, void* recv, size_t count,
+                       ncclDataType_t t, ncclRedOp_t op, ncclStream_t stream) {
+  return reduction(c, "ncclAllReduce", t, op, stream,
+                   [=](Comm& comm, const CollOptions& o, DataType dt, const ReduceOp& rop) {
+                     return comm.allReduce(send, recv, count, dt, rop, o);
+                   });
 }
 
 ncclResult_t reduce(SharedComm& c, const void* send, void* recv, size_t count, ncclDataType_t t,
                     ncclRedOp_t op, int root, ncclStream_t stream) {
-  const char* call = "ncclReduce";
-  DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
-  ReduceOp rop;
-  ncclResult_t r;
-  if (!toOp(c, op, t, call, rop, r)) return r;
-  return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) {
-    return comm.reduce(send, recv, count, dt, rop, root, o);
-  });
+  return reduction(c, "ncclReduce", t, op, stream,
+                   [=](Comm& comm, const CollOptions& o, DataType dt, const ReduceOp& rop) {
+                     return comm.reduce(send, recv, count, dt, rop, root, o);
+                   });
 }
 
 ncclResult_t broadcast(SharedComm& c, const void* send, void* recv, size_t count,
                        ncclDataType_t t, int root, ncclStream_t stream, const char* call) {
-  DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
-  return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) {
+  return movement(c, call, t, stream, [=](Comm& comm, const CollOptions& o, DataType dt) {
     return comm.broadcast(send, recv, count, dt, root, o);
   });
 }
 
 ncclResult_t allGather(SharedComm& c, const void* send, void* recv, size_t count,
                        ncclDataType_t t, ncclStream_t stream) {
-  const char* call = "ncclAllGather";
-  DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
-  return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) {
-    return comm.allGather(send, recv, count, dt, o);
-  });
+  return movement(c, "ncclAllGather", t, stream,
+                  [=](Comm& comm, const CollOptions& o, DataType dt) {
+                    return comm.allGather(send, recv, count, dt, o);
+                  });
 }
 
 ncclResult_t reduceScatter(SharedComm& c, const void* send, void* recv, size_t count,
                            ncclDataType_t t, ncclRedOp_t op, ncclStream_t stream) {
-  const char* call = "ncclReduceScatter";
-  DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
-  ReduceOp rop;
-  ncclResult_t r;
-  if (!toOp(c, op, t, call, rop, r)) return r;
-  return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) {
-    return comm.reduceScatter(send, recv, count, dt, rop, o);
-  });
+  return reduction(c, "ncclReduceScatter", t, op, stream,
+                   [=](Comm& comm, const CollOptions& o, DataType dt, const ReduceOp& rop) {
+                     return comm.reduceScatter(send, recv, count, dt, rop, o);
+                   });
 }
 
 ncclResult_t allToAll(SharedComm& c, const void* send, void* recv, size_t count, ncclDataType_t t,
                       ncclStream_t stream) {
-  const char* call = "ncclAlltoAll";
-  DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
-  return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) {
+  return movement(c, "ncclAlltoAll", t, stream, [=](Comm& comm, const CollOptions& o, DataType dt) {
     return comm.allToAll(send, recv, count, dt, o);
   });
 }
 
 ncclResult_t gather(SharedComm& c, const void* send, void* recv, size_t count, ncclDataType_t t,
                     int root, ncclStream_t stream) {
-  const char* call = "ncclGather";
-  DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
-  return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) {
+  return movement(c, "ncclGather", t, stream, [=](Comm& comm, const CollOptions& o, DataType dt) {
     return comm.gatherSingle(send, recv, count, dt, root, o);
   });
 }
 
 ncclResult_t scatter(SharedComm& c, const void* send, void* recv, size_t count, ncclDataType_t t,
                      int root, ncclStream_t stream) {
-  const char* call = "ncclScatter";
-  DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
-  return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) {
+  return movement(c, "ncclScatter", t, stream, [=](Comm& comm, const CollOptions& o, DataType dt) {
     std::vector<const void*> blocks;
     if (comm.rank() == root) {  // the root's send buffer holds every rank's block in order
       if (!send && count)
