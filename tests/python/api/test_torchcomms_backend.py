@@ -15,7 +15,9 @@ CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def results():
-    return harness.run(CASES, 3, env={"CCLX_ABORT_ON_ERROR": "0"})
+    # The Python route (CclxBackend); test_torchcomms_cxx.py runs the C++ one.
+    return harness.run(CASES, 3, env={"CCLX_ABORT_ON_ERROR": "0",
+                                      "CCLX_TORCHCOMMS_ROUTE": "python"})
 
 
 @pytest.mark.parametrize("case", harness.case_names(CASES))
