@@ -33,7 +33,8 @@ function(cclx_add_torchcomms)
     set(py "${Python_EXECUTABLE}")
   endif()
   if(NOT py)
-    find_program(py python3)
+    find_program(CCLX_TC_PYTHON NAMES python3 python)
+    set(py "${CCLX_TC_PYTHON}")
   endif()
   execute_process(COMMAND "${py}" -c [=[
 import os, importlib.metadata as md, torch, torchcomms
