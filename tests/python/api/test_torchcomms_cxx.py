@@ -18,28 +18,14 @@ CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(os.path.dirname(os.path.abspath(cclx._C.__file__)), "libcclx_torchcomms.so")
 
 
-def _entry_point_dir(tmp):
-    """A distribution that declares only the entry point torchcomms finds backends by, for a
-    cclx that runs from the build tree (pip install . declares it for an installed one)."""
-    d = os.path.join(tmp, "cclx_tc_entry-0.0.dist-info")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "METADATA"), "w") as f:
-        f.write("Metadata-Version: 2.1\nName: cclx-tc-entry\nVersion: 0.0\n")
-    with open(os.path.join(d, "entry_points.txt"), "w") as f:
-        f.write("[torchcomms.backends]\ncclx = cclx.torchcomms_backend\n")
-    return tmp
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     if not os.path.isfile(LIB):
         pytest.skip(f"{LIB} was not built (configure with CCLX_TORCHCOMMS_SRC=<torchcomms "
                     f"source tree>)")
-    ep = _entry_point_dir(str(tmp_path_factory.mktemp("tc_entry")))
-    path = os.pathsep.join(p for p in (os.path.join(harness.ROOT, "python"), ep,
-                                       os.environ.get("PYTHONPATH", "")) if p)
-    return harness.run(CASES, 3, env={"CCLX_ABORT_ON_ERROR": "0", "CCLX_TORCHCOMMS_ROUTE": "cxx",
-                                      "PYTHONPATH": path})
+    env = harness.torchcomms_entry_point(str(tmp_path_factory.mktemp("tc_entry")))
+    env.update(CCLX_ABORT_ON_ERROR="0", CCLX_TORCHCOMMS_ROUTE="cxx")
+    return harness.run(CASES, 3, env=env)
 
 
 @pytest.mark.parametrize("case", harness.case_names(CASES))
