@@ -63,7 +63,10 @@ _live: "collections.deque[_Work]" = collections.deque()
 def _result(w: Any, async_op: bool) -> Optional[_Work]:
     # A synchronous call has completed on CPU comms (errors raised in the call) and is ordered
     # on the caller's current stream on CUDA comms: torchcomms takes None as complete.
-    if not async_op:
+    if not async_op or not getattr(w, "_cuda", True):
+        # CPU comms finish every operation in the call: complete too. (A Python work would stay
+        # in progress until someone calls its wait(), and c10d's WorkWrapper completes its
+        # future only then: DDP's reducer, which waits on that future, would hang.)
         return None
     live = _live
     while live and sys.getrefcount(live[0]) <= 2:  # the list's reference and the argument
