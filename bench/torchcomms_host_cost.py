@@ -2,7 +2,9 @@
 """Host cost per call of a 1 KiB (256 x float32) eager all_reduce through torchcomms, for the cclx
 backend against torchcomms' own: on CUDA torchcomms.new_comm("cclx") vs new_comm("nccl"), on CPU
 new_comm("cclx") vs new_comm("gloo"), and cclx.new_comm ("cclx-direct", the
-same comm without torchcomms); world size 1, so nothing waits for a peer and the time is
+same comm without torchcomms); "cclx-py" is cclx's Python backend class registered under another
+name, for comparing the two routes in one process ("cclx" takes the route CCLX_TORCHCOMMS_ROUTE
+picks, recorded as "route"); world size 1, so nothing waits for a peer and the time is
 the call path (torchcomms' C++ TorchComm, its hooks' bookkeeping, the backend, the launch).
 
 For each backend: `--iters` back-to-back async_op=False calls, repeated `--repeats` times with
@@ -55,6 +57,11 @@ def main() -> int:
             c = cclx.new_comm("cclx", dev, name="hostcost_direct")
             c.all_reduce_tc = lambda t, op, async_op: c.all_reduce(t, cclx.ReduceOp.SUM, async_op)
             return c
+        if b == "cclx-py":  # the Python route, whatever route "cclx" takes
+            from cclx.torchcomms_backend import CclxBackend
+
+            torchcomms.register_backend("cclx_py", CclxBackend)
+            return torchcomms.new_comm("cclx_py", dev, name="hostcost_cclx_py")
         return torchcomms.new_comm(b, dev, name=f"hostcost_{b}")
 
     comms = {b: make(b) for b in backends}
@@ -80,6 +87,10 @@ def main() -> int:
     res = {"device": a.device, "bytes": 1024, "world_size": 1, "iters": a.iters,
            "repeats": a.repeats, "torch": torch.__version__,
            "torchcomms": getattr(torchcomms, "__version__", "?"), "us_per_call": {}}
+    if "cclx" in backends:
+        import cclx.torchcomms_backend as tb
+
+        res["route"] = tb.ROUTE
     print(f"{'backend':8} {'wall med':>9} {'wall min':>9} {'cpu med':>8} {'cpu min':>8}  (us/call)")
     for b in backends:
         r = {"wall_median": statistics.median(wall[b]), "wall_min": min(wall[b]),

@@ -11,10 +11,21 @@ in a TorchWork. Each method maps one-to-one onto a cclx.Comm method. What that r
 carry (per-call hints and timeouts, batched point-to-point, windows, a PREMUL_SUM factor, a
 polled is_completed() or wait_blocking() of an asynchronous op) is listed in docs/API.md,
 "From torchcomms".
+
+The C++ route: where cclx was built with torchcomms' headers (libcclx_torchcomms.so next to
+cclx._C, src/torchcomms), torchcomms loads that library instead (TORCHCOMMS_BACKEND_LIB_PATH_CCLX)
+and none of the limits above apply. CCLX_TORCHCOMMS_ROUTE picks: `auto` (the default) takes the
+library when it is there and was built for the installed torchcomms version, else this class;
+`cxx` requires the library (raises naming what is wrong); `python` always takes this class. A
+TORCHCOMMS_BACKEND_LIB_PATH_CCLX set by the user counts as asking for the C++ route. ROUTE tells
+which was taken.
 """
 from __future__ import annotations
 
 import collections
+import ctypes
+import importlib.metadata
+import os
 import re
 import sys
 from typing import Any, Dict, List, Optional
@@ -52,7 +63,10 @@ _live: "collections.deque[_Work]" = collections.deque()
 def _result(w: Any, async_op: bool) -> Optional[_Work]:
     # A synchronous call has completed on CPU comms (errors raised in the call) and is ordered
     # on the caller's current stream on CUDA comms: torchcomms takes None as complete.
-    if not async_op:
+    if not async_op or not getattr(w, "_cuda", True):
+        # CPU comms finish every operation in the call: complete too. (A Python work would stay
+        # in progress until someone calls its wait(), and c10d's WorkWrapper completes its
+        # future only then: DDP's reducer, which waits on that future, would hang.)
         return None
     live = _live
     while live and sys.getrefcount(live[0]) <= 2:  # the list's reference and the argument
@@ -286,4 +300,59 @@ def register() -> None:
         torchcomms.register_backend(BACKEND_NAME, CclxBackend)
 
 
-register()
+LIB_ENV = "TORCHCOMMS_BACKEND_LIB_PATH_CCLX"
+CXX_LIBRARY_NAME = "libcclx_torchcomms.so"
+
+
+def cxx_library() -> str:
+    """Where libcclx_torchcomms.so would be: next to cclx._C (build tree and wheel alike)."""
+    return os.path.join(os.path.dirname(os.path.abspath(_C.__file__)), CXX_LIBRARY_NAME)
+
+
+def cxx_problem(path: str) -> Optional[str]:
+    """None when the library at `path` loads and was built for the installed torchcomms;
+    else what is wrong. Loading it resolves every symbol it takes from libtorchcomms, torch and
+    libcclx (a library built against another torchcomms usually fails here already); the
+    version it reports (cclx_torchcomms_build_info) must equal the installed torchcomms', whose
+    headers fix TORCHCOMM_BACKEND_ABI_VERSION and the class layout torchcomms calls through."""
+    if not os.path.isfile(path):
+        return f"{path} does not exist"
+    try:
+        lib = ctypes.CDLL(path)
+        fn = lib.cclx_torchcomms_build_info
+    except (OSError, AttributeError) as e:
+        return f"{path} does not load: {e}"
+    fn.restype = ctypes.c_char_p
+    info = dict(kv.split("=", 1) for kv in fn().decode().split(";") if "=" in kv)
+    try:
+        have = importlib.metadata.version("torchcomms")
+    except importlib.metadata.PackageNotFoundError:
+        have = getattr(torchcomms, "__version__", "unknown")
+    if info.get("torchcomms") != have:
+        return (f"{path} was built for torchcomms {info.get('torchcomms')}, torchcomms {have} "
+                f"is installed")
+    return None
+
+
+def _select_route() -> str:
+    """Sets the route for torchcomms.new_comm("cclx") (module docstring); returns it."""
+    want = _C._torchcomms_route()
+    given = os.environ.get(LIB_ENV)
+    if want == "python":
+        register()
+        return "python"
+    path = given or cxx_library()
+    problem = cxx_problem(path)
+    if problem is None:
+        os.environ[LIB_ENV] = path  # torchcomms' factory reads it (getenv) on new_comm
+        return "cxx"
+    if want == "cxx" or given:
+        raise _C.CclxUnsupportedError(
+            f"cclx torchcomms backend: the C++ route was asked for "
+            f"({'CCLX_TORCHCOMMS_ROUTE=cxx' if want == 'cxx' else LIB_ENV + ' is set'}) but "
+            f"{problem}")
+    register()
+    return "python"
+
+
+ROUTE = _select_route()

@@ -41,6 +41,10 @@ void bindRendezvous(nb::module_& m) {
       "error of a malformed setting or ''), read even when a setting is malformed.");
 
   m.def(
+      "_torchcomms_route", [] { return config().torchcommsRoute; },
+      "CCLX_TORCHCOMMS_ROUTE: 'auto', 'cxx' or 'python' (python/cclx/torchcomms_backend.py).");
+
+  m.def(
       "_store_token", [] { return rendezvousConfig().storeToken; },
       "CCLX_STORE_TOKEN ('' when unset), read even when another setting is malformed.");
 

@@ -245,6 +245,12 @@ Algo selectGrouped(const CollArgs& a, const Caps& c) {
 
 }  // namespace
 
+std::vector<std::string> hintKeys() {
+  std::vector<std::string> keys;
+  for (const HintSpec& h : kHints) keys.emplace_back(h.key);
+  return keys;
+}
+
 void checkHints(const std::map<std::string, std::string>& hints) {
   for (const auto& [key, value] : hints) {
     const HintSpec* spec = nullptr;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/comm/backend.h"
 
@@ -52,6 +53,8 @@ struct Caps {
 /// select.cc: an unknown key or value is cclxInvalidArgument naming the valid ones. Comm calls it
 /// for every collective and at creation, before anything is enqueued.
 void checkHints(const std::map<std::string, std::string>& hints);
+/// Every hint key of that table (the torchcomms backend keeps the keys cclx knows).
+std::vector<std::string> hintKeys();
 
 /// The algorithm for one call. Throws cclxInvalidArgument for an unknown "algo" or "fp8_algo"
 /// hint or setting (on every backend alike).

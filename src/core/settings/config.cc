@@ -155,7 +155,7 @@ const std::vector<std::string>& knownEnvNames() {
       "CCLX_DROPIN_SHARED", "CCLX_DDA_ALLGATHER_MAX_BYTES", "CCLX_DDA_REDUCESCATTER_MAX_BYTES",
       "CCLX_DDA_ALLTOALL_MAX_BYTES", "CCLX_WIN_PUT_CE_MIN_BYTES", "CCLX_FUSED_ALGO",
       "CCLX_FUSED_ONESHOT_MAX_BYTES", "CCLX_FUSED_TWOSHOT_MAX_BYTES", "CCLX_FUSED_STAGING_BYTES",
-      "CCLX_TEST_SETUP_FAIL",
+      "CCLX_TORCHCOMMS_ROUTE", "CCLX_TEST_SETUP_FAIL",
       // Read by the Python package, the build and test scripts and the tests.
       "CCLX_EXT_DIR", "CCLX_DROPIN_LIB", "CCLX_GIT_COMMIT", "CCLX_ENABLE_CUDA", "CCLX_CUDA_ARCH",
       "CCLX_TEST_ONLY", "CCLX_TEST_RANKS", "CCLX_TEST_PG_PORT"};
@@ -274,6 +274,13 @@ Config Config::fromEnv() {
       CCLX_THROW(cclxInvalidArgument,
                  "CCLX_FUSED_ALGO='%s' is not one of auto, oneshot, twoshot, unfused", v);
     c.fusedAlgo = s;
+  }
+  if (const char* v = envOrNull("CCLX_TORCHCOMMS_ROUTE")) {
+    std::string s = lower(v);
+    if (s != "auto" && s != "cxx" && s != "python")
+      CCLX_THROW(cclxInvalidArgument, "CCLX_TORCHCOMMS_ROUTE='%s' is not one of auto, cxx, python",
+                 v);
+    c.torchcommsRoute = s;
   }
   readSize("CCLX_FUSED_ONESHOT_MAX_BYTES", c.fusedOneShotMaxBytes);
   readSize("CCLX_FUSED_TWOSHOT_MAX_BYTES", c.fusedTwoShotMaxBytes);

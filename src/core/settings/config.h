@@ -38,6 +38,10 @@ struct Config {
   std::string jobId;  // CCLX_JOB_ID (else TORCHELASTIC_RUN_ID, else "cclx"): store handshake id
   std::string storeToken;  // CCLX_STORE_TOKEN: the store's shared secret ("" = loopback only)
 
+  // torchcomms: CCLX_TORCHCOMMS_ROUTE=auto|cxx|python, how torchcomms.new_comm("cclx") reaches
+  // cclx (python/cclx/torchcomms_backend.py; docs/DESIGN.md "torchcomms backend").
+  std::string torchcommsRoute = "auto";
+
   // Host shared-memory transport.
   size_t shmFlatMaxBytes = 64 << 10;   // CCLX_SHM_FLAT_MAX_BYTES: flat below, tree above
   size_t shmChunkBytes = 4 << 20;      // CCLX_SHM_CHUNK_BYTES: staging slot per rank per phase

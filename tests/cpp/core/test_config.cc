@@ -28,7 +28,7 @@ const char* kVars[] = {"CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX
                        "CCLX_FP8_ALLREDUCE_ALGO", "CCLX_FP8_ONESHOT_MAX_BYTES",
                        "CCLX_NCCL_INTERCEPT", "CCLX_NCCL_FORWARD", "CCLX_TIMEOUT",
                        "TORCHCOMM_TIMEOUT_SECONDS", "CCLX_ABORT_ON_ERROR",
-                       "TORCHCOMM_ABORT_ON_ERROR"};
+                       "TORCHCOMM_ABORT_ON_ERROR", "CCLX_TORCHCOMMS_ROUTE"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -247,6 +247,19 @@ TEST_F(ConfigTest, ReloadPicksUpChangesAndKeepsOldOnError) {
   set("CCLX_SPIN_ITERATIONS", "oops");
   EXPECT_THROW(cclx::reloadConfig(), cclx::Error);
   EXPECT_EQ(cclx::config().spinIterations, 5);
+}
+
+TEST_F(ConfigTest, TorchcommsRoute) {
+  cclx::reloadConfig();
+  EXPECT_EQ(cclx::config().torchcommsRoute, "auto");
+  set("CCLX_TORCHCOMMS_ROUTE", "CXX");
+  cclx::reloadConfig();
+  EXPECT_EQ(cclx::config().torchcommsRoute, "cxx");
+  set("CCLX_TORCHCOMMS_ROUTE", "python");
+  cclx::reloadConfig();
+  EXPECT_EQ(cclx::config().torchcommsRoute, "python");
+  set("CCLX_TORCHCOMMS_ROUTE", "c++");
+  EXPECT_THROW(cclx::reloadConfig(), cclx::Error);
 }
 
 TEST_F(ConfigTest, LogLinesCarryThePrefix) {

@@ -14,8 +14,11 @@ CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def results():
-    return harness.run(CASES, 3, env={"CCLX_ABORT_ON_ERROR": "0"})
+def results(tmp_path_factory):
+    # The Python route (CclxBackend); test_torchcomms_cxx.py runs the C++ one.
+    env = harness.torchcomms_entry_point(str(tmp_path_factory.mktemp("tc_entry")))
+    env.update(CCLX_ABORT_ON_ERROR="0", CCLX_TORCHCOMMS_ROUTE="python")
+    return harness.run(CASES, 3, env=env)
 
 
 @pytest.mark.parametrize("case", harness.case_names(CASES))

@@ -1,0 +1,60 @@
+// The TorchWork a cclx torchcomms backend returns (src/torchcomms).
+//
+// CPU comms finish every operation inside the call, so their works are complete when returned
+// (is_completed() is true, wait() runs the hooks only). A synchronous CUDA operation is ordered on
+// the caller's current stream: complete for torchcomms as well. An asynchronous CUDA operation
+// holds cclx's Work and the tensors it uses: wait() makes the current stream wait for it,
+// wait_blocking() blocks the host; one poller thread per process moves its status to COMPLETED,
+// TIMEDOUT or ERROR as cclx's Work::isCompleted() reports it, so is_completed() tells the truth
+// before wait(). A failed wait raises std::runtime_error with cclx's message.
+#pragma once
+
+#include <cclx/cclx.hpp>
+#include <comms/torchcomms/TorchWork.hpp>
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace cclx::tc {
+
+class CclxWork : public torch::comms::TorchWork {
+ public:
+  /// A complete work (CPU comms, synchronous calls).
+  CclxWork();
+  /// An asynchronous CUDA operation; `keep` stays referenced until it completes, `after` runs
+  /// once on the host after the first successful wait (copies out of staging tensors).
+  CclxWork(std::shared_ptr<Work> w, std::vector<at::Tensor> keep, std::chrono::milliseconds timeout,
+           std::function<void()> after);
+  ~CclxWork() override = default;
+
+  void wait() override;
+  void waitBlocking() override;
+  std::chrono::milliseconds getTimeout() const override { return timeout_; }
+
+  /// Poller: true once the status is final.
+  bool poll();
+
+ private:
+  void fail(const std::exception& e);
+  void finish();
+
+  std::mutex mu_;
+  std::shared_ptr<Work> w_;
+  std::vector<at::Tensor> keep_;
+  std::chrono::milliseconds timeout_{std::chrono::milliseconds::max()};
+  std::function<void()> after_;
+  std::string error_;
+};
+
+/// `w` complete (CPU / synchronous) or in flight (CUDA async).
+c10::intrusive_ptr<torch::comms::TorchWork> makeWork(bool cudaAsync, std::shared_ptr<Work> w,
+                                                     std::vector<at::Tensor> keep,
+                                                     std::chrono::milliseconds timeout,
+                                                     std::function<void()> after = {});
+
+}  // namespace cclx::tc

@@ -1,0 +1,33 @@
+"""cclx as a C++ torchcomms backend (libcclx_torchcomms.so, src/torchcomms) on 3 CPU processes:
+torchcomms.new_comm("cclx") through torchcomms' dynamic-loader route. Skipped, saying why, when
+torchcomms is not installed or the library was not built (it needs torchcomms' headers:
+CCLX_TORCHCOMMS_SRC, docs/DESIGN.md "torchcomms backend")."""
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("torchcomms")
+
+import harness  # noqa: E402
+
+import cclx  # noqa: E402
+
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     "cases_torchcomms_cxx.py")
+LIB = os.path.join(os.path.dirname(os.path.abspath(cclx._C.__file__)), "libcclx_torchcomms.so")
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    if not os.path.isfile(LIB):
+        pytest.skip(f"{LIB} was not built (configure with CCLX_TORCHCOMMS_SRC=<torchcomms "
+                    f"source tree>)")
+    env = harness.torchcomms_entry_point(str(tmp_path_factory.mktemp("tc_entry")))
+    env.update(CCLX_ABORT_ON_ERROR="0", CCLX_TORCHCOMMS_ROUTE="cxx")
+    return harness.run(CASES, 3, env=env)
+
+
+@pytest.mark.parametrize("case", harness.case_names(CASES))
+def test_torchcomms_cxx(results, case):
+    harness.check(results, case)
