@@ -7,6 +7,10 @@ late beyond the comm's timeout every ~K calls (the comm is then recreated and th
     python3 bench/soak.py --ranks 4 --device cpu --calls 100000 --late-every 10000 --json r.json
     python3 bench/soak.py --ranks 5 --device cuda --calls 100000      # ranks sharing GPU 0
 
+A run too long for one sitting goes in segments: --max-seconds stops every rank at one item,
+whose index the result gives as next_item; --start-item resumes the same schedule there, and
+--combine adds the segments' results up (checking that they join and match).
+
 The script starts its ranks itself (subprocesses meeting at a TCP store on a free port). Exit
 status 0 only when no element was wrong, no unexpected error happened and every late event gave
 every rank an error. bench/README.md ("Soak") describes the mix and the checks.
@@ -49,6 +53,14 @@ def parse(argv=None):
                    help="report a run that was cut short from its ranks' last snapshots (DIR "
                         "holds rank<r>.json, written every --progress seconds); with --commit")
     p.add_argument("--commit", default=None, help="with --summarize: the commit the ranks ran")
+    p.add_argument("--start-item", type=int, default=0, metavar="S",
+                   help="begin at item S of the schedule (a run split into segments: the next "
+                        "segment starts at the item the last one stopped at, its next_item)")
+    p.add_argument("--stop-item", type=int, default=None, metavar="E",
+                   help="stop (every rank) at item E: a segment of a fixed length")
+    p.add_argument("--combine", nargs="+", metavar="JSON", default=None,
+                   help="report the segments of one run (JSON files of --start-item runs, in "
+                        "order) as one result; with --json")
     p.add_argument("--_worker", nargs=2, metavar=("RANK", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.max_bytes_n = _size(a.max_bytes)
@@ -127,7 +139,9 @@ def summarize(a, per, rcs, wall) -> dict:
         "host": socket.gethostname(), "cpus": os.cpu_count(),
         "config": {"ranks": a.ranks, "device": a.device, "calls": a.calls, "seed": a.seed,
                    "late_every": a.late_every, "timeout_s": a.timeout,
-                   "max_bytes": a.max_bytes_n, "max_seconds": a.max_seconds},
+                   "max_bytes": a.max_bytes_n, "max_seconds": a.max_seconds,
+                   "start_item": a.start_item},
+        "next_item": r0.get("next_item", 0),
         "stopped_early": bool(r0.get("stopped_early")),
         "exit_codes": rcs,
         "calls": r0.get("calls", 0),
@@ -158,6 +172,56 @@ def summarize(a, per, rcs, wall) -> dict:
     return res
 
 
+_SUMMED = ("calls", "wrong_elements", "errors", "late_events", "late_errors_seen",
+           "late_errors_naming_rank", "late_seen_on_next_call", "late_unseen", "comms_created",
+           "calls_ge_1MiB", "odd_count_calls", "bytes_moved_per_rank", "time_s", "loop_time_s")
+
+
+def combine(paths) -> dict:
+    """One result from the segments of a run: each must start at the item the one before stopped
+    at, with the same configuration (but for the start and the time limit) and commit."""
+    segs = [json.load(open(p)) for p in paths]
+    same = lambda c: {k: v for k, v in c.items() if k not in ("start_item", "max_seconds")}
+    first = segs[0]
+    if first["config"].get("start_item", 0) != 0:
+        raise SystemExit(f"{paths[0]}: the first segment starts at item "
+                         f"{first['config']['start_item']}, not 0")
+    for prev, (p, s) in zip(segs, zip(paths[1:], segs[1:])):
+        if same(s["config"]) != same(first["config"]):
+            raise SystemExit(f"{p}: another configuration than {paths[0]}")
+        if s["commit"] != first["commit"]:
+            raise SystemExit(f"{p}: commit {s['commit']}, {paths[0]} ran {first['commit']}")
+        if s["config"]["start_item"] != prev["next_item"]:
+            raise SystemExit(f"{p}: starts at item {s['config']['start_item']}, the segment "
+                             f"before stopped at {prev['next_item']}")
+        if not prev["stopped_early"]:
+            raise SystemExit(f"{p}: the segment before it ran to the end")
+    res = dict(segs[-1])
+    for k in _SUMMED:
+        res[k] = sum(s.get(k, 0) for s in segs)
+    res["time_s"] = round(res["time_s"], 1)
+    res["loop_time_s"] = round(res["loop_time_s"], 1)
+    kinds: dict = {}
+    for s in segs:
+        for k, v in s["kinds"].items():
+            e = kinds.setdefault(k, {"calls": 0, "wrong": 0, "s": 0.0})
+            e["calls"] += v["calls"]
+            e["wrong"] += v["wrong"]
+            e["s"] = round(e["s"] + v["s"], 1)
+    res["kinds"] = dict(sorted(kinds.items()))
+    res["error_messages"] = [m for s in segs for m in s["error_messages"]][:20]
+    res["late_messages"] = [m for s in segs for m in s["late_messages"]][:8]
+    res["exit_codes"] = [s["exit_codes"] for s in segs]
+    res["config"] = dict(first["config"], max_seconds=[s["config"]["max_seconds"] for s in segs])
+    res["segments"] = [{"file": os.path.basename(p), "start_item": s["config"]["start_item"],
+                        "next_item": s["next_item"], "calls": s["calls"], "time_s": s["time_s"],
+                        "date": s["date"]} for p, s in zip(paths, segs)]
+    res["calls_per_s"] = round(res["calls"] / res["loop_time_s"], 1) if res["loop_time_s"] else 0
+    res["ok"] = all(s["ok"] for s in segs)
+    res["complete"] = all(s["complete"] for s in segs) and not segs[-1]["stopped_early"]
+    return res
+
+
 def table(res) -> str:
     c = res["config"]
     lines = [f"soak: {c['ranks']} ranks, {c['device']}, seed {c['seed']}, late every "
@@ -182,6 +246,13 @@ def table(res) -> str:
 
 if __name__ == "__main__":
     args = parse()
+    if args.combine:
+        out = combine(args.combine)
+        print(table(out))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+        sys.exit(0 if out["ok"] and out["complete"] else 1)
     if args.summarize:  # a run cut short: its ranks' last snapshots
         snaps = [os.path.join(args.summarize, f"rank{r}.json") for r in range(args.ranks)]
         per = [json.load(open(f)) if os.path.exists(f) else None for f in snaps]

@@ -291,11 +291,13 @@ def worker(a, rank: int, out: str) -> int:
     K = a.late_every
     next_late = K // 2 if K else None
     late_sleep = 1.5 * a.timeout + 0.5
-    i = resume = 0
+    i = 0
+    resume = a.start_item  # the items before it are drawn (the schedule is kept) but not run
+    d["start_item"] = a.start_item
     silent = False  # the late call succeeded on this rank; its comm not yet seen failing
     t0 = last = time.time()
     dest = os.path.join(out, f"rank{rank}.json")
-    stop_at = None  # --max-seconds: the item every rank stops at (rank 0 posts it)
+    stop_at = a.stop_item  # or, with --max-seconds, the item rank 0 posts once its time is up
     while d["sched_calls"] < a.calls and i != stop_at:
         if a.max_seconds and i % 128 == 0:
             stop_at = _stop_item(store, rank, i, time.time() - t0 > a.max_seconds, stop_at)
@@ -352,7 +354,8 @@ def worker(a, rank: int, out: str) -> int:
             _save(dest, d)
     d["time"] = time.time() - t0
     d["late_unseen"] += silent
-    d["stopped_early"] = stop_at is not None
+    d["stopped_early"] = stop_at is not None and i == stop_at
+    d["next_item"] = i  # where a following segment starts (--start-item)
     try:
         ctx.comm.barrier()
         ctx.comm.finalize()

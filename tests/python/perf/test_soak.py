@@ -45,6 +45,37 @@ def test_soak_late_rank_smoke(tmp_path):
     assert res["wrong_elements"] == 0 and res["errors"] == 0, res
 
 
+def test_soak_segments_join(tmp_path):
+    """A run split at a fixed item (--stop-item, then --start-item there) runs exactly the calls
+    of the whole run, and --combine adds the segments up; a gap between segments is refused."""
+    whole = tmp_path / "whole"
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (whole, a, b):
+        d.mkdir()
+    r, full = run_soak(whole, "--seed", "11")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r, one = run_soak(a, "--seed", "11", "--stop-item", "40")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert one["stopped_early"] and one["next_item"] == 40 and 0 < one["calls"] < full["calls"]
+    r, two = run_soak(b, "--seed", "11", "--start-item", "40")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert two["config"]["start_item"] == 40 and not two["stopped_early"]
+    assert one["calls"] + two["calls"] == full["calls"], (one["calls"], two["calls"], full)
+    out = tmp_path / "all.json"
+    soak = os.path.join(BENCH, "soak.py")
+    r = subprocess.run([sys.executable, soak, "--combine", str(a / "soak.json"),
+                        str(b / "soak.json"), "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.load(open(out))
+    assert res["calls"] == full["calls"] and res["ok"] and res["complete"], res
+    assert {k: v["calls"] for k, v in res["kinds"].items()} == \
+        {k: v["calls"] for k, v in full["kinds"].items()}
+    assert [s["start_item"] for s in res["segments"]] == [0, 40]
+    r = subprocess.run([sys.executable, soak, "--combine", str(b / "soak.json"),
+                        str(a / "soak.json")], capture_output=True, text=True)
+    assert r.returncode != 0 and "starts at item" in (r.stdout + r.stderr)
+
+
 def test_reference_rules():
     # f16 sums accumulate in float over ranks 0..N-1 and round once: 2048 + 1 + 1 is 2050 in
     # float, while rounding after each step (f16 spacing 2 at 2048) would give 2048.
