@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/settings/settings_check.h"
+#include "core/sharing/mps.h"
 #include "gpu/algo.h"
 #include "gpu/resources.h"
 #include "gpu/runtime.h"
@@ -124,6 +125,15 @@ void judge(PeerMem& pm, const PeerSetup& s, const std::vector<Who>& who) {
       }
   pm.smCount = who[0].smCount;
   for (const Who& w : who) pm.smCount = std::min(pm.smCount, w.smCount);
+  if (!pm.sharing.empty()) {  // this rank's GPU shared under MPS: warn where kernels can starve
+    const Who& me = who[size_t(s.rank)];
+    int onGpu = 0;
+    for (const Who& w : who) onGpu += w.host == me.host && w.bus == me.bus;
+    const std::string why = mpsShareProblem(
+        me.bus, onGpu, gpurt::mpsEnabled(s.device),
+        s.cfg.mpsThreadPercent.empty() ? nullptr : s.cfg.mpsThreadPercent.c_str());
+    if (!why.empty()) CCLX_WARN("rank %d: %s", s.rank, why.c_str());
+  }
   if (!s.cfg.ddaEnable) {  // the same on every rank: the settings check passed
     pm.whyNot = "CCLX_DDA_ENABLE=0";
     return;

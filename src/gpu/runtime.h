@@ -169,5 +169,21 @@ inline double timerScale(int device) {
 #endif
 }
 
+/// True when contexts on `device` are clients of an MPS server (CUDA's multi-process service;
+/// core/sharing/mps.h says why ranks sharing a GPU care). HIP: false.
+inline bool mpsEnabled(int device) {
+#if defined(CCLX_HAVE_HIP)
+  (void)device;
+  return false;
+#else
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMpsEnabled, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return v != 0;
+#endif
+}
+
 }  // namespace gpurt
 }  // namespace cclx

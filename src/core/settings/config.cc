@@ -209,6 +209,7 @@ Config Config::fromEnv() {
 
   c.jobId = jobIdFromEnv();
   c.storeToken = storeTokenFromEnv();
+  if (const char* v = envOrNull("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) c.mpsThreadPercent = v;
 
   readBool("CCLX_WATCHDOG", c.watchdog);
 

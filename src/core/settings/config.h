@@ -38,6 +38,10 @@ struct Config {
   std::string jobId;  // CCLX_JOB_ID (else TORCHELASTIC_RUN_ID, else "cclx"): store handshake id
   std::string storeToken;  // CCLX_STORE_TOKEN: the store's shared secret ("" = loopback only)
 
+  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA's own: the share of a GPU's SMs this process may use
+  // under MPS ("" = unset); ranks sharing a GPU under MPS check it (core/sharing/mps.h).
+  std::string mpsThreadPercent;
+
   // torchcomms: CCLX_TORCHCOMMS_ROUTE=auto|cxx|python, how torchcomms.new_comm("cclx") reaches
   // cclx (python/cclx/torchcomms_backend.py; docs/DESIGN.md "torchcomms backend").
   std::string torchcommsRoute = "auto";
