@@ -77,6 +77,36 @@ char* mapFileRange(const std::string& path, size_t off, size_t bytes, Mapping& m
   return m.base + head;
 }
 
+// Creates the new shared-memory object `name` (O_EXCL) of `bytes` bytes and maps it read-write,
+// shared. Returns the mapping, or MAP_FAILED after unlinking the name, with `step` naming the call
+// that failed ("ftruncate" or "mmap") and `err` its errno. A failed shm_open throws
+// cclxSystemError.
+void* createMapped(const std::string& name, size_t bytes, const char*& step, int& err) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) CCLX_THROW(cclxSystemError, "shm_open(%s): %s", name.c_str(), strerror(errno));
+  const bool sized = ftruncate(fd, off_t(bytes)) == 0;
+  const int e = errno;
+  void* p = sized ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  const int e2 = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    step = sized ? "mmap" : "ftruncate";
+    err = sized ? e2 : e;
+  }
+  return p;
+}
+
+// "rank r: why" for each of ranks 0..n-1 whose exchanged record is empty or a failure ("!why"),
+// joined by "; " ("" when there is none).
+std::string failedRecords(const std::vector<std::string>& recs, int n) {
+  std::string bad;
+  for (int r = 0; r < n; ++r)
+    if (recs[size_t(r)].empty() || recs[size_t(r)][0] == '!')
+      bad += strFormat("%srank %d: %s", bad.empty() ? "" : "; ", r, recs[size_t(r)].c_str() + 1);
+  return bad;
+}
+
 // The named shared file mapping that holds [ptr, ptr + bytes), as "path\noffset", or throws
 // cclxInvalidArgument saying why the memory cannot be shared.
 std::string sharedFileOf(const void* ptr, size_t bytes) {
@@ -131,27 +161,17 @@ class HostWindow final : public WinImpl {
                                        (unsigned long long)seq.fetch_add(1));
     std::string mine = name;
     try {
-      int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd < 0) CCLX_THROW(cclxSystemError, "shm_open(%s): %s", name.c_str(), strerror(errno));
-      const bool sized = ftruncate(fd, off_t(ctlBytes_)) == 0;
-      const int e = errno;
-      void* p = sized ? mmap(nullptr, ctlBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-      const int e2 = errno;
-      ::close(fd);
-      if (p == MAP_FAILED) {
-        shm_unlink(name.c_str());
-        CCLX_THROW(cclxSystemError, "%s of %s failed: %s", sized ? "mmap" : "ftruncate",
-                   name.c_str(), strerror(sized ? e2 : e));
-      }
+      const char* step = "";
+      int err = 0;
+      void* p = createMapped(name, ctlBytes_, step, err);
+      if (p == MAP_FAILED)
+        CCLX_THROW(cclxSystemError, "%s of %s failed: %s", step, name.c_str(), strerror(err));
       ctl_[size_t(me)] = {static_cast<char*>(p), ctlBytes_};
     } catch (const Error& err) {
       mine = std::string("!") + err.what();
     }
     const std::vector<std::string> names = ex("ctl", mine);
-    std::string bad;
-    for (int r = 0; r < n; ++r)
-      if (names[size_t(r)].empty() || names[size_t(r)][0] == '!')
-        bad += strFormat("%srank %d: %s", bad.empty() ? "" : "; ", r, names[size_t(r)].c_str() + 1);
+    std::string bad = failedRecords(names, n);
     std::string mapped = "1";
     if (bad.empty()) {
       for (int r = 0; r < n && mapped == "1"; ++r) {
@@ -192,10 +212,7 @@ class HostWindow final : public WinImpl {
       mine = std::string("!") + err.what();
     }
     const std::vector<std::string> recs = ex("data", mine);
-    std::string bad;
-    for (int r = 0; r < n; ++r)
-      if (recs[size_t(r)].empty() || recs[size_t(r)][0] == '!')
-        bad += strFormat("%srank %d: %s", bad.empty() ? "" : "; ", r, recs[size_t(r)].c_str() + 1);
+    std::string bad = failedRecords(recs, n);
     if (!bad.empty()) CCLX_THROW(cclxInvalidArgument, "%s", bad.c_str());
     std::string ok = "1";
     for (int r = 0; r < n && ok == "1"; ++r) {
@@ -308,18 +325,11 @@ void* allocShared(size_t bytes) {
   static std::atomic<uint64_t> seq{0};
   const std::string name = strFormat("/cclx-mem-%d-%llu", int(::getpid()),
                                      (unsigned long long)seq.fetch_add(1));
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) CCLX_THROW(cclxSystemError, "shm_open(%s): %s", name.c_str(), strerror(errno));
-  const bool sized = ftruncate(fd, off_t(bytes)) == 0;
-  const int e = errno;
-  void* p = sized ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-  const int e2 = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    CCLX_THROW(cclxSystemError, "allocShared(%zu): %s failed: %s", bytes,
-               sized ? "mmap" : "ftruncate", strerror(sized ? e2 : e));
-  }
+  const char* step = "";
+  int err = 0;
+  void* p = createMapped(name, bytes, step, err);
+  if (p == MAP_FAILED)
+    CCLX_THROW(cclxSystemError, "allocShared(%zu): %s failed: %s", bytes, step, strerror(err));
   std::lock_guard<std::mutex> g(gAllocMu);
   allocs()[p] = {name, bytes};
   return p;

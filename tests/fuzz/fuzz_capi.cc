@@ -25,15 +25,15 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_util.h"
+
 namespace {
 
-constexpr size_t kCap = 2048;
+using fuzzutil::kCap;
+using fuzzutil::Fp;
 
 void check(bool ok, const char* what, const char* detail = "") {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_capi: %s %s\n", what, detail);
-    std::abort();
-  }
+  fuzzutil::check("fuzz_capi", ok, what, detail);
 }
 
 cclxComm_t gLive = nullptr, gFinalized = nullptr, gDestroyed = nullptr;
@@ -50,32 +50,11 @@ cclxComm_t makeComm(const char* name) {
   return c;
 }
 
-size_t esize(int t) {
-  switch (t) {
-    case cclxFloat64: case cclxInt64: case cclxUint64: return 8;
-    case cclxFloat32: case cclxInt32: case cclxUint32: return 4;
-    case cclxFloat16: case cclxBfloat16: return 2;
-    default: return 1;
-  }
-}
-
-bool isNaN(int t, const uint8_t* p) {
-  switch (t) {
-    case cclxFloat32: { float f; std::memcpy(&f, p, 4); return std::isnan(f); }
-    case cclxFloat64: { double d; std::memcpy(&d, p, 8); return std::isnan(d); }
-    case cclxFloat16: { uint16_t h; std::memcpy(&h, p, 2); return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
-    case cclxBfloat16: { uint16_t h; std::memcpy(&h, p, 2); return (h & 0x7f80) == 0x7f80 && (h & 0x7f); }
-    default: return false;
-  }
-}
-
-// Equal element by element (two NaNs of any payload are equal: a reduction may quiet them).
-bool sameElements(int t, const uint8_t* a, const uint8_t* b, size_t count) {
-  const size_t es = esize(t);
-  for (size_t i = 0; i < count; ++i, a += es, b += es)
-    if (std::memcmp(a, b, es) != 0 && !(isNaN(t, a) && isNaN(t, b))) return false;
-  return true;
-}
+// Size and float format of each cclxDataType_t, in the enum's order (others: 1 byte).
+constexpr fuzzutil::Type kTypes[cclxNumTypes] = {{4, Fp::f32}, {8, Fp::f64}, {2, Fp::f16},
+                                                 {2, Fp::bf16}, {1}, {1}, {4}, {8}, {4}, {8}, {1}, {1}};
+fuzzutil::Type typeOf(int t) { return t >= 0 && t < cclxNumTypes ? kTypes[t] : fuzzutil::Type{1}; }
+size_t esize(int t) { return typeOf(t).size; }
 
 struct Arena {
   std::vector<uint8_t> a, b;  // send side, receive side
@@ -211,11 +190,12 @@ void oneCall(FuzzedDataProvider& p, Arena& ar, State& st) {
   const char* name = "?";
   bool copies = false;  // success means recv[0..count) = send[0..count)
   switch (what) {
-    case 0: case 1: {
+    case 0: case 1: case 5: {
       const cclxRedOp_t op = pickOp(p, st, known);
       noteOp(op, known);
-      name = "cclxAllReduce";
-      r = cclxAllReduce(c.send, c.recv, count, cclxDataType_t(t), op, comm, nullptr);
+      name = what == 5 ? "cclxReduceScatter" : "cclxAllReduce";
+      r = (what == 5 ? cclxReduceScatter : cclxAllReduce)(c.send, c.recv, count, cclxDataType_t(t),
+                                                          op, comm, nullptr);
       expectResult(r, bad || !known, name,
                    movable && !fp8 && int(op) >= 0 && int(op) <= cclxAvg);
       copies = int(op) <= cclxAvg;
@@ -240,25 +220,10 @@ void oneCall(FuzzedDataProvider& p, Arena& ar, State& st) {
       copies = true;
       break;
     }
-    case 4:
-      name = "cclxAllGather";
-      r = cclxAllGather(c.send, c.recv, count, cclxDataType_t(t), comm, nullptr);
-      expectResult(r, bad, name, movable);
-      copies = true;
-      break;
-    case 5: {
-      const cclxRedOp_t op = pickOp(p, st, known);
-      noteOp(op, known);
-      name = "cclxReduceScatter";
-      r = cclxReduceScatter(c.send, c.recv, count, cclxDataType_t(t), op, comm, nullptr);
-      expectResult(r, bad || !known, name,
-                   movable && !fp8 && int(op) >= 0 && int(op) <= cclxAvg);
-      copies = int(op) <= cclxAvg;
-      break;
-    }
-    case 6:
-      name = "cclxAllToAll";
-      r = cclxAllToAll(c.send, c.recv, count, cclxDataType_t(t), comm, nullptr);
+    case 4: case 6:
+      name = what == 4 ? "cclxAllGather" : "cclxAllToAll";
+      r = (what == 4 ? cclxAllGather : cclxAllToAll)(c.send, c.recv, count, cclxDataType_t(t), comm,
+                                                     nullptr);
       expectResult(r, bad, name, movable);
       copies = true;
       break;
@@ -354,27 +319,15 @@ void oneCall(FuzzedDataProvider& p, Arena& ar, State& st) {
           "a failed call wrote to its buffers:", name);
     if (!c.inPlace && !c.overlap) check(ar.a == aBefore, "a failed call wrote:", name);
   } else if (copies && what <= 9 && count > 0 && goodType) {
-    check(sameElements(t, c.recv, sendCopy.data(), count), "wrong result from", name);
+    check(fuzzutil::sameElements(typeOf(t), c.recv, sendCopy.data(), count), "wrong result from",
+          name);
   }
-}
-
-// The send data: kCap bytes from a seed (every bit pattern of every type, NaNs included).
-std::vector<uint8_t> fill(uint32_t seed) {
-  std::vector<uint8_t> v(kCap);
-  uint64_t x = seed;
-  for (auto& b : v) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    b = uint8_t(x >> 56);
-  }
-  return v;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  setenv("CCLX_DEBUG", "NONE", 1);
-  setenv("CCLX_ABORT_ON_ERROR", "0", 1);
-  setenv("CCLX_SHM_CHUNK_BYTES", "4096", 1);  // counts span several staging chunks
+  fuzzutil::setQuietEnv();
   gLive = makeComm("fuzz-live");
   gFinalized = makeComm("fuzz-finalized");
   check(cclxCommFinalize(gFinalized) == cclxSuccess, "cclxCommFinalize");
@@ -386,7 +339,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider p(data, size);
   Arena ar;
-  ar.a = fill(p.ConsumeIntegral<uint32_t>());
+  ar.a = fuzzutil::fill(p.ConsumeIntegral<uint32_t>());
   ar.b.assign(kCap, 0xc3);
   State st;
   for (int i = 0; i < 16 && p.remaining_bytes() > 0; ++i) oneCall(p, ar, st);

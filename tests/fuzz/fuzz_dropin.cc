@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/settings/config.h"
+#include "fuzz_util.h"
 #include "nccl_dropin/errors.h"
 #include "nccl_dropin/shared/shared.h"
 #include "nccl_dropin/shared/shared_internal.h"
@@ -35,13 +36,11 @@ using cclx::dropin::ncclComm_t;
 
 namespace {
 
-constexpr size_t kCap = 2048;
+using fuzzutil::kCap;
+using fuzzutil::Fp;
 
 void check(bool ok, const char* what, const char* detail = "") {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_dropin: %s %s\n", what, detail);
-    std::abort();
-  }
+  fuzzutil::check("fuzz_dropin", ok, what, detail);
 }
 
 const char* lastError() {
@@ -59,33 +58,11 @@ ncclComm_t makeComm(std::shared_ptr<Store> store, uint64_t id) {
   return c;
 }
 
-size_t esize(int t) {
-  switch (t) {
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    default: return 1;
-  }
-}
-
-bool isNaN(int t, const uint8_t* p) {
-  uint16_t h = 0;
-  if (esize(t) == 2) std::memcpy(&h, p, 2);
-  switch (t) {
-    case ncclFloat32: { float f; std::memcpy(&f, p, 4); return std::isnan(f); }
-    case ncclFloat64: { double d; std::memcpy(&d, p, 8); return std::isnan(d); }
-    case ncclFloat16: return (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
-    case ncclBfloat16: return (h & 0x7f80) == 0x7f80 && (h & 0x7f);
-    default: return false;
-  }
-}
-
-bool sameElements(int t, const uint8_t* a, const uint8_t* b, size_t count) {
-  const size_t es = esize(t);
-  for (size_t i = 0; i < count; ++i, a += es, b += es)
-    if (std::memcmp(a, b, es) != 0 && !(isNaN(t, a) && isNaN(t, b))) return false;
-  return true;
-}
+// Size and float format of each ncclDataType_t, in the enum's order (others: 1 byte).
+constexpr fuzzutil::Type kTypes[] = {{1}, {1}, {4}, {4}, {8}, {8}, {2, Fp::f16}, {4, Fp::f32},
+                                     {8, Fp::f64}, {2, Fp::bf16}, {1}, {1}};
+fuzzutil::Type typeOf(int t) { return t >= 0 && t <= ncclFloat8e5m2 ? kTypes[t] : fuzzutil::Type{1}; }
+size_t esize(int t) { return typeOf(t).size; }
 
 struct State {
   std::vector<int> premul;  // live PreMulSum ops of gLive
@@ -190,27 +167,15 @@ void oneCall(FuzzedDataProvider& p, std::vector<uint8_t>& a, std::vector<uint8_t
       expect(r, !grouped && (bad || root != 0), name, !grouped && valid && root == 0);
       copies = true;
       break;
-    case 4:
-      name = "ncclAllGather";
-      r = sh::allGather(c, send, recv, count, ncclDataType_t(t), nullptr);
+    case 4: case 5:
+      name = what == 4 ? "ncclAllGather" : "ncclAlltoAll";
+      r = (what == 4 ? sh::allGather : sh::allToAll)(c, send, recv, count, ncclDataType_t(t), nullptr);
       expect(r, !grouped && bad, name, !grouped && valid);
       copies = true;
       break;
-    case 5:
-      name = "ncclAlltoAll";
-      r = sh::allToAll(c, send, recv, count, ncclDataType_t(t), nullptr);
-      expect(r, !grouped && bad, name, !grouped && valid);
-      copies = true;
-      break;
-    case 6:
-      name = "ncclGather";
-      r = sh::gather(c, send, recv, count, ncclDataType_t(t), root, nullptr);
-      expect(r, !grouped && (bad || root != 0), name);
-      copies = true;
-      break;
-    case 7:
-      name = "ncclScatter";
-      r = sh::scatter(c, send, recv, count, ncclDataType_t(t), root, nullptr);
+    case 6: case 7:
+      name = what == 6 ? "ncclGather" : "ncclScatter";
+      r = (what == 6 ? sh::gather : sh::scatter)(c, send, recv, count, ncclDataType_t(t), root, nullptr);
       expect(r, !grouped && (bad || root != 0), name);
       copies = true;
       break;
@@ -308,29 +273,16 @@ void oneCall(FuzzedDataProvider& p, std::vector<uint8_t>& a, std::vector<uint8_t
     check(b == bBefore, "a failed call wrote to its buffers:", name);
     if (!inPlace && !overlap) check(a == aBefore, "a failed call wrote:", name);
   } else if (copies && live && valid && count > 0 && what <= 5) {
-    check(sameElements(t, recv, aBefore.data() + (send - a.data()), count), "wrong result from",
-          name);
+    check(fuzzutil::sameElements(typeOf(t), recv, aBefore.data() + (send - a.data()), count),
+          "wrong result from", name);
   }
-}
-
-// The send data: kCap bytes from a seed (every bit pattern of every type, NaNs included).
-std::vector<uint8_t> fill(uint32_t seed) {
-  std::vector<uint8_t> v(kCap);
-  uint64_t x = seed;
-  for (auto& b : v) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    b = uint8_t(x >> 56);
-  }
-  return v;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  setenv("CCLX_DEBUG", "NONE", 1);
-  setenv("CCLX_ABORT_ON_ERROR", "0", 1);
+  fuzzutil::setQuietEnv();
   setenv("CCLX_TIMEOUT", "20", 1);
-  setenv("CCLX_SHM_CHUNK_BYTES", "4096", 1);
   reloadConfig();
   auto store = TcpStore::create("127.0.0.1", 0, true, "fuzz-dropin", std::chrono::seconds(20));
   gLive = makeComm(store, 1);
@@ -356,7 +308,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sh::Stamp s;
     if (sh::readStamp(id, s)) check(s.port != 0, "a stamp without a port accepted");
   }
-  std::vector<uint8_t> a = fill(p.ConsumeIntegral<uint32_t>()), b(kCap, 0xc3);
+  std::vector<uint8_t> a = fuzzutil::fill(p.ConsumeIntegral<uint32_t>()), b(kCap, 0xc3);
   State st;
   for (int i = 0; i < 16 && p.remaining_bytes() > 0; ++i) oneCall(p, a, b, st);
   while (st.depth > 0) {  // the buffers of recorded calls live until here

@@ -1,11 +1,10 @@
 // Flat allreduce: per chunk, every rank copies its input into its step slot, syncs, and reduces
 // all ranks' slots in rank order 0..N-1 into its output. One step per chunk; best for small
 // messages (one synchronization, N reads per element per rank).
-#include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "host/algos/algos.h"
+#include "host/algos/chunk_loop.h"
 #include "host/algos/reduce_kernels.h"
 #include "host/shm.h"
 
@@ -15,16 +14,11 @@ namespace {
 void flatAllReduce(HostCtx& ctx, const void* in, void* out, size_t count, DataType dtype,
                    ReduceOp op) {
   const size_t es = dtypeSize(dtype);
-  const size_t chunk = ctx.slotBytes() / es;
   std::vector<const void*> srcs(size_t(ctx.size));
-  for (size_t off = 0; off < count; off += chunk) {
-    const size_t m = std::min(chunk, count - off);
-    const uint64_t s = ctx.nextStep();
-    std::memcpy(ctx.slot(ctx.rank, s), static_cast<const char*>(in) + off * es, m * es);
-    ctx.sync(s);
+  forEachSyncedChunk(ctx, in, count, es, [&](size_t off, size_t m, uint64_t s) {
     for (int p = 0; p < ctx.size; ++p) srcs[size_t(p)] = ctx.slot(p, s);
     reduceInto(static_cast<char*>(out) + off * es, srcs.data(), ctx.size, m, dtype, op, ctx.size);
-  }
+  });
 }
 
 class HostFlatAllReduce final : public HostAlgo {

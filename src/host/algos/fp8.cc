@@ -115,6 +115,23 @@ std::vector<Packed> quantizeAndShare(const CollArgs& a, HostCtx& ctx, size_t c0,
   return in;
 }
 
+/// Quantizes blocks [c0, c0 + nb) of each destination segment r = 0..N-1 (starting at seg(r))
+/// into packed run r of this rank's slot of `step`, waits for every rank's, and returns views of
+/// run `rank` of all ranks' slots (rank order): what every rank sent to this one.
+template <class Seg>
+std::vector<Packed> quantizeSegmentsAndShare(const CollArgs& a, HostCtx& ctx, size_t c0, size_t nb,
+                                             uint64_t step, Seg seg) {
+  const int B = ctx.cfg.fp8BlockSize;
+  const size_t run = fp8::packedBytes(nb, B);
+  for (int r = 0; r < ctx.size; ++r)
+    quantizeBlocks(seg(r), a.dtype, a.count, B, c0, c0 + nb,
+                   Packed(ctx.slot(ctx.rank, step) + r * run, nb, B), c0);
+  ctx.sync(step);
+  std::vector<Packed> in;
+  for (int p = 0; p < ctx.size; ++p) in.emplace_back(ctx.slot(p, step) + ctx.rank * run, nb, B);
+  return in;
+}
+
 bool fp8TypeOk(const CollArgs& a) {
   return a.dtype == DataType::f32 || a.dtype == DataType::bf16 || a.dtype == DataType::f16;
 }
@@ -141,11 +158,20 @@ class HostFp8Base : public HostAlgo {
         a.op.kind != RedOpKind::SUM && a.op.kind != RedOpKind::AVG)
       return false;
     int B = ctx.cfg.fp8BlockSize;
-    int regions = regions_ < 0 ? ctx.size : regions_;
-    return blockOk(B) && chunkBlocks(ctx.slotBytes(), regions, B) > 0;
+    return blockOk(B) && chunkBlocks(ctx.slotBytes(), regions(ctx), B) > 0;
   }
 
  protected:
+  int regions(const HostCtx& ctx) const { return regions_ < 0 ? ctx.size : regions_; }
+  /// Calls fn(c0, nb) for each chunk, in order: blocks [c0, c0 + nb) of the a.count elements, as
+  /// many whole blocks as fit one slot with regions(ctx) packed runs.
+  template <class Fn>
+  void forEachChunk(const CollArgs& a, const HostCtx& ctx, Fn fn) const {
+    const int B = ctx.cfg.fp8BlockSize;
+    const size_t nbAll = (a.count + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), regions(ctx), B);
+    for (size_t c0 = 0; c0 < nbAll; c0 += per) fn(c0, std::min(per, nbAll - c0));
+  }
+
   CollType type_;
   int regions_;  // packed runs per slot (-1: one per rank)
 };
@@ -155,10 +181,9 @@ class HostFp8AllReduce : public HostFp8Base {
   HostFp8AllReduce() : HostFp8Base(CollType::AllReduce, 1) {}
   void run(const CollArgs& a, HostCtx& ctx) override {
     const int N = ctx.size, B = ctx.cfg.fp8BlockSize;
-    const size_t n = a.count, nbAll = (n + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), 1, B);
+    const size_t n = a.count;
     float tmp[fp8::kMaxBlock];
-    for (size_t c0 = 0; c0 < nbAll; c0 += per) {
-      size_t nb = std::min(per, nbAll - c0);
+    forEachChunk(a, ctx, [&](size_t c0, size_t nb) {
       uint64_t s1 = ctx.nextStep();
       std::vector<Packed> in = quantizeAndShare(a, ctx, c0, nb, s1);
       uint64_t s2 = s1 + 1;
@@ -176,7 +201,7 @@ class HostFp8AllReduce : public HostFp8Base {
         dequantizeBlocks(Packed(ctx.slot(p, s2), nb, B), c0, c0 + sb0, c0 + sb1, B, n, a.recv,
                          a.dtype);
       }
-    }
+    });
   }
 };
 
@@ -187,13 +212,11 @@ class HostFp8OneShot : public HostFp8Base {
   const char* name() const override { return "fp8_oneshot"; }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const int B = ctx.cfg.fp8BlockSize;
-    const size_t n = a.count, nbAll = (n + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), 1, B);
-    for (size_t c0 = 0; c0 < nbAll; c0 += per) {
-      size_t nb = std::min(per, nbAll - c0);
+    forEachChunk(a, ctx, [&](size_t c0, size_t nb) {
       std::vector<Packed> in = quantizeAndShare(a, ctx, c0, nb, ctx.nextStep());
       for (size_t b = c0; b < c0 + nb; ++b)
-        reduceStore(in, c0, b, B, n, a.op.kind, a.recv, a.dtype);
-    }
+        reduceStore(in, c0, b, B, a.count, a.op.kind, a.recv, a.dtype);
+    });
   }
 };
 
@@ -201,17 +224,16 @@ class HostFp8AllGather : public HostFp8Base {
  public:
   HostFp8AllGather() : HostFp8Base(CollType::AllGather, 1) {}
   void run(const CollArgs& a, HostCtx& ctx) override {
-    const int N = ctx.size, B = ctx.cfg.fp8BlockSize;
-    const size_t n = a.count, nbAll = (n + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), 1, B);
-    for (size_t c0 = 0; c0 < nbAll; c0 += per) {
-      size_t nb = std::min(per, nbAll - c0);
+    const int B = ctx.cfg.fp8BlockSize;
+    const size_t n = a.count;
+    forEachChunk(a, ctx, [&](size_t c0, size_t nb) {
       std::vector<Packed> in = quantizeAndShare(a, ctx, c0, nb, ctx.nextStep());
-      for (int p = 0; p < N; ++p) {
+      for (int p = 0; p < ctx.size; ++p) {
         void* out = a.recvList.empty() ? const_cast<char*>(segPtr(a.recv, n, a.dtype, p))
                                        : a.recvList[p];
         dequantizeBlocks(in[p], c0, c0, c0 + nb, B, n, out, a.dtype);
       }
-    }
+    });
   }
 };
 
@@ -219,22 +241,16 @@ class HostFp8ReduceScatter : public HostFp8Base {
  public:
   HostFp8ReduceScatter() : HostFp8Base(CollType::ReduceScatter, -1) {}
   void run(const CollArgs& a, HostCtx& ctx) override {
-    const int N = ctx.size, B = ctx.cfg.fp8BlockSize;
-    const size_t n = a.count, nbAll = (n + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), N, B);
-    for (size_t c0 = 0; c0 < nbAll; c0 += per) {
-      size_t nb = std::min(per, nbAll - c0), run = fp8::packedBytes(nb, B);
-      uint64_t s = ctx.nextStep();
-      for (int r = 0; r < N; ++r) {
-        const void* src = a.sendList.empty() ? segPtr(a.send, n, a.dtype, r) : a.sendList[r];
-        quantizeBlocks(src, a.dtype, n, B, c0, c0 + nb,
-                       Packed(ctx.slot(ctx.rank, s) + r * run, nb, B), c0);
-      }
-      ctx.sync(s);
-      std::vector<Packed> in;
-      for (int p = 0; p < N; ++p) in.emplace_back(ctx.slot(p, s) + ctx.rank * run, nb, B);
+    const int B = ctx.cfg.fp8BlockSize;
+    const size_t n = a.count;
+    auto seg = [&](int r) -> const void* {
+      return a.sendList.empty() ? segPtr(a.send, n, a.dtype, r) : a.sendList[r];
+    };
+    forEachChunk(a, ctx, [&](size_t c0, size_t nb) {
+      std::vector<Packed> in = quantizeSegmentsAndShare(a, ctx, c0, nb, ctx.nextStep(), seg);
       for (size_t b = c0; b < c0 + nb; ++b)
         reduceStore(in, c0, b, B, n, a.op.kind, a.recv, a.dtype);
-    }
+    });
   }
 };
 
@@ -242,19 +258,15 @@ class HostFp8AllToAll : public HostFp8Base {
  public:
   HostFp8AllToAll() : HostFp8Base(CollType::AllToAll, -1) {}
   void run(const CollArgs& a, HostCtx& ctx) override {
-    const int N = ctx.size, B = ctx.cfg.fp8BlockSize;
-    const size_t n = a.count, nbAll = (n + B - 1) / B, per = chunkBlocks(ctx.slotBytes(), N, B);
-    for (size_t c0 = 0; c0 < nbAll; c0 += per) {
-      size_t nb = std::min(per, nbAll - c0), run = fp8::packedBytes(nb, B);
-      uint64_t s = ctx.nextStep();
-      for (int r = 0; r < N; ++r)
-        quantizeBlocks(segPtr(a.send, n, a.dtype, r), a.dtype, n, B, c0, c0 + nb,
-                       Packed(ctx.slot(ctx.rank, s) + r * run, nb, B), c0);
-      ctx.sync(s);
-      for (int p = 0; p < N; ++p)
-        dequantizeBlocks(Packed(ctx.slot(p, s) + ctx.rank * run, nb, B), c0, c0, c0 + nb, B, n,
+    const int B = ctx.cfg.fp8BlockSize;
+    const size_t n = a.count;
+    auto seg = [&](int r) { return segPtr(a.send, n, a.dtype, r); };
+    forEachChunk(a, ctx, [&](size_t c0, size_t nb) {
+      std::vector<Packed> in = quantizeSegmentsAndShare(a, ctx, c0, nb, ctx.nextStep(), seg);
+      for (int p = 0; p < ctx.size; ++p)
+        dequantizeBlocks(in[p], c0, c0, c0 + nb, B, n,
                          const_cast<char*>(segPtr(a.recv, n, a.dtype, p)), a.dtype);
-    }
+    });
   }
 };
 

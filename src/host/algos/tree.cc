@@ -3,11 +3,11 @@
 // a second sync every rank (allreduce) or only the root (reduce) copies every reduced slice out.
 // Same per-element operations as flat: identical bits. Each rank reads about 2x the message
 // instead of N x.
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "host/algos/algos.h"
+#include "host/algos/chunk_loop.h"
 #include "host/algos/reduce_kernels.h"
 #include "host/shm.h"
 
@@ -18,26 +18,21 @@ namespace {
 void treeReduce(HostCtx& ctx, const void* in, void* out, size_t count, DataType dtype,
                 ReduceOp op, int root) {
   const size_t es = dtypeSize(dtype);
-  const size_t chunk = ctx.slotBytes() / es;
   std::vector<const void*> srcs(size_t(ctx.size));
-  for (size_t off = 0; off < count; off += chunk) {
-    const size_t m = std::min(chunk, count - off);
-    // Step s: inputs into slot s. Step s + 1: reduced slices (same offsets) into slot s + 1.
-    const uint64_t s = ctx.nextStep();
-    std::memcpy(ctx.slot(ctx.rank, s), static_cast<const char*>(in) + off * es, m * es);
-    ctx.sync(s);
+  // Step s: inputs into slot s. Step s + 1: reduced slices (same offsets) into slot s + 1.
+  forEachSyncedChunk(ctx, in, count, es, [&](size_t off, size_t m, uint64_t s) {
     const Range mine = splitRange(m, ctx.size, ctx.rank);
     for (int p = 0; p < ctx.size; ++p) srcs[size_t(p)] = ctx.slot(p, s) + mine.begin * es;
     reduceInto(ctx.slot(ctx.rank, s + 1) + mine.begin * es, srcs.data(), ctx.size, mine.size(), dtype,
                op, ctx.size);
     ctx.sync(s + 1);
-    if (root >= 0 && root != ctx.rank) continue;
+    if (root >= 0 && root != ctx.rank) return;
     for (int p = 0; p < ctx.size; ++p) {
       const Range r = splitRange(m, ctx.size, p);
       std::memcpy(static_cast<char*>(out) + (off + r.begin) * es, ctx.slot(p, s + 1) + r.begin * es,
                   r.size() * es);
     }
-  }
+  });
 }
 
 class HostTreeAllReduce final : public HostAlgo {

@@ -19,17 +19,13 @@
 #include "base/error.h"
 #include "core/elements/fp8_codec.h"
 #include "core/elements/rmsnorm.h"
+#include "helpers/host_util.h"
 
 namespace rmstest {
 
 using cclx::DataType;
 
-inline uint64_t mix(uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using hosttest::mix;  // splitmix64
 /// Uniform in [-1, 1) from (seed, stream, index).
 inline double unit(uint64_t seed, uint64_t stream, size_t i) {
   const uint64_t r = mix(seed * 0x100000001b3ull ^ mix(stream * 0x10001ull + 11) ^ mix(i + 0x9876543ull));

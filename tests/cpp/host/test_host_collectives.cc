@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/settings/config.h"
+#include "helpers/host_rounds.h"
 #include "helpers/host_util.h"
 #include "helpers/mp.h"
 
@@ -16,27 +16,8 @@ using namespace hosttest;
 using cclx::test::makeCpuComm;
 using cclx::test::runRanks;
 
-namespace {
-
-std::shared_ptr<Comm> smallSlotComm(int rank, int size, std::shared_ptr<Store> store) {
-  setenv("CCLX_SHM_CHUNK_BYTES", "4096", 1);
-  reloadConfig();
-  return makeCpuComm(rank, size, std::move(store), testOpts());
-}
-
-using Buf = std::vector<char>;
-Buf poisoned(size_t bytes) { return Buf(bytes, char(kPoison)); }
-bool allPoison(const char* p, size_t bytes) {
-  for (size_t i = 0; i < bytes; ++i)
-    if (uint8_t(p[i]) != kPoison) return false;
-  return true;
-}
-
-}  // namespace
-
 TEST(HostCollectives, ReduceEveryDtypeAndOp) {
-  auto res = runRanks(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto comm = smallSlotComm(rank, size, store);
+  auto res = runSmallSlot(3, [](Comm& comm, int rank, int size) {
     uint64_t seed = 500;
     for (DataType t : allDtypes())
       for (ReduceOp op : opsFor(t))
@@ -46,7 +27,7 @@ TEST(HostCollectives, ReduceEveryDtypeAndOp) {
             Buf send(count * es), recv = poisoned(count * es);
             fillInput(send.data(), t, op.kind, ++seed, rank, count);
             void* out = inPlace ? send.data() : recv.data();
-            comm->reduce(send.data(), out, count, t, op, root);
+            comm.reduce(send.data(), out, count, t, op, root);
             if (rank == root) {
               std::string err = checkReduced(t, op, seed, size, out, count);
               MP_CHECK(err.empty(), "%s %s root %d: %s", dtypeName(t), opName(op.kind), root, err.c_str());
@@ -54,14 +35,12 @@ TEST(HostCollectives, ReduceEveryDtypeAndOp) {
               MP_CHECK(allPoison(recv.data(), recv.size()), "non-root output written");
             }
           }
-    comm->finalize();
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
 TEST(HostCollectives, ReduceScatterSingleAndList) {
-  auto res = runRanks(4, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto comm = smallSlotComm(rank, size, store);
+  auto res = runSmallSlot(4, [](Comm& comm, int rank, int size) {
     uint64_t seed = 900;
     for (DataType t : allDtypes())
       for (ReduceOp op : opsFor(t))
@@ -72,29 +51,18 @@ TEST(HostCollectives, ReduceScatterSingleAndList) {
             // reference, so the expected output of rank r is the reference at r*count.
             Buf send(n * count * es), recv = poisoned(count * es + 1);
             fillInput(send.data(), t, op.kind, ++seed, rank, n * count);
-            void* out = recv.data();
-            if (mode == 1) {
-              std::vector<const void*> list;
-              for (size_t b = 0; b < n; ++b) list.push_back(send.data() + b * count * es);
-              comm->reduceScatterList(list, out, count, t, op);
-            } else {
-              if (mode == 2) out = send.data() + size_t(rank) * count * es;
-              comm->reduceScatter(send.data(), out, count, t, op);
-            }
+            void* out = reduceScatterForm(comm, mode, send, recv, count, t, op);
             std::string err = checkReduced(t, op, seed, size, out, count, size_t(rank) * count);
             MP_CHECK(err.empty(), "%s %s count %zu mode %d: %s", dtypeName(t), opName(op.kind), count,
                      mode, err.c_str());
             MP_CHECK(uint8_t(recv[count * es]) == kPoison, "wrote past the end");
           }
-    comm->finalize();
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
 TEST(HostCollectives, BroadcastAllGatherAllToAllEveryDtype) {
-  auto res = runRanks(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto comm = smallSlotComm(rank, size, store);
-    const size_t n = size_t(size);
+  auto res = runSmallSlot(3, [](Comm& comm, int rank, int size) {
     uint64_t seed = 1300;
     for (DataType t : allDtypes())
       for (size_t count : {1ul, 1023ul, 4099ul})
@@ -107,50 +75,18 @@ TEST(HostCollectives, BroadcastAllGatherAllToAllEveryDtype) {
             fillBytes(send.data(), bytes, ++seed, root);
             void* out = inPlace ? send.data() : recv.data();
             if (inPlace && rank != root) std::fill(send.begin(), send.end(), char(kPoison));
-            comm->broadcast(send.data(), out, count, t, root);
+            comm.broadcast(send.data(), out, count, t, root);
             MP_CHECK(bytesMatch(out, bytes, seed, root), "broadcast %s count %zu", dtypeName(t), count);
           }
-          // All-gather (in place: the input is this rank's block of the output), then the list form.
-          {
-            Buf recv = poisoned(n * bytes), send(bytes);
-            fillBytes(send.data(), bytes, ++seed, rank);
-            const void* in = send.data();
-            if (inPlace) {
-              std::memcpy(recv.data() + size_t(rank) * bytes, send.data(), bytes);
-              in = recv.data() + size_t(rank) * bytes;
-            }
-            comm->allGather(in, recv.data(), count, t);
-            for (int p = 0; p < size; ++p)
-              MP_CHECK(bytesMatch(recv.data() + size_t(p) * bytes, bytes, seed, p),
-                       "allgather %s count %zu block %d", dtypeName(t), count, p);
-            std::vector<Buf> outs(n, poisoned(bytes));
-            std::vector<void*> ptrs;
-            for (auto& o : outs) ptrs.push_back(o.data());
-            comm->allGatherList(send.data(), ptrs, count, t);
-            for (int p = 0; p < size; ++p)
-              MP_CHECK(bytesMatch(outs[size_t(p)].data(), bytes, seed, p), "allgather list block %d", p);
-          }
-          // All-to-all: block b of rank r's input is byte range [b*bytes, (b+1)*bytes) of stream r;
-          // it lands in block r of rank b's output.
-          {
-            Buf send(n * bytes), recv = poisoned(n * bytes);
-            fillBytes(send.data(), n * bytes, ++seed, rank);
-            void* out = inPlace ? send.data() : recv.data();
-            comm->allToAll(send.data(), out, count, t);
-            for (int p = 0; p < size; ++p)
-              MP_CHECK(bytesMatch(static_cast<char*>(out) + size_t(p) * bytes, bytes, seed, p,
-                                  size_t(rank) * bytes),
-                       "alltoall %s count %zu block %d", dtypeName(t), count, p);
-          }
+          allGatherRound(comm, t, count, inPlace, seed);
+          allToAllRound(comm, t, count, inPlace, seed);
         }
-    comm->finalize();
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
 TEST(HostCollectives, AllToAllVUnevenCounts) {
-  auto res = runRanks(4, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto comm = smallSlotComm(rank, size, store);
+  auto res = runSmallSlot(4, [](Comm& comm, int rank, int size) {
     const size_t n = size_t(size);
     // count(src -> dst): uneven, some zero, some larger than a slot.
     auto cnt = [](int src, int dst, int round) -> size_t {
@@ -160,50 +96,25 @@ TEST(HostCollectives, AllToAllVUnevenCounts) {
     uint64_t seed = 2000;
     for (int round = 0; round < 4; ++round)
       for (DataType t : {DataType::f32, DataType::u8, DataType::fp8_e5m2, DataType::f64})
-        for (bool inPlace : {false, true}) {
-          const size_t es = esize(t);
-          std::vector<size_t> sc(n), rc(n);
-          size_t st = 0, rt = 0;
-          for (int p = 0; p < size; ++p) {
-            sc[size_t(p)] = cnt(rank, p, round);
-            rc[size_t(p)] = cnt(p, rank, round);
-            st += sc[size_t(p)];
-            rt += rc[size_t(p)];
-          }
-          // Stream of rank r: its packed input; block for dst starts at the sum of earlier blocks.
-          Buf send(std::max(st, rt) * es), recv = poisoned(rt * es);
-          fillBytes(send.data(), st * es, ++seed, rank);
-          void* out = inPlace ? send.data() : recv.data();
-          comm->allToAllV(send.data(), sc, out, rc, t);
-          size_t roff = 0;
-          for (int p = 0; p < size; ++p) {
-            size_t soff = 0;  // offset of block `rank` in p's input
-            for (int q = 0; q < rank; ++q) soff += cnt(p, q, round);
-            MP_CHECK(bytesMatch(static_cast<char*>(out) + roff * es, rc[size_t(p)] * es, seed, p, soff * es),
-                     "alltoallv round %d %s from %d", round, dtypeName(t), p);
-            roff += rc[size_t(p)];
-          }
-        }
+        for (bool inPlace : {false, true}) allToAllVRound(comm, t, inPlace, round, seed, cnt);
     // Mismatched counts fail on every rank with cclxInvalidArgument and write nothing.
     std::vector<size_t> sc(n, 2), rc(n, 2);
     if (rank == 1) sc[2] = 3;
     Buf send(3 * n * 4, 1), recv = poisoned(2 * n * 4);
     try {
-      comm->allToAllV(send.data(), sc, recv.data(), rc, DataType::f32);
+      comm.allToAllV(send.data(), sc, recv.data(), rc, DataType::f32);
       MP_CHECK(false, "mismatched counts accepted");
     } catch (const Error& e) {
       MP_CHECK(e.code() == cclxInvalidArgument, "code %d: %s", int(e.code()), e.what());
     }
     MP_CHECK(allPoison(recv.data(), recv.size()), "mismatched alltoallv wrote");
-    comm->barrier();
-    comm->finalize();
+    comm.barrier();
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
 TEST(HostCollectives, SendRecvPairs) {
-  auto res = runRanks(4, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto comm = smallSlotComm(rank, size, store);
+  auto res = runSmallSlot(4, [](Comm& comm, int rank, int size) {
     const int peer = rank ^ 1;  // pairs 0-1 and 2-3 run independently
     uint64_t seed = 3000;
     for (DataType t : {DataType::f32, DataType::bf16, DataType::fp8_e4m3, DataType::i64})
@@ -214,28 +125,27 @@ TEST(HostCollectives, SendRecvPairs) {
         fillBytes(mine.data(), bytes, seed, rank);
         // Sends larger than two channel slots wait for the receiver: order the pair's calls.
         if (rank % 2 == 0) {
-          comm->send(mine.data(), count, t, peer);
-          comm->recv(theirs.data(), count, t, peer);
+          comm.send(mine.data(), count, t, peer);
+          comm.recv(theirs.data(), count, t, peer);
         } else {
-          comm->recv(theirs.data(), count, t, peer);
-          comm->send(mine.data(), count, t, peer);
+          comm.recv(theirs.data(), count, t, peer);
+          comm.send(mine.data(), count, t, peer);
         }
         MP_CHECK(bytesMatch(theirs.data(), bytes, seed, peer), "%s count %zu", dtypeName(t), count);
         MP_CHECK(uint8_t(theirs[bytes]) == kPoison, "wrote past the end");
       }
     // Several small messages in flight before the receiver starts.
     if (rank % 2 == 0) {
-      for (int k = 0; k < 2; ++k) comm->send(&k, 1, DataType::i32, peer);
+      for (int k = 0; k < 2; ++k) comm.send(&k, 1, DataType::i32, peer);
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       for (int k = 0; k < 2; ++k) {
         int v = -1;
-        comm->recv(&v, 1, DataType::i32, peer);
+        comm.recv(&v, 1, DataType::i32, peer);
         MP_CHECK(v == k, "message %d arrived as %d", k, v);
       }
     }
-    comm->barrier();
-    comm->finalize();
+    comm.barrier();
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/settings/config.h"
+#include "helpers/host_rounds.h"
 #include "helpers/host_util.h"
 #include "helpers/mp.h"
 
@@ -24,21 +24,6 @@ using cclx::test::makeCpuComm;
 using cclx::test::runRanks;
 
 namespace {
-
-using Buf = std::vector<char>;
-Buf poisoned(size_t bytes) { return Buf(bytes, char(kPoison)); }
-bool allPoison(const char* p, size_t bytes) {
-  for (size_t i = 0; i < bytes; ++i)
-    if (uint8_t(p[i]) != kPoison) return false;
-  return true;
-}
-
-std::shared_ptr<Comm> smallSlotComm(int rank, int size, std::shared_ptr<Store> store,
-                                    Options o = testOpts()) {
-  setenv("CCLX_SHM_CHUNK_BYTES", "4096", 1);
-  reloadConfig();
-  return makeCpuComm(rank, size, std::move(store), o);
-}
 
 // Elements of the k-th message from `src` to `dst` in round `seed`: zero, one piece, many pieces.
 size_t msgCount(uint64_t seed, int src, int dst, int k, DataType t) {
@@ -111,14 +96,12 @@ void groupRound(Comm& comm, int rank, int size, uint64_t seed, DataType t, int p
 // order, sizes from 0 to many channel pieces; every dtype width.
 TEST(HostSendRecv, AnyListingOrderAtWorldSizes2To8) {
   for (int n = 2; n <= 8; ++n) {
-    auto res = runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
-      auto comm = smallSlotComm(rank, size, store);
+    auto res = runSmallSlot(n, [](Comm& comm, int rank, int size) {
       uint64_t seed = 100;
       for (DataType t : {DataType::f32, DataType::bf16, DataType::fp8_e4m3, DataType::i64})
-        groupRound(*comm, rank, size, ++seed, t, 3);
-      for (int it = 0; it < 5; ++it) groupRound(*comm, rank, size, ++seed, DataType::u8, 1);
-      comm->barrier();
-      comm->finalize();
+        groupRound(comm, rank, size, ++seed, t, 3);
+      for (int it = 0; it < 5; ++it) groupRound(comm, rank, size, ++seed, DataType::u8, 1);
+      comm.barrier();
     });
     ASSERT_TRUE(res.ok()) << n << " ranks:\n" << res.log;
   }
@@ -127,36 +110,33 @@ TEST(HostSendRecv, AnyListingOrderAtWorldSizes2To8) {
 // Two ranks that each send far more than the channel holds before receiving: plain send/recv
 // in this order would deadlock; one group does not. Then a group matched by plain calls.
 TEST(HostSendRecv, LargeCrossingMessagesAndPlainCalls) {
-  auto res = runRanks(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto comm = smallSlotComm(rank, size, store);
+  auto res = runSmallSlot(2, [](Comm& comm, int rank, int size) {
     const int peer = 1 - rank;
     const size_t count = (1 << 20) + 5;  // 4 MiB of f32 through 4 KiB pieces
     std::vector<float> out(count), in(count, -1.0f);
     fillBytes(out.data(), count * 4, 77, rank);
-    comm->sendRecv({{peer, out.data(), count}}, {{peer, in.data(), count}}, DataType::f32);
+    comm.sendRecv({{peer, out.data(), count}}, {{peer, in.data(), count}}, DataType::f32);
     MP_CHECK(bytesMatch(in.data(), count * 4, 77, peer), "crossing 4 MiB messages");
     // Rank 0 groups two sends; rank 1 receives them with plain recv() calls, in order.
     std::vector<int> a(3000), b(5);
     if (rank == 0) {
       std::iota(a.begin(), a.end(), 1);
       std::iota(b.begin(), b.end(), 9000);
-      comm->sendRecv({{1, a.data(), a.size()}, {1, b.data(), b.size()}}, {}, DataType::i32);
+      comm.sendRecv({{1, a.data(), a.size()}, {1, b.data(), b.size()}}, {}, DataType::i32);
     } else {
       std::vector<int> ga(3000, -1), gb(5, -1);
-      comm->recv(ga.data(), ga.size(), DataType::i32, 0);
-      comm->recv(gb.data(), gb.size(), DataType::i32, 0);
+      comm.recv(ga.data(), ga.size(), DataType::i32, 0);
+      comm.recv(gb.data(), gb.size(), DataType::i32, 0);
       MP_CHECK(ga[0] == 1 && ga[2999] == 3000 && gb[0] == 9000 && gb[4] == 9004, "order lost");
     }
-    comm->barrier();
-    comm->finalize();
+    comm.barrier();
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
 
 // Bad lists raise cclxInvalidArgument before anything moves; a valid call afterwards works.
 TEST(HostSendRecv, BadListsRejectedBeforeAnything) {
-  auto res = runRanks(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto comm = smallSlotComm(rank, size, store);
+  auto res = runSmallSlot(3, [](Comm& comm, int rank, int size) {
     Buf a = poisoned(64), b = poisoned(64);
     auto expect = [&](const std::function<void()>& f, const char* word) {
       try {
@@ -168,25 +148,24 @@ TEST(HostSendRecv, BadListsRejectedBeforeAnything) {
       }
     };
     const DataType f = DataType::f32;
-    expect([&] { comm->sendRecv({{size, a.data(), 4}}, {}, f); }, "outside");
-    expect([&] { comm->sendRecv({}, {{-1, a.data(), 4}}, f); }, "outside");
-    expect([&] { comm->sendRecv({{(rank + 1) % size, nullptr, 4}}, {}, f); }, "null");
-    expect([&] { comm->sendRecv({{rank, a.data(), 4}}, {}, f); }, "receive(s) from it");
-    expect([&] { comm->sendRecv({{rank, a.data(), 4}}, {{rank, b.data(), 3}}, f); }, "elements");
-    expect([&] { comm->sendRecv({}, {{(rank + 1) % size, a.data(), 8}, {(rank + 2) % size, a.data() + 16, 8}}, f); },
+    expect([&] { comm.sendRecv({{size, a.data(), 4}}, {}, f); }, "outside");
+    expect([&] { comm.sendRecv({}, {{-1, a.data(), 4}}, f); }, "outside");
+    expect([&] { comm.sendRecv({{(rank + 1) % size, nullptr, 4}}, {}, f); }, "null");
+    expect([&] { comm.sendRecv({{rank, a.data(), 4}}, {}, f); }, "receive(s) from it");
+    expect([&] { comm.sendRecv({{rank, a.data(), 4}}, {{rank, b.data(), 3}}, f); }, "elements");
+    expect([&] { comm.sendRecv({}, {{(rank + 1) % size, a.data(), 8}, {(rank + 2) % size, a.data() + 16, 8}}, f); },
            "overlap");
-    expect([&] { comm->sendRecv({{(rank + 1) % size, a.data(), 8}}, {{(rank + 2) % size, a.data() + 28, 1}}, f); },
+    expect([&] { comm.sendRecv({{(rank + 1) % size, a.data(), 8}}, {{(rank + 2) % size, a.data() + 28, 1}}, f); },
            "overlaps send");
-    expect([&] { comm->sendRecv({}, {}, DataType(99)); }, "data type");
+    expect([&] { comm.sendRecv({}, {}, DataType(99)); }, "data type");
     MP_CHECK(allPoison(a.data(), a.size()) && allPoison(b.data(), b.size()), "a rejected call wrote");
     // A receive from itself into its own send buffer is a no-op, and zero-count messages carry
     // nothing; a ring shift still works after all that.
     int mine = rank, got = -1;
-    comm->sendRecv({{rank, &mine, 1}, {(rank + 1) % size, &mine, 1}, {(rank + 2) % size, &mine, 0}},
+    comm.sendRecv({{rank, &mine, 1}, {(rank + 1) % size, &mine, 1}, {(rank + 2) % size, &mine, 0}},
                    {{rank, &mine, 1}, {(rank + size - 1) % size, &got, 1}, {(rank + size - 2) % size, &got, 0}},
                    DataType::i32);
     MP_CHECK(got == (rank + size - 1) % size && mine == rank, "ring shift got %d", got);
-    comm->finalize();
   });
   ASSERT_TRUE(res.ok()) << res.log;
 }
@@ -244,8 +223,7 @@ TEST(HostSendRecv, SizeMismatchAndMissingRankAreNamed) {
 // The collectives lowered onto the grouped primitive, against references, in and out of place.
 TEST(HostSendRecv, LoweredCollectives) {
   for (int n : {2, 3, 5, 8}) {
-    auto res = runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
-      auto comm = smallSlotComm(rank, size, store);
+    auto res = runSmallSlot(n, [](Comm& comm, int rank, int size) {
       const size_t N = size_t(size);
       uint64_t seed = 7000;
       for (DataType t : {DataType::f64, DataType::bf16, DataType::u8})
@@ -262,15 +240,15 @@ TEST(HostSendRecv, LoweredCollectives) {
               ins[r] = blocks[r].data();
             }
             Buf out = poisoned(bytes + 4);
-            comm->scatter(rank == root ? ins : std::vector<const void*>{}, out.data(), count, t, root);
+            comm.scatter(rank == root ? ins : std::vector<const void*>{}, out.data(), count, t, root);
             MP_CHECK(bytesMatch(out.data(), bytes, seed, rank) && allPoison(out.data() + bytes, 4),
                      "scatter %s count %zu root %d", dtypeName(t), count, root);
             // scatter in place on the root (its output is its own block).
             if (rank == root) {
-              comm->scatter(ins, blocks[size_t(rank)].data(), count, t, root);
+              comm.scatter(ins, blocks[size_t(rank)].data(), count, t, root);
               MP_CHECK(bytesMatch(blocks[size_t(rank)].data(), bytes, seed, rank), "scatter in place");
             } else {
-              comm->scatter({}, out.data(), count, t, root);
+              comm.scatter({}, out.data(), count, t, root);
             }
             // gather and gatherSingle (in place on the root: input = own slot).
             Buf mine(bytes);
@@ -278,14 +256,14 @@ TEST(HostSendRecv, LoweredCollectives) {
             std::vector<Buf> outs(N, poisoned(bytes + 4));
             std::vector<void*> outPtrs(N);
             for (size_t r = 0; r < N; ++r) outPtrs[r] = outs[r].data();
-            comm->gather(mine.data(), outPtrs, count, t, root);
+            comm.gather(mine.data(), outPtrs, count, t, root);
             Buf single = poisoned(N * bytes + 4);
             const void* in = mine.data();
             if (rank == root) {
               std::memcpy(single.data() + size_t(rank) * bytes, mine.data(), bytes);
               in = single.data() + size_t(rank) * bytes;
             }
-            comm->gatherSingle(in, single.data(), count, t, root);
+            comm.gatherSingle(in, single.data(), count, t, root);
             for (size_t r = 0; r < N && rank == root; ++r) {
               MP_CHECK(bytesMatch(outs[r].data(), bytes, seed, int(r)) && allPoison(outs[r].data() + bytes, 4),
                        "gather %s count %zu block %zu", dtypeName(t), count, r);
@@ -306,7 +284,7 @@ TEST(HostSendRecv, LoweredCollectives) {
               ptrs[r] = outs[r].data();
             }
             fillBytes(outs[size_t(rank)].data(), counts[size_t(rank)] * es, seed, rank);  // in place
-            comm->allGatherV(ptrs[size_t(rank)], ptrs, counts, t);
+            comm.allGatherV(ptrs[size_t(rank)], ptrs, counts, t);
             for (size_t r = 0; r < N; ++r)
               MP_CHECK(bytesMatch(outs[r].data(), counts[r] * es, seed, int(r)) &&
                            allPoison(outs[r].data() + counts[r] * es, 4),
@@ -329,14 +307,13 @@ TEST(HostSendRecv, LoweredCollectives) {
               sp[j] = sb[j].data();
               rp[j] = rb[j].data();
             }
-            comm->allToAllList(sp, sc, rp, rc, t);
+            comm.allToAllList(sp, sc, rp, rc, t);
             for (size_t j = 0; j < N; ++j)
               MP_CHECK(bytesMatch(rb[j].data(), rc[j] * es, seed + size_t(rank), int(j)) &&
                            allPoison(rb[j].data() + rc[j] * es, 4),
                        "allToAllList %s from %zu", dtypeName(t), j);
           }
         }
-      comm->finalize();
     });
     ASSERT_TRUE(res.ok()) << n << " ranks:\n" << res.log;
   }
@@ -346,8 +323,7 @@ TEST(HostSendRecv, LoweredCollectives) {
 // empty), in and out of place; counts that differ between ranks fail on every rank alike.
 TEST(HostSendRecv, ReduceScatterV) {
   for (int n : {3, 2, 5, 8}) {
-    auto res = runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
-      auto comm = smallSlotComm(rank, size, store);
+    auto res = runSmallSlot(n, [](Comm& comm, int rank, int size) {
       const size_t N = size_t(size);
       uint64_t seed = 9000;
       const bool all = size == 3;
@@ -376,7 +352,7 @@ TEST(HostSendRecv, ReduceScatterV) {
               const size_t mine = counts[size_t(rank)];
               Buf out = poisoned(mine * es + 4);
               void* dst = inPlace ? const_cast<void*>(ins[size_t(rank)]) : out.data();
-              comm->reduceScatterV(ins, counts, dst, t, op);
+              comm.reduceScatterV(ins, counts, dst, t, op);
               std::string err = checkReduced(t, op, seed, size, dst, mine, first[size_t(rank)]);
               MP_CHECK(err.empty(), "%s %s base %zu inPlace %d: %s", dtypeName(t), opName(op.kind), base,
                        int(inPlace), err.c_str());
@@ -389,7 +365,7 @@ TEST(HostSendRecv, ReduceScatterV) {
       std::vector<const void*> ins(N);
       for (size_t r = 0; r < N; ++r) ins[r] = in.data() + 8 * r;
       try {
-        comm->reduceScatterV(ins, counts, out.data(), DataType::f32, RedOpKind::SUM);
+        comm.reduceScatterV(ins, counts, out.data(), DataType::f32, RedOpKind::SUM);
         MP_CHECK(false, "mismatched counts accepted");
       } catch (const Error& e) {
         MP_CHECK(e.code() == cclxInvalidArgument && std::string(e.what()).find("rank 1 passes") != std::string::npos,
@@ -397,14 +373,13 @@ TEST(HostSendRecv, ReduceScatterV) {
       }
       // The output overlapping another rank's input is rejected before anything runs.
       try {
-        comm->reduceScatterV(ins, std::vector<size_t>(N, 5), const_cast<void*>(ins[(size_t(rank) + 1) % N]),
+        comm.reduceScatterV(ins, std::vector<size_t>(N, 5), const_cast<void*>(ins[(size_t(rank) + 1) % N]),
                              DataType::f32, RedOpKind::SUM);
         MP_CHECK(false, "overlapping output accepted");
       } catch (const Error& e) {
         MP_CHECK(e.code() == cclxInvalidArgument, "code %d: %s", int(e.code()), e.what());
       }
-      comm->barrier();
-      comm->finalize();
+      comm.barrier();
     });
     ASSERT_TRUE(res.ok()) << n << " ranks:\n" << res.log;
   }
