@@ -1,7 +1,7 @@
 // Comm: creation, properties, split and shutdown, plus the argument conversions and checks the
-// collectives share (comm_reduce.cc, comm_data.cc). Every collective takes validated array views,
-// builds CollOptions and calls the C++ API with the GIL released. Argument errors raise before
-// anything is enqueued.
+// collectives share (comm_reduce.cc, comm_data.cc, comm_grouped.cc, comm_fused.cc, window.cc).
+// Every collective takes validated array views, builds CollOptions and calls the C++ API with the
+// GIL released (defColl in bindings.h). Argument errors raise before anything is enqueued.
 #include "bindings.h"
 
 #include <nanobind/stl/map.h>
@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,28 @@ namespace cclx::py {
 std::chrono::milliseconds msOf(double seconds, const char* what) {
   if (!std::isfinite(seconds) || seconds < 0) argError(std::string(what) + " must be >= 0 seconds");
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
+}
+
+std::chrono::milliseconds timeoutOf(double seconds, const char* what) {
+  if (seconds >= double(kInfiniteTimeout.count()) / 1000.0) return kInfiniteTimeout;
+  return msOf(seconds, what);
+}
+
+Options commOptions(const std::string& name, const std::string& backend, double timeout,
+                    const char* timeoutWhat, const Hints& hints, int abortOnError) {
+  Options o;
+  o.timeout = timeoutOf(timeout, timeoutWhat);
+  if (abortOnError >= 0) o.abortOnError = abortOnError != 0;
+  o.name = name;
+  o.backend = backend;
+  o.hints = hints;
+  return o;
+}
+
+DeviceSpec deviceOf(const char* op, int devType, int devIndex) {
+  if (devType != DeviceSpec::CPU && devType != DeviceSpec::CUDA)
+    argError(std::string(op) + ": device type must be 0 (cpu) or 1 (cuda)");
+  return DeviceSpec{static_cast<DeviceSpec::Type>(devType), devIndex};
 }
 
 CollOptions collOpts(bool async, uintptr_t stream, const Hints& hints, double timeout) {
@@ -45,11 +68,8 @@ DataType resolveDtype(int code, const Array& first, const char* op) {
 
 void checkOp(const char* op, const ReduceOp& r, DataType t) {
   if (!opSupported(r.kind, t)) {
-    static const char* names[] = {"SUM", "PRODUCT", "MIN", "MAX", "AVG",
-                                  "BAND", "BOR", "BXOR", "PREMUL_SUM"};
-    int k = static_cast<int>(r.kind);
-    argError(std::string(op) + ": ReduceOp." + (k >= 0 && k < 9 ? names[k] : "?") +
-             " is not supported for dtype " + dtypeName(t));
+    argError(std::string(op) + ": ReduceOp." + redOpName(r.kind) + " is not supported for dtype " +
+             dtypeName(t));
   }
 }
 
@@ -60,6 +80,18 @@ void checkRank(const char* op, const char* what, int r, const Comm& c) {
   }
 }
 
+DataType reductionDtype(int code, const Array& first, const char* op, const ReduceOp& r) {
+  const DataType t = resolveDtype(code, first, op);
+  checkOp(op, r, t);
+  return t;
+}
+
+DataType rootedDtype(int code, const Array& first, const char* op, int root, const Comm& c) {
+  const DataType t = resolveDtype(code, first, op);
+  checkRank(op, "root", root, c);
+  return t;
+}
+
 void checkNumel(const char* op, const char* what, size_t got, size_t want) {
   if (got != want) {
     argError(std::string(op) + ": " + what + " has " + std::to_string(got) +
@@ -68,6 +100,33 @@ void checkNumel(const char* op, const char* what, size_t got, size_t want) {
 }
 
 std::string msg(const char* op, const char* arg) { return std::string(op) + ": " + arg; }
+
+void checkLength(const char* op, const char* what, size_t got, const Comm& c) {
+  checkNumel(op, (std::string(what) + " (length)").c_str(), got, static_cast<size_t>(c.size()));
+}
+
+void checkDivisible(const char* op, size_t numel, const Comm& c) {
+  if (numel % c.size() != 0) {
+    argError(std::string(op) + ": input has " + std::to_string(numel) +
+             " elements, not a multiple of the communicator size " + std::to_string(c.size()));
+  }
+}
+
+InOut inOrInPlace(const char* op, const Array& send, const std::optional<Array>& recv, DataType t,
+                  const Comm& c) {
+  InOut io;
+  io.in = viewOf(send, msg(op, "tensor").c_str(), t, c);
+  io.out = recv ? viewOf(*recv, msg(op, "output").c_str(), t, c) : io.in;
+  checkNumel(op, "output", io.out.numel, io.in.numel);
+  return io;
+}
+
+InOut inputOutput(const char* op, const Array& send, const Array& recv, DataType t, const Comm& c) {
+  InOut io;
+  io.in = viewOf(send, msg(op, "input").c_str(), t, c);
+  io.out = viewOf(recv, msg(op, "output").c_str(), t, c);
+  return io;
+}
 
 void bindComm(nb::module_& m) {
   bindWork(m);
@@ -84,18 +143,9 @@ void bindComm(nb::module_& m) {
           argError("Comm.create: need 0 <= rank < size (got rank " + std::to_string(rank) +
                    ", size " + std::to_string(size) + ")");
         }
-        if (devType != DeviceSpec::CPU && devType != DeviceSpec::CUDA) {
-          argError("Comm.create: device type must be 0 (cpu) or 1 (cuda)");
-        }
-        Options o;
-        o.timeout = timeout >= double(kInfiniteTimeout.count()) / 1000.0
-                        ? kInfiniteTimeout
-                        : msOf(timeout, "Comm.create: timeout");  // 0: the default
-        if (abortOnError >= 0) o.abortOnError = abortOnError != 0;
-        o.name = name;
-        o.backend = backend;
-        o.hints = hints;
-        DeviceSpec d{static_cast<DeviceSpec::Type>(devType), devIndex};
+        const DeviceSpec d = deviceOf("Comm.create", devType, devIndex);
+        const Options o =
+            commOptions(name, backend, timeout, "Comm.create: timeout", hints, abortOnError);
         nb::gil_scoped_release nogil;
         return Comm::create(d, o, std::move(store), rank, size);
       },

@@ -40,118 +40,74 @@ std::vector<size_t> splitCounts(const char* op, const char* what,
 }  // namespace
 
 void bindDataMovement(CommClass& c) {
-  c.def(
-      "broadcast",
-      [](Comm& c, const Array& send, std::optional<Array> recv, int dtc, int root, bool async,
-         uintptr_t stream, const Hints& hints, double timeout) {
-        const char* n = "broadcast";
-        DataType t = resolveDtype(dtc, send, n);
-        checkRank(n, "root", root, c);
-        View s = viewOf(send, msg(n, "tensor").c_str(), t, c);
-        View r = recv ? viewOf(*recv, msg(n, "output").c_str(), t, c) : s;
-        checkNumel(n, "output", r.numel, s.numel);
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.broadcast(s.ptr, r.ptr, s.numel, t, root, o);
+  defColl(
+      c, "broadcast", "broadcast", kCollDoc,
+      [](const char* n, Comm& c, const Array& send, std::optional<Array> recv, int dtc, int root) {
+        DataType t = rootedDtype(dtc, send, n, root, c);
+        const auto [s, r] = inOrInPlace(n, send, recv, t, c);
+        return deferCall(&Comm::broadcast, c, s.ptr, r.ptr, s.numel, t, root);
       },
-      nb::arg("send"), nb::arg("recv").none(), nb::arg("dtype"), nb::arg("root"),
-      nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("send"), nb::arg("recv").none(), nb::arg("dtype"), nb::arg("root"));
 
-  c.def(
-      "all_gather",
-      [](Comm& c, const Array& send, const Array& recv, int dtc, bool async, uintptr_t stream,
-         const Hints& hints, double timeout) {
-        const char* n = "all_gather_single";
+  defColl(
+      c, "all_gather", "all_gather_single", kCollDoc,
+      [](const char* n, Comm& c, const Array& send, const Array& recv, int dtc) {
         DataType t = resolveDtype(dtc, send, n);
-        View s = viewOf(send, msg(n, "input").c_str(), t, c);
-        View r = viewOf(recv, msg(n, "output").c_str(), t, c);
+        const auto [s, r] = inputOutput(n, send, recv, t, c);
         checkNumel(n, "output", r.numel, s.numel * c.size());
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.allGather(s.ptr, r.ptr, s.numel, t, o);
+        return deferCall(&Comm::allGather, c, s.ptr, r.ptr, s.numel, t);
       },
-      nb::arg("send"), nb::arg("recv"), nb::arg("dtype"), nb::arg("async_op"), nb::arg("stream"),
-      nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("send"), nb::arg("recv"), nb::arg("dtype"));
 
-  c.def(
-      "all_gather_list",
-      [](Comm& c, const Array& send, const std::vector<Array>& recvs, int dtc, bool async,
-         uintptr_t stream, const Hints& hints, double timeout) {
-        const char* n = "all_gather";
+  defColl(
+      c, "all_gather_list", "all_gather", kCollDoc,
+      [](const char* n, Comm& c, const Array& send, const Arrays& recvs, int dtc) {
         DataType t = resolveDtype(dtc, send, n);
         View s = viewOf(send, msg(n, "tensor").c_str(), t, c);
-        checkNumel(n, "tensor_list (length)", recvs.size(), static_cast<size_t>(c.size()));
-        std::vector<void*> ptrs;
-        for (const Array& a : recvs) {
-          View r = viewOf(a, msg(n, "tensor_list entry").c_str(), t, c);
-          checkNumel(n, "a tensor_list entry", r.numel, s.numel);
-          ptrs.push_back(r.ptr);
-        }
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.allGatherList(s.ptr, ptrs, s.numel, t, o);
+        std::vector<void*> ptrs =
+            entryPtrs<void*>(n, "tensor_list", recvs, s.numel, t, c, CountCheck::EachEntry);
+        return deferCall(&Comm::allGatherList, c, s.ptr, std::move(ptrs), s.numel, t);
       },
-      nb::arg("send"), nb::arg("recvs"), nb::arg("dtype"), nb::arg("async_op"),
-      nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("send"), nb::arg("recvs"), nb::arg("dtype"));
 
-  c.def(
-      "all_to_all",
-      [](Comm& c, const Array& send, const Array& recv, int dtc, bool async, uintptr_t stream,
-         const Hints& hints, double timeout) {
-        const char* n = "all_to_all_single";
+  defColl(
+      c, "all_to_all", "all_to_all_single", kCollDoc,
+      [](const char* n, Comm& c, const Array& send, const Array& recv, int dtc) {
         DataType t = resolveDtype(dtc, send, n);
-        View s = viewOf(send, msg(n, "input").c_str(), t, c);
-        View r = viewOf(recv, msg(n, "output").c_str(), t, c);
+        const auto [s, r] = inputOutput(n, send, recv, t, c);
         checkNumel(n, "output", r.numel, s.numel);
-        if (s.numel % c.size() != 0) {
-          argError(std::string(n) + ": input has " + std::to_string(s.numel) +
-                   " elements, not a multiple of the communicator size " +
-                   std::to_string(c.size()));
-        }
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.allToAll(s.ptr, r.ptr, s.numel / c.size(), t, o);
+        checkDivisible(n, s.numel, c);
+        return deferCall(&Comm::allToAll, c, s.ptr, r.ptr, s.numel / c.size(), t);
       },
-      nb::arg("send"), nb::arg("recv"), nb::arg("dtype"), nb::arg("async_op"), nb::arg("stream"),
-      nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("send"), nb::arg("recv"), nb::arg("dtype"));
 
-  c.def(
-      "all_to_all_v",
-      [](Comm& c, const Array& send, const Array& recv, const std::vector<int64_t>& sendCounts,
-         const std::vector<int64_t>& recvCounts, int dtc, bool async, uintptr_t stream,
-         const Hints& hints, double timeout) {
-        const char* n = "all_to_all_v_single";
+  defColl(
+      c, "all_to_all_v", "all_to_all_v_single", "Counts in elements. ",
+      [](const char* n, Comm& c, const Array& send, const Array& recv,
+         const std::vector<int64_t>& sendCounts, const std::vector<int64_t>& recvCounts, int dtc) {
         DataType t = resolveDtype(dtc, send, n);
-        View s = viewOf(send, msg(n, "input").c_str(), t, c);
-        View r = viewOf(recv, msg(n, "output").c_str(), t, c);
+        const auto [s, r] = inputOutput(n, send, recv, t, c);
         std::vector<size_t> sc = splitCounts(n, "input", sendCounts, s.numel);
         std::vector<size_t> rc = splitCounts(n, "output", recvCounts, r.numel);
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.allToAllV(s.ptr, sc, r.ptr, rc, t, o);
+        return deferCall(&Comm::allToAllV, c, s.ptr, std::move(sc), r.ptr, std::move(rc), t);
       },
       nb::arg("send"), nb::arg("recv"), nb::arg("send_counts"), nb::arg("recv_counts"),
-      nb::arg("dtype"), nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"),
-      nb::arg("timeout"), "Counts in elements. " );
+      nb::arg("dtype"));
 
   // send and recv: one point-to-point message with a peer other than this rank.
   auto bindP2P = [&](const char* name, const char* peerName, auto call) {
-    c.def(
-        name,
-        [name, peerName, call](Comm& c, const Array& buf, int dtc, int peer, bool async,
-                               uintptr_t stream, const Hints& hints, double timeout) {
-          DataType t = resolveDtype(dtc, buf, name);
-          checkRank(name, peerName, peer, c);
+    defColl(
+        c, name, name, kCollDoc,
+        [peerName, call](const char* n, Comm& c, const Array& buf, int dtc, int peer) {
+          DataType t = resolveDtype(dtc, buf, n);
+          checkRank(n, peerName, peer, c);
           if (peer == c.rank())
-            argError(std::string(name) + ": " + peerName + " " + std::to_string(peer) +
+            argError(std::string(n) + ": " + peerName + " " + std::to_string(peer) +
                      " is this rank");
-          View v = viewOf(buf, msg(name, "tensor").c_str(), t, c);
-          CollOptions o = collOpts(async, stream, hints, timeout);
-          nb::gil_scoped_release nogil;
-          return call(c, v.ptr, v.numel, t, peer, o);
+          View v = viewOf(buf, msg(n, "tensor").c_str(), t, c);
+          return deferCall(call, c, v.ptr, v.numel, t, peer);
         },
-        nb::arg("buf"), nb::arg("dtype"), nb::arg("peer"), nb::arg("async_op"),
-        nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+        nb::arg("buf"), nb::arg("dtype"), nb::arg("peer"));
   };
   bindP2P("send", "dst",
           [](Comm& c, void* p, size_t n, DataType t, int peer, const CollOptions& o) {
@@ -162,14 +118,9 @@ void bindDataMovement(CommClass& c) {
             return c.recv(p, n, t, peer, o);
           });
 
-  c.def(
-      "barrier",
-      [](Comm& c, bool async, uintptr_t stream, const Hints& hints, double timeout) {
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.barrier(o);
-      },
-      nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+  defColl(
+      c, "barrier", "barrier", kCollDoc,
+      [](const char*, Comm& c) { return deferCall(&Comm::barrier, c); });
 }
 
 }  // namespace cclx::py

@@ -14,13 +14,14 @@
 namespace cclx::py {
 
 void bindFused(CommClass& c) {
-  c.def(
-      "all_reduce_rmsnorm",
-      [](Comm& c, const Array& x, const Array& residual, const Array& residualOut,
+  defColl(
+      c, "all_reduce_rmsnorm", "all_reduce_rmsnorm",
+      "Fused allreduce + residual add + RMSNorm (+ FP8). Trailing arguments: async_op, stream "
+      "(cudaStream_t as int), hints, timeout s.",
+      [](const char* n, Comm& c, const Array& x, const Array& residual, const Array& residualOut,
          const Array& weight, std::optional<Array> out, std::optional<Array> fp8Out,
          std::optional<Array> scales, std::optional<Array> staticScale, int dtc, size_t hidden,
-         double eps, bool async, uintptr_t stream, const Hints& hints, double timeout) {
-        const char* n = "all_reduce_rmsnorm";
+         double eps) {
         const DataType t = resolveDtype(dtc, x, n);
         if (t != DataType::f32 && t != DataType::bf16 && t != DataType::f16)
           argError(std::string(n) + ": x has dtype " + dtypeName(t) + "; expected f32, bf16 or f16");
@@ -65,16 +66,11 @@ void bindFused(CommClass& c) {
         a.hidden = hidden;
         a.dtype = t;
         a.eps = float(eps);
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.allReduceRmsNorm(a, o);
+        return deferCall(&Comm::allReduceRmsNorm, c, a);
       },
       nb::arg("x"), nb::arg("residual"), nb::arg("residual_out"), nb::arg("weight"),
       nb::arg("out").none(), nb::arg("fp8_out").none(), nb::arg("scales").none(),
-      nb::arg("static_scale").none(), nb::arg("dtype"), nb::arg("hidden"), nb::arg("eps"),
-      nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"),
-      "Fused allreduce + residual add + RMSNorm (+ FP8). Trailing arguments: async_op, stream "
-      "(cudaStream_t as int), hints, timeout s.");
+      nb::arg("static_scale").none(), nb::arg("dtype"), nb::arg("hidden"), nb::arg("eps"));
 
   c.def(
       "select_all_reduce_rmsnorm_algo",

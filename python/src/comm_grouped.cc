@@ -20,7 +20,7 @@ namespace cclx::py {
 namespace {
 
 /// Views of a list of arrays of dtype `t` (named `what` in messages).
-std::vector<View> views(const std::vector<Array>& arrays, const char* op, const char* what,
+std::vector<View> views(const Arrays& arrays, const char* op, const char* what,
                         DataType t, const Comm& c) {
   std::vector<View> v;
   v.reserve(arrays.size());
@@ -28,8 +28,39 @@ std::vector<View> views(const std::vector<Array>& arrays, const char* op, const 
   return v;
 }
 
-void checkLength(const char* op, const char* what, size_t got, const Comm& c) {
-  checkNumel(op, (std::string(what) + " (length)").c_str(), got, static_cast<size_t>(c.size()));
+/// The addresses and element counts of a list of arrays (named `what`), viewed in order.
+template <typename Ptr>
+struct Entries {
+  std::vector<Ptr> ptrs;
+  std::vector<size_t> counts;
+};
+template <typename Ptr>
+Entries<Ptr> entries(const Arrays& arrays, const char* op, const char* what,
+                     DataType t, const Comm& c) {
+  Entries<Ptr> e;
+  for (const View& v : views(arrays, op, what, t, c)) {
+    e.ptrs.push_back(static_cast<Ptr>(v.ptr));
+    e.counts.push_back(v.numel);
+  }
+  return e;
+}
+
+/// scatter and gather: this rank's tensor `one` (named `oneName`; the dtype is its own unless
+/// given) after the root check and, at the root, the addresses of the list `list` (named
+/// `listName`; one entry per rank, each of as many elements as `one`).
+template <typename Ptr>
+struct Rooted {
+  DataType t;
+  View one;
+  std::vector<Ptr> ptrs;
+};
+template <typename Ptr>
+Rooted<Ptr> rooted(const char* op, int dtc, const Array& one, const char* oneName,
+                   const Arrays& list, const char* listName, int root, const Comm& c) {
+  const DataType t = rootedDtype(dtc, one, op, root, c);
+  const View v = viewOf(one, msg(op, oneName).c_str(), t, c);
+  if (c.rank() != root) return {t, v, {}};
+  return {t, v, entryPtrs<Ptr>(op, listName, list, v.numel, t, c, CountCheck::AfterViews)};
 }
 
 /// One entry of a batch: (is_send, array, peer, dtype code or -1).
@@ -38,11 +69,9 @@ using BatchOp = std::tuple<bool, Array, int, int>;
 }  // namespace
 
 void bindGrouped(CommClass& c) {
-  c.def(
-      "send_recv",
-      [](Comm& c, const std::vector<BatchOp>& ops, int dtc, bool async, uintptr_t stream,
-         const Hints& hints, double timeout) {
-        const char* n = "batch_op_issue";
+  defColl(
+      c, "send_recv", "batch_op_issue", "ops: (is_send, array, peer, dtype code or -1). ",
+      [](const char* n, Comm& c, const std::vector<BatchOp>& ops, int dtc) {
         // Every op moves its bytes; the group's dtype (the ops' common one, or u8 for a batch
         // of mixed dtypes) only sets the element size NCCL counts in.
         const DataType group = checkedDtype(dtc, n);
@@ -61,66 +90,32 @@ void bindGrouped(CommClass& c) {
           if (isSend) sends.push_back({peer, v.ptr, bytes / ges});
           else recvs.push_back({peer, v.ptr, bytes / ges});
         }
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.sendRecv(sends, recvs, group, o);
+        return deferCall(&Comm::sendRecv, c, std::move(sends), std::move(recvs), group);
       },
-      nb::arg("ops"), nb::arg("dtype"), nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"),
-      nb::arg("timeout"), "ops: (is_send, array, peer, dtype code or -1). " );
+      nb::arg("ops"), nb::arg("dtype"));
 
-  c.def(
-      "scatter",
-      [](Comm& c, const Array& recv, const std::vector<Array>& sends, int dtc, int root,
-         bool async, uintptr_t stream, const Hints& hints, double timeout) {
-        const char* n = "scatter";
-        DataType t = resolveDtype(dtc, recv, n);
-        checkRank(n, "root", root, c);
-        View r = viewOf(recv, msg(n, "output_tensor").c_str(), t, c);
-        std::vector<const void*> ptrs;
-        if (c.rank() == root) {
-          checkLength(n, "input_tensor_list", sends.size(), c);
-          for (const View& s : views(sends, n, "input_tensor_list entry", t, c)) {
-            checkNumel(n, "an input_tensor_list entry", s.numel, r.numel);
-            ptrs.push_back(s.ptr);
-          }
-        }
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.scatter(ptrs, r.ptr, r.numel, t, root, o);
+  defColl(
+      c, "scatter", "scatter", kCollDoc,
+      [](const char* n, Comm& c, const Array& recv, const Arrays& sends, int dtc, int root) {
+        auto [t, r, ptrs] =
+            rooted<const void*>(n, dtc, recv, "output_tensor", sends, "input_tensor_list", root, c);
+        return deferCall(&Comm::scatter, c, std::move(ptrs), r.ptr, r.numel, t, root);
       },
-      nb::arg("recv"), nb::arg("sends"), nb::arg("dtype"), nb::arg("root"), nb::arg("async_op"),
-      nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("recv"), nb::arg("sends"), nb::arg("dtype"), nb::arg("root"));
 
-  c.def(
-      "gather",
-      [](Comm& c, const Array& send, const std::vector<Array>& recvs, int dtc, int root,
-         bool async, uintptr_t stream, const Hints& hints, double timeout) {
-        const char* n = "gather";
-        DataType t = resolveDtype(dtc, send, n);
-        checkRank(n, "root", root, c);
-        View s = viewOf(send, msg(n, "input_tensor").c_str(), t, c);
-        std::vector<void*> ptrs;
-        if (c.rank() == root) {
-          checkLength(n, "output_tensor_list", recvs.size(), c);
-          for (const View& r : views(recvs, n, "output_tensor_list entry", t, c)) {
-            checkNumel(n, "an output_tensor_list entry", r.numel, s.numel);
-            ptrs.push_back(r.ptr);
-          }
-        }
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.gather(s.ptr, ptrs, s.numel, t, root, o);
+  defColl(
+      c, "gather", "gather", kCollDoc,
+      [](const char* n, Comm& c, const Array& send, const Arrays& recvs, int dtc, int root) {
+        auto [t, s, ptrs] =
+            rooted<void*>(n, dtc, send, "input_tensor", recvs, "output_tensor_list", root, c);
+        return deferCall(&Comm::gather, c, s.ptr, std::move(ptrs), s.numel, t, root);
       },
-      nb::arg("send"), nb::arg("recvs"), nb::arg("dtype"), nb::arg("root"), nb::arg("async_op"),
-      nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("send"), nb::arg("recvs"), nb::arg("dtype"), nb::arg("root"));
 
-  c.def(
-      "gather_single",
-      [](Comm& c, const Array& send, std::optional<Array> recv, int dtc, int root, bool async,
-         uintptr_t stream, const Hints& hints, double timeout) {
-        const char* n = "gather_single";
-        DataType t = resolveDtype(dtc, send, n);
-        checkRank(n, "root", root, c);
+  defColl(
+      c, "gather_single", "gather_single", kCollDoc,
+      [](const char* n, Comm& c, const Array& send, std::optional<Array> recv, int dtc, int root) {
+        DataType t = rootedDtype(dtc, send, n, root, c);
         View s = viewOf(send, msg(n, "input").c_str(), t, c);
         void* out = nullptr;
         if (c.rank() == root) {
@@ -129,85 +124,49 @@ void bindGrouped(CommClass& c) {
           checkNumel(n, "output", r.numel, s.numel * c.size());
           out = r.ptr;
         }
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.gatherSingle(s.ptr, out, s.numel, t, root, o);
+        return deferCall(&Comm::gatherSingle, c, s.ptr, out, s.numel, t, root);
       },
-      nb::arg("send"), nb::arg("recv").none(), nb::arg("dtype"), nb::arg("root"),
-      nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("send"), nb::arg("recv").none(), nb::arg("dtype"), nb::arg("root"));
 
-  c.def(
-      "all_gather_v",
-      [](Comm& c, const Array& send, const std::vector<Array>& recvs, int dtc, bool async,
-         uintptr_t stream, const Hints& hints, double timeout) {
-        const char* n = "all_gather_v";
+  defColl(
+      c, "all_gather_v", "all_gather_v", kCollDoc,
+      [](const char* n, Comm& c, const Array& send, const Arrays& recvs, int dtc) {
         DataType t = resolveDtype(dtc, send, n);
         View s = viewOf(send, msg(n, "tensor").c_str(), t, c);
         checkLength(n, "tensor_list", recvs.size(), c);
-        std::vector<void*> ptrs;
-        std::vector<size_t> counts;
-        for (const View& r : views(recvs, n, "tensor_list entry", t, c)) {
-          ptrs.push_back(r.ptr);
-          counts.push_back(r.numel);
-        }
+        auto [ptrs, counts] = entries<void*>(recvs, n, "tensor_list entry", t, c);
         checkNumel(n, "tensor (this rank's tensor_list entry has the size)", s.numel,
                    counts[static_cast<size_t>(c.rank())]);
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.allGatherV(s.ptr, ptrs, counts, t, o);
+        return deferCall(&Comm::allGatherV, c, s.ptr, std::move(ptrs), std::move(counts), t);
       },
-      nb::arg("send"), nb::arg("recvs"), nb::arg("dtype"), nb::arg("async_op"),
-      nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("send"), nb::arg("recvs"), nb::arg("dtype"));
 
-  c.def(
-      "all_to_all_list",
-      [](Comm& c, const std::vector<Array>& recvs, const std::vector<Array>& sends, int dtc,
-         bool async, uintptr_t stream, const Hints& hints, double timeout) {
-        const char* n = "all_to_all";
+  defColl(
+      c, "all_to_all_list", "all_to_all", kCollDoc,
+      [](const char* n, Comm& c, const Arrays& recvs, const Arrays& sends, int dtc) {
         checkLength(n, "output_tensor_list", recvs.size(), c);
         checkLength(n, "input_tensor_list", sends.size(), c);
         DataType t = resolveDtype(dtc, sends[0], n);
-        std::vector<const void*> sp;
-        std::vector<void*> rp;
-        std::vector<size_t> sc, rc;
-        for (const View& v : views(sends, n, "input_tensor_list entry", t, c)) {
-          sp.push_back(v.ptr);
-          sc.push_back(v.numel);
-        }
-        for (const View& v : views(recvs, n, "output_tensor_list entry", t, c)) {
-          rp.push_back(v.ptr);
-          rc.push_back(v.numel);
-        }
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.allToAllList(sp, sc, rp, rc, t, o);
+        auto [sp, sc] = entries<const void*>(sends, n, "input_tensor_list entry", t, c);
+        auto [rp, rc] = entries<void*>(recvs, n, "output_tensor_list entry", t, c);
+        return deferCall(&Comm::allToAllList, c, std::move(sp), std::move(sc), std::move(rp),
+                         std::move(rc), t);
       },
-      nb::arg("recvs"), nb::arg("sends"), nb::arg("dtype"), nb::arg("async_op"),
-      nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("recvs"), nb::arg("sends"), nb::arg("dtype"));
 
-  c.def(
-      "reduce_scatter_v",
-      [](Comm& c, const std::vector<Array>& sends, const Array& recv, int dtc, ReduceOp op,
-         bool async, uintptr_t stream, const Hints& hints, double timeout) {
-        const char* n = "reduce_scatter_v";
-        DataType t = resolveDtype(dtc, recv, n);
-        checkOp(n, op, t);
+  defColl(
+      c, "reduce_scatter_v", "reduce_scatter_v", kCollDoc,
+      [](const char* n, Comm& c, const Arrays& sends, const Array& recv, int dtc, ReduceOp op) {
+        DataType t = reductionDtype(dtc, recv, n, op);
         View r = viewOf(recv, msg(n, "output").c_str(), t, c);
         checkLength(n, "input_list", sends.size(), c);
-        std::vector<const void*> ptrs;
-        std::vector<size_t> counts;
-        for (const View& s : views(sends, n, "input_list entry", t, c)) {
-          ptrs.push_back(s.ptr);
-          counts.push_back(s.numel);
-        }
+        auto [ptrs, counts] = entries<const void*>(sends, n, "input_list entry", t, c);
         checkNumel(n, "output (this rank's input_list entry has the size)", r.numel,
                    counts[static_cast<size_t>(c.rank())]);
-        CollOptions o = collOpts(async, stream, hints, timeout);
-        nb::gil_scoped_release nogil;
-        return c.reduceScatterV(ptrs, counts, r.ptr, t, op, o);
+        return deferCall(&Comm::reduceScatterV, c, std::move(ptrs), std::move(counts), r.ptr,
+                         t, op);
       },
-      nb::arg("sends"), nb::arg("recv"), nb::arg("dtype"), nb::arg("op"), nb::arg("async_op"),
-      nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc);
+      nb::arg("sends"), nb::arg("recv"), nb::arg("dtype"), nb::arg("op"));
 
   c.def(
        "set_timeout",

@@ -17,15 +17,6 @@
 #include "store/bootstrap.h"
 
 namespace cclx::py {
-namespace {
-
-// Seconds from Python as a comm timeout: 0 = the default, very large = kInfiniteTimeout.
-std::chrono::milliseconds timeoutOf(double seconds) {
-  if (seconds >= double(kInfiniteTimeout.count()) / 1000.0) return kInfiniteTimeout;
-  return msOf(seconds, "timeout");
-}
-
-}  // namespace
 
 void bindRendezvous(nb::module_& m) {
   m.def(
@@ -33,7 +24,7 @@ void bindRendezvous(nb::module_& m) {
       [](double timeout) {
         RendezvousConfig r = rendezvousConfig();
         Options o;
-        o.timeout = timeoutOf(timeout);
+        o.timeout = timeoutOf(timeout, "timeout");
         return nb::make_tuple(r.jobId, double(creationTimeout(o).count()) / 1000.0, r.error);
       },
       nb::arg("timeout") = 0.0,
@@ -54,15 +45,8 @@ void bindRendezvous(nb::module_& m) {
          double timeout, const Hints& hints, std::shared_ptr<Store> store, int rank, int size,
          int abortOnError) {
         if (!store) argError("_create_comm: store must not be None");
-        if (devType != DeviceSpec::CPU && devType != DeviceSpec::CUDA)
-          argError("_create_comm: device type must be 0 (cpu) or 1 (cuda)");
-        Options o;
-        o.timeout = timeoutOf(timeout);
-        if (abortOnError >= 0) o.abortOnError = abortOnError != 0;
-        o.name = name;
-        o.backend = backend;
-        o.hints = hints;
-        DeviceSpec d{static_cast<DeviceSpec::Type>(devType), devIndex};
+        const DeviceSpec d = deviceOf("_create_comm", devType, devIndex);
+        const Options o = commOptions(name, backend, timeout, "timeout", hints, abortOnError);
         nb::gil_scoped_release nogil;
         return createComm(d, o, std::move(store), "", rank, size);
       },

@@ -41,35 +41,20 @@ DataType dtypeOf(const Array& a, int override, const char* what) {
   }
   // DLPack type codes (numeric, so older nanobind headers without the float8 names work).
   enum : uint8_t { kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kF8e4m3fn = 10, kF8e5m2 = 12 };
+  struct Known {
+    uint8_t code, bits;
+    DataType t;
+  };
+  static constexpr Known kKnown[] = {
+      {kFloat, 32, DataType::f32},       {kFloat, 64, DataType::f64},
+      {kFloat, 16, DataType::f16},       {kBfloat, 16, DataType::bf16},
+      {kInt, 8, DataType::i8},           {kInt, 32, DataType::i32},
+      {kInt, 64, DataType::i64},         {kUInt, 8, DataType::u8},
+      {kUInt, 32, DataType::u32},        {kUInt, 64, DataType::u64},
+      {kF8e4m3fn, 8, DataType::fp8_e4m3}, {kF8e5m2, 8, DataType::fp8_e5m2}};
   if (dt.lanes == 1) {
-    switch (dt.code) {
-      case kFloat:
-        if (dt.bits == 32) return DataType::f32;
-        if (dt.bits == 64) return DataType::f64;
-        if (dt.bits == 16) return DataType::f16;
-        break;
-      case kBfloat:
-        if (dt.bits == 16) return DataType::bf16;
-        break;
-      case kInt:
-        if (dt.bits == 8) return DataType::i8;
-        if (dt.bits == 32) return DataType::i32;
-        if (dt.bits == 64) return DataType::i64;
-        break;
-      case kUInt:
-        if (dt.bits == 8) return DataType::u8;
-        if (dt.bits == 32) return DataType::u32;
-        if (dt.bits == 64) return DataType::u64;
-        break;
-      case kF8e4m3fn:
-        if (dt.bits == 8) return DataType::fp8_e4m3;
-        break;
-      case kF8e5m2:
-        if (dt.bits == 8) return DataType::fp8_e5m2;
-        break;
-      default:
-        break;
-    }
+    for (const Known& k : kKnown)
+      if (dt.code == k.code && dt.bits == k.bits) return k.t;
   }
   argError(std::string(what) + ": unsupported element type (DLPack code " +
            std::to_string(dt.code) + ", " + std::to_string(dt.bits) + " bits, " +

@@ -4,36 +4,38 @@
 #include <nanobind/stl/string.h>
 
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <utility>
 
 namespace cclx::py {
+namespace {
+
+/// The reduction kinds by their Python names, in RedOpKind order (redOpName indexes it).
+constexpr std::pair<const char*, RedOpKind> kRedOps[] = {
+    {"SUM", RedOpKind::SUM},   {"PRODUCT", RedOpKind::PRODUCT},
+    {"MIN", RedOpKind::MIN},   {"MAX", RedOpKind::MAX},
+    {"AVG", RedOpKind::AVG},   {"BAND", RedOpKind::BAND},
+    {"BOR", RedOpKind::BOR},   {"BXOR", RedOpKind::BXOR},
+    {"PREMUL_SUM", RedOpKind::PREMUL_SUM},
+};
+static_assert(std::size(kRedOps) == cclxNumOps &&
+              kRedOps[cclxNumOps - 1].second == RedOpKind::PREMUL_SUM);
+
+}  // namespace
+
+const char* redOpName(RedOpKind k) {
+  const int i = static_cast<int>(k);
+  return i >= 0 && i < static_cast<int>(std::size(kRedOps)) ? kRedOps[i].first : "?";
+}
 
 void bindTypes(nb::module_& m) {
-  nb::enum_<DataType>(m, "DataType", nb::is_arithmetic(), "Element types understood by cclx.")
-      .value("f32", DataType::f32)
-      .value("f64", DataType::f64)
-      .value("f16", DataType::f16)
-      .value("bf16", DataType::bf16)
-      .value("i8", DataType::i8)
-      .value("u8", DataType::u8)
-      .value("i32", DataType::i32)
-      .value("i64", DataType::i64)
-      .value("u32", DataType::u32)
-      .value("u64", DataType::u64)
-      .value("fp8_e4m3", DataType::fp8_e4m3)
-      .value("fp8_e5m2", DataType::fp8_e5m2);
+  auto dtypes =
+      nb::enum_<DataType>(m, "DataType", nb::is_arithmetic(), "Element types understood by cclx.");
+  for (int k = 0; k < cclxNumTypes; ++k) dtypes.value(dtypeName(DataType(k)), DataType(k));
 
-  nb::enum_<RedOpKind>(m, "RedOpType", nb::is_arithmetic(), "Kind of a ReduceOp.")
-      .value("SUM", RedOpKind::SUM)
-      .value("PRODUCT", RedOpKind::PRODUCT)
-      .value("MIN", RedOpKind::MIN)
-      .value("MAX", RedOpKind::MAX)
-      .value("AVG", RedOpKind::AVG)
-      .value("BAND", RedOpKind::BAND)
-      .value("BOR", RedOpKind::BOR)
-      .value("BXOR", RedOpKind::BXOR)
-      .value("PREMUL_SUM", RedOpKind::PREMUL_SUM);
+  auto kinds = nb::enum_<RedOpKind>(m, "RedOpType", nb::is_arithmetic(), "Kind of a ReduceOp.");
+  for (const auto& [name, kind] : kRedOps) kinds.value(name, kind);
 
   m.def("dtype_size", &dtypeSize, nb::arg("dtype"), "Bytes per element of `dtype`.");
   m.def("dtype_name", [](DataType t) { return std::string(dtypeName(t)); }, nb::arg("dtype"),
@@ -67,18 +69,13 @@ void bindTypes(nb::module_& m) {
              return std::hash<double>()(a.factor) ^ (static_cast<size_t>(a.kind) << 1);
            })
       .def("__repr__", [](const ReduceOp& o) {
-        static const char* names[] = {"SUM", "PRODUCT", "MIN",  "MAX",       "AVG",
-                                      "BAND", "BOR",     "BXOR", "PREMUL_SUM"};
-        int k = static_cast<int>(o.kind);
-        std::string s = std::string("ReduceOp.") + (k >= 0 && k < 9 ? names[k] : "?");
+        std::string s = std::string("ReduceOp.") + redOpName(o.kind);
         if (o.kind == RedOpKind::PREMUL_SUM) s += "(" + std::to_string(o.factor) + ")";
         return s;
       });
-  const std::pair<const char*, RedOpKind> named[] = {
-      {"SUM", RedOpKind::SUM}, {"PRODUCT", RedOpKind::PRODUCT}, {"MIN", RedOpKind::MIN},
-      {"MAX", RedOpKind::MAX}, {"AVG", RedOpKind::AVG},         {"BAND", RedOpKind::BAND},
-      {"BOR", RedOpKind::BOR}, {"BXOR", RedOpKind::BXOR}};
-  for (const auto& [name, kind] : named) cls.attr(name) = nb::cast(ReduceOp(kind));
+  // ReduceOp.SUM ... ReduceOp.BXOR (PREMUL_SUM is the factory above).
+  for (const auto& [name, kind] : kRedOps)
+    if (kind != RedOpKind::PREMUL_SUM) cls.attr(name) = nb::cast(ReduceOp(kind));
 }
 
 }  // namespace cclx::py

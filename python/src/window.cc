@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace cclx::py {
@@ -16,8 +17,9 @@ void bindWindow(nb::module_& m, CommClass& c) {
       .value("UNIFIED", WinAccess::Unified)
       .value("SEPARATE", WinAccess::Separate);
 
-  nb::class_<Window>(m, "Window", "A one-sided window (low level; see cclx.Comm.new_window).")
-      .def(
+  auto win = nb::class_<Window>(m, "Window",
+                                "A one-sided window (low level; see cclx.Comm.new_window).");
+  win.def(
           "register",
           [](Window& w, const Array& a, int dtc) {
             const char* n = "tensor_register";
@@ -33,47 +35,35 @@ void bindWindow(nb::module_& m, CommClass& c) {
             nb::gil_scoped_release nogil;
             w.deregisterBuffer();
           },
-          "Collective: every rank done, then the peers' memory is unmapped.")
-      .def(
-          "put",
-          [](Window& w, const Array& a, int dtc, int dst, int64_t offset, bool async,
-             uintptr_t stream, const Hints& hints, double timeout) {
-            const char* n = "put";
-            DataType t = resolveDtype(dtc, a, n);
-            if (w.registered() && t != w.dtype()) {
-              argError(std::string(n) + ": tensor dtype " + dtypeName(t) +
-                       " differs from the window's " + dtypeName(w.dtype()));
-            }
-            checkRank(n, "dst_rank", dst, *w.comm());
-            if (offset < 0) argError("put: target_offset_nelems must be >= 0");
-            View v = viewOf(a, msg(n, "tensor").c_str(), t, *w.comm());
-            CollOptions o = collOpts(async, stream, hints, timeout);
-            nb::gil_scoped_release nogil;
-            return w.put(v.ptr, v.numel, dst, static_cast<size_t>(offset), o);
-          },
-          nb::arg("tensor"), nb::arg("dtype"), nb::arg("dst"), nb::arg("offset"),
-          nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"), nb::arg("timeout"), kCollDoc)
-      .def(
-          "signal",
-          [](Window& w, int dst, bool async, uintptr_t stream, const Hints& hints, double timeout) {
-            checkRank("signal", "peer_rank", dst, *w.comm());
-            CollOptions o = collOpts(async, stream, hints, timeout);
-            nb::gil_scoped_release nogil;
-            return w.signal(dst, o);
-          },
-          nb::arg("dst"), nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"),
-          nb::arg("timeout"), kCollDoc)
-      .def(
-          "wait_signal",
-          [](Window& w, int src, bool async, uintptr_t stream, const Hints& hints, double timeout) {
-            checkRank("wait_signal", "peer_rank", src, *w.comm());
-            CollOptions o = collOpts(async, stream, hints, timeout);
-            nb::gil_scoped_release nogil;
-            return w.waitSignal(src, o);
-          },
-          nb::arg("src"), nb::arg("async_op"), nb::arg("stream"), nb::arg("hints"),
-          nb::arg("timeout"), kCollDoc)
-      .def(
+          "Collective: every rank done, then the peers' memory is unmapped.");
+  defColl(
+      win, "put", "put", kCollDoc,
+      [](const char* n, Window& w, const Array& a, int dtc, int dst, int64_t offset) {
+        DataType t = resolveDtype(dtc, a, n);
+        if (w.registered() && t != w.dtype()) {
+          argError(std::string(n) + ": tensor dtype " + dtypeName(t) +
+                   " differs from the window's " + dtypeName(w.dtype()));
+        }
+        checkRank(n, "dst_rank", dst, *w.comm());
+        if (offset < 0) argError("put: target_offset_nelems must be >= 0");
+        View v = viewOf(a, msg(n, "tensor").c_str(), t, *w.comm());
+        return deferCall(&Window::put, w, v.ptr, v.numel, dst, static_cast<size_t>(offset));
+      },
+      nb::arg("tensor"), nb::arg("dtype"), nb::arg("dst"), nb::arg("offset"));
+  // signal and wait_signal: the counter of one peer.
+  auto bindSignal = [&](const char* name, const char* peerArg,
+                        std::shared_ptr<Work> (Window::*call)(int, const CollOptions&)) {
+    defColl(
+        win, name, name, kCollDoc,
+        [call](const char* n, Window& w, int peer) {
+          checkRank(n, "peer_rank", peer, *w.comm());
+          return deferCall(call, w, peer);
+        },
+        nb::arg(peerArg));
+  };
+  bindSignal("signal", "dst", &Window::signal);
+  bindSignal("wait_signal", "src", &Window::waitSignal);
+  win.def(
           "remote_ptr",
           [](Window& w, int rank) {
             checkRank("map_remote_tensor", "rank", rank, *w.comm());
