@@ -354,7 +354,7 @@ def worker(a, rank: int, out: str) -> int:
             _save(dest, d)
     d["time"] = time.time() - t0
     d["late_unseen"] += silent
-    d["stopped_early"] = stop_at is not None and i == stop_at
+    d["stopped_early"] = stop_at is not None and i >= stop_at
     d["next_item"] = i  # where a following segment starts (--start-item)
     try:
         ctx.comm.barrier()
