@@ -9,7 +9,8 @@ late beyond the comm's timeout every ~K calls (the comm is then recreated and th
 
 A run too long for one sitting goes in segments: --max-seconds stops every rank at one item,
 whose index the result gives as next_item; --start-item resumes the same schedule there, and
---combine adds the segments' results up (checking that they join and match).
+--combine adds the segments' results up (checking that they join and match; --mixed-commits
+lets segments of different commits join, each named).
 
 The script starts its ranks itself (subprocesses meeting at a TCP store on a free port). Exit
 status 0 only when no element was wrong, no unexpected error happened and every late event gave
@@ -61,6 +62,9 @@ def parse(argv=None):
     p.add_argument("--combine", nargs="+", metavar="JSON", default=None,
                    help="report the segments of one run (JSON files of --start-item runs, in "
                         "order) as one result; with --json")
+    p.add_argument("--mixed-commits", action="store_true",
+                   help="with --combine: accept segments that ran different commits (each "
+                        "segment's commit is kept in the result)")
     p.add_argument("--_worker", nargs=2, metavar=("RANK", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.max_bytes_n = _size(a.max_bytes)
@@ -177,9 +181,10 @@ _SUMMED = ("calls", "wrong_elements", "errors", "late_events", "late_errors_seen
            "calls_ge_1MiB", "odd_count_calls", "bytes_moved_per_rank", "time_s", "loop_time_s")
 
 
-def combine(paths) -> dict:
+def combine(paths, mixed_commits: bool = False) -> dict:
     """One result from the segments of a run: each must start at the item the one before stopped
-    at, with the same configuration (but for the start and the time limit) and commit."""
+    at, with the same configuration (but for the start and the time limit) and commit; with
+    mixed_commits the commits may differ, and the result's commit lists them in order."""
     segs = [json.load(open(p)) for p in paths]
     same = lambda c: {k: v for k, v in c.items() if k not in ("start_item", "max_seconds")}
     first = segs[0]
@@ -189,8 +194,9 @@ def combine(paths) -> dict:
     for prev, (p, s) in zip(segs, zip(paths[1:], segs[1:])):
         if same(s["config"]) != same(first["config"]):
             raise SystemExit(f"{p}: another configuration than {paths[0]}")
-        if s["commit"] != first["commit"]:
-            raise SystemExit(f"{p}: commit {s['commit']}, {paths[0]} ran {first['commit']}")
+        if s["commit"] != first["commit"] and not mixed_commits:
+            raise SystemExit(f"{p}: commit {s['commit']}, {paths[0]} ran {first['commit']} "
+                             "(--mixed-commits accepts that)")
         if s["config"]["start_item"] != prev["next_item"]:
             raise SystemExit(f"{p}: starts at item {s['config']['start_item']}, the segment "
                              f"before stopped at {prev['next_item']}")
@@ -213,7 +219,10 @@ def combine(paths) -> dict:
     res["late_messages"] = [m for s in segs for m in s["late_messages"]][:8]
     res["exit_codes"] = [s["exit_codes"] for s in segs]
     res["config"] = dict(first["config"], max_seconds=[s["config"]["max_seconds"] for s in segs])
-    res["segments"] = [{"file": os.path.basename(p), "start_item": s["config"]["start_item"],
+    commits = list(dict.fromkeys(s["commit"] for s in segs))
+    res["commit"] = commits[0] if len(commits) == 1 else " + ".join(commits)
+    res["segments"] = [{"file": os.path.basename(p), "commit": s["commit"],
+                        "start_item": s["config"]["start_item"],
                         "next_item": s["next_item"], "calls": s["calls"], "time_s": s["time_s"],
                         "date": s["date"]} for p, s in zip(paths, segs)]
     res["calls_per_s"] = round(res["calls"] / res["loop_time_s"], 1) if res["loop_time_s"] else 0
@@ -247,7 +256,7 @@ def table(res) -> str:
 if __name__ == "__main__":
     args = parse()
     if args.combine:
-        out = combine(args.combine)
+        out = combine(args.combine, args.mixed_commits)
         print(table(out))
         if args.json:
             with open(args.json, "w") as f:

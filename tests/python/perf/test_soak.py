@@ -74,6 +74,20 @@ def test_soak_segments_join(tmp_path):
     r = subprocess.run([sys.executable, soak, "--combine", str(b / "soak.json"),
                         str(a / "soak.json")], capture_output=True, text=True)
     assert r.returncode != 0 and "starts at item" in (r.stdout + r.stderr)
+    # Segments of different commits are refused unless asked for, and then each is named.
+    seg = json.load(open(b / "soak.json"))
+    seg["commit"] = "0" * 40
+    json.dump(seg, open(b / "soak.json", "w"))
+    r = subprocess.run([sys.executable, soak, "--combine", str(a / "soak.json"),
+                        str(b / "soak.json")], capture_output=True, text=True)
+    assert r.returncode != 0 and "--mixed-commits" in (r.stdout + r.stderr)
+    r = subprocess.run([sys.executable, soak, "--combine", str(a / "soak.json"),
+                        str(b / "soak.json"), "--mixed-commits", "--json", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.load(open(out))
+    assert [s["commit"] for s in res["segments"]] == [one["commit"], "0" * 40]
+    assert res["commit"] == f"{one['commit']} + {'0' * 40}" and res["calls"] == full["calls"]
 
 
 def test_reference_rules():
