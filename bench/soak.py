@@ -170,7 +170,10 @@ def summarize(a, per, rcs, wall) -> dict:
     res["calls_per_s"] = round(res["calls"] / res["loop_time_s"], 1) if res["loop_time_s"] else 0
     res["complete"] = (len(ok_ranks) == a.ranks and all(rc == 0 for rc in rcs)
                        and (res["calls_scheduled"] >= a.calls or res["stopped_early"]))
-    res["ok"] = (res["wrong_elements"] == 0 and res["errors"] == 0
+    # a rank that reported nothing (it crashed or never started) or a run of no calls is no
+    # evidence of anything: not OK, whatever the other counters say
+    res["ok"] = (len(ok_ranks) == a.ranks and res["calls"] > 0
+                 and res["wrong_elements"] == 0 and res["errors"] == 0
                  and res["late_unseen"] == 0
                  and res["late_errors_seen"] + res["late_seen_on_next_call"] == late * a.ranks)
     return res

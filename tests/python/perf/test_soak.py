@@ -37,6 +37,20 @@ def test_soak_smoke(tmp_path):
     assert res["odd_count_calls"] > 0 and len(res["commit"]) >= 40
 
 
+def test_soak_workers_that_cannot_start_are_not_ok(tmp_path):
+    # ranks that die before their first call leave every counter at zero: the run must read as
+    # failed, not as "0 wrong"
+    env = dict(harness.child_env(), PYTHONPATH=str(tmp_path), CCLX_EXT_DIR=str(tmp_path))
+    out = str(tmp_path / "soak.json")
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "soak.py"), "--ranks", "2",
+                        "--calls", "50", "--json", out], env=env, capture_output=True,
+                       text=True, timeout=120)
+    res = json.load(open(out))
+    assert r.returncode != 0 and res["calls"] == 0, res
+    assert not res["ok"] and not res["complete"], res
+    assert "FAILED" in r.stdout, r.stdout
+
+
 def test_soak_late_rank_smoke(tmp_path):
     r, res = run_soak(tmp_path, "--seed", "3", "--late-every", "150", "--timeout", "1")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
