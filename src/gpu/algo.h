@@ -4,6 +4,7 @@
 // backend owns the context; algorithms receive it by reference. Plain C++: no CUDA headers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/comm/backend.h"
@@ -40,6 +41,8 @@ enum : int {
 ///   [kErrOriginMissing]   the origin's missing-rank mask (bit r: rank r)
 ///   [kErrHostAbort]       written by the host (abort(), the watchdog): spinning kernels stop and
 ///                         raise the abort word on every rank
+///   [kErrTimeoutMs]       the timeout (ms) of this rank's call that hit its deadline (kErrTimeout)
+///   [kErrOriginTimeoutMs] the origin's timeout (ms) when the abort word is a timeout; 0: unknown
 /// Kernels never trap; they record, stop, poison their output and return (device/fail.cuh).
 enum : uint32_t { kErrNone = 0, kErrTimeout = 1, kErrPeerAbort = 2, kErrMismatch = 3 };
 enum : int {
@@ -48,12 +51,15 @@ enum : int {
   kErrOrigin = 1 + kMaxRanks,
   kErrOriginMissing = 2 + kMaxRanks,
   kErrHostAbort = 3 + kMaxRanks,
-  kErrorWords = 4 + kMaxRanks,
+  kErrTimeoutMs = 4 + kMaxRanks,
+  kErrOriginTimeoutMs = 5 + kMaxRanks,
+  kErrorWords = 6 + kMaxRanks,
 };
 /// Reasons carried in the abort word (bits 16..23; bits 0..15 hold origin rank + 1).
 enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2, kAbortMismatch = 3 };
-/// The control words of a rank (SignalRegion::kControl, uint32 indices; device/fail.cuh).
-enum : int { kCtlTimeout = 0, kCtlHost = 1, kCtlMissing = 2 };
+/// The control words of a rank (SignalRegion::kControl, uint32 indices; device/fail.cuh);
+/// kCtlTimeoutMs: the timeout (ms) of the rank that raised kCtlTimeout, written before it.
+enum : int { kCtlTimeout = 0, kCtlHost = 1, kCtlMissing = 2, kCtlTimeoutMs = 3 };
 
 /// What every peer-memory kernel needs to honour the failure model (device/fail.cuh), by value in
 /// its parameters: the comm's control words on every rank (SignalRegion::kControl, kCtl*), this
@@ -62,6 +68,7 @@ struct FailParams {
   uint32_t* ctl[kMaxRanks];  // ctl[r]: rank r's control words (peer-visible device memory)
   uint32_t* err;             // this rank's host-mapped error words (kErrorWords)
   uint64_t timeoutNs;        // device-timer ns from kernel start; 0 = no deadline (abort only)
+  uint32_t timeoutMs;        // the same timeout in ms, for the error words (0 = none)
   int rank, size;
 };
 
@@ -98,6 +105,7 @@ inline FailParams failParams(const CollArgs& a, const DeviceCtx& ctx) {
     f.ctl[r] = reinterpret_cast<uint32_t*>(ctx.peer->signalRegion(r, SignalRegion::kControl));
   f.err = ctx.errorFlagDev;
   f.timeoutNs = timeoutNs(a, ctx);
+  f.timeoutMs = f.timeoutNs ? uint32_t(std::min<long long>(a.opts.timeout.count(), 0xFFFFFFFFll)) : 0u;
   f.rank = ctx.rank;
   f.size = ctx.size;
   return f;

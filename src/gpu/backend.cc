@@ -79,7 +79,9 @@ void CudaBackend::growForPointToPoint(std::chrono::milliseconds timeout) {
   } catch (const Error&) {
     // As a failed growth at a call (growStaging): the peers learn it from the abort word, and
     // nothing a peer may have mapped is freed.
-    if (missing) sh_->requestAbort(kAbortTimeout, missing);
+    if (missing)
+      sh_->requestAbort(kAbortTimeout, missing,
+                        uint32_t(std::min<long long>(timeout.count(), 0xFFFFFFFFll)));
     else sh_->requestAbort();
     leakAll("setup failed");
     finalized_ = true;
@@ -146,7 +148,7 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   ctx_.errorFlagDev = sh_->errDev;
   ctx_.errorFlagHost = sh_->errHost;
   CCLX_CUDA_CHECK(cudaStreamCreateWithFlags(&sh_->abortStream, cudaStreamNonBlocking));
-  CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, 2 * sizeof(uint32_t), cudaHostAllocDefault));
+  CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, 3 * sizeof(uint32_t), cudaHostAllocDefault));
 }
 
 // Peer memory (collective, gpu/peer_mem.h; never throws). Ranks that share a GPU keep it, but

@@ -40,7 +40,8 @@ struct CudaShared {
   uint32_t* ctl[kMaxRanks] = {};         // every rank's control words (peer memory; null if off)
   std::mutex ctlMu;                      // ctl[] and requestAbort's copies (teardown clears ctl)
   cudaStream_t abortStream = nullptr;    // requestAbort's copies (never waits on other work)
-  uint32_t* abortValue = nullptr;        // pinned: the abort word and missing mask requestAbort writes
+  uint32_t* abortValue = nullptr;        // pinned: the abort word, missing mask and timeout (ms)
+                                         // requestAbort writes
   std::atomic<bool> abortRequested{false};
   // Set when the comm is released after a failure or an abort: kernels may still read the error
   // words and the abort value, so the destructor leaves the pinned memory (and streams) alone.
@@ -66,7 +67,7 @@ struct CudaShared {
   /// kernels read at entry. Never blocks; idempotent. `reason` (kAbort*) and `missing` (rank
   /// mask) go into the abort word as a kernel's own timeout would put them (a host-side timeout
   /// that names the ranks it waited for).
-  void requestAbort(uint32_t reason = kAbortHost, uint32_t missing = 0);
+  void requestAbort(uint32_t reason = kAbortHost, uint32_t missing = 0, uint32_t timeoutMs = 0);
   /// NCCL abort (once, owned comms only) so that stuck NCCL kernels exit; the comm is unusable
   /// afterwards.
   void abortNccl();

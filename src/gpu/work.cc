@@ -46,8 +46,13 @@ std::string rankList(uint32_t mask) {
 
 std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
   if (!errHost || errHost[kErrCode] == kErrNone) return {cclxSuccess, ""};
-  const long long ms = (long long)timeout.count();
+  // The timeout the failed call ran with (the device records it: a call's own timeout or one set
+  // after creation); the comm's creation timeout only where none was recorded.
+  const auto recorded = [&](int word) {
+    return errHost[word] ? (long long)errHost[word] : (long long)timeout.count();
+  };
   if (errHost[kErrCode] == kErrTimeout) {
+    const long long ms = recorded(kErrTimeoutMs);
     uint32_t mask = 0;
     for (int r = 0; r < size && r < kMaxRanks; ++r)
       if (errHost[kErrMissing + r]) mask |= 1u << r;
@@ -76,6 +81,7 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
                       "it expected from rank(s) %s (all-to-all-v counts disagree); collectives "
                       "from then on have NaN outputs and the comm is unusable",
                       rank, name.c_str(), origin, rankList(errHost[kErrOriginMissing]).c_str())};
+  const long long ms = recorded(kErrOriginTimeoutMs);
   if (reason == kAbortTimeout)
     return {cclxTimeout,
             strFormat("rank %d: comm '%s' failed: rank %d timed out after %lld ms waiting for "
@@ -100,7 +106,7 @@ void CudaShared::checkDeviceError() {
   throw fail(code, msg);
 }
 
-void CudaShared::requestAbort(uint32_t reason, uint32_t missing) {
+void CudaShared::requestAbort(uint32_t reason, uint32_t missing, uint32_t timeoutMs) {
   if (abortRequested.exchange(true)) return;
   if (errHost) errHost[kErrHostAbort] = 1u;  // spinning kernels stop and raise the abort word
   std::lock_guard<std::mutex> g(ctlMu);  // teardown clears ctl[] once no peer may be written
@@ -115,13 +121,18 @@ void CudaShared::requestAbort(uint32_t reason, uint32_t missing) {
   if (prev != device) (void)cudaSetDevice(device);
   abortValue[0] = reason << 16 | uint32_t(rank + 1);
   abortValue[1] = missing;
+  abortValue[2] = timeoutMs;
   const int slot = reason == kAbortTimeout ? kCtlTimeout : kCtlHost;
   for (int i = 0; i < size && i < kMaxRanks; ++i) {
     const int r = (rank + i) % size;
     if (!ctl[r]) continue;
-    // The missing mask before the word itself: the copies run in order on one stream.
+    // The missing mask and the timeout before the word itself: the copies run in order on one
+    // stream.
     if ((missing && cudaMemcpyAsync(ctl[r] + kCtlMissing, abortValue + 1, sizeof(uint32_t),
                                     cudaMemcpyHostToDevice, abortStream) != cudaSuccess) ||
+        (reason == kAbortTimeout &&
+         cudaMemcpyAsync(ctl[r] + kCtlTimeoutMs, abortValue + 2, sizeof(uint32_t),
+                         cudaMemcpyHostToDevice, abortStream) != cudaSuccess) ||
         cudaMemcpyAsync(ctl[r] + slot, abortValue, sizeof(uint32_t), cudaMemcpyHostToDevice,
                         abortStream) != cudaSuccess)
       (void)cudaGetLastError();

@@ -3,7 +3,9 @@
 FAILURE_MODE=raise: abort_process_on_timeout_or_error=False; the survivors' next allreduce leaves
 NaN after torch.cuda.synchronize(), its Work raises naming the dead rank, the next call raises.
 FAILURE_MODE=default: the survivors' watchdog ends them (SIGABRT) after their allreduce.
-FAILURE_MODE=graph: as default, but the survivors only replay a captured graph."""
+FAILURE_MODE=graph: as default, but the survivors only replay a captured graph.
+FAILURE_MODE=set_timeout: as raise, on a comm created with a 60 s timeout and then set_timeout():
+the survivors' errors name the timeout the call ran with (printed as "message: ...")."""
 import os
 import signal
 import sys
@@ -15,8 +17,12 @@ import cclx
 
 mode = os.environ["FAILURE_MODE"]
 timeout = float(os.environ.get("FAILURE_TIMEOUT", "3"))
-kwargs = {"abort_process_on_timeout_or_error": False} if mode == "raise" else {}
-comm = cclx.new_comm("cclx", torch.device("cuda"), name="gpu_failure", timeout=timeout, **kwargs)
+raises = mode in ("raise", "set_timeout")
+kwargs = {"abort_process_on_timeout_or_error": False} if raises else {}
+comm = cclx.new_comm("cclx", torch.device("cuda"), name="gpu_failure",
+                     timeout=60.0 if mode == "set_timeout" else timeout, **kwargs)
+if mode == "set_timeout":
+    comm.set_timeout(timeout)
 rank, size = comm.get_rank(), comm.get_size()
 victim = size - 1
 comm.register_abort_hook(lambda reason: print(f"hook ran on rank {rank}", flush=True))
@@ -45,7 +51,7 @@ if rank == victim:
     torch.cuda.synchronize()
     os.kill(os.getpid(), signal.SIGKILL)
 y = torch.full((4099,), 3.0, device="cuda")
-if mode == "raise":
+if raises:
     w = comm.all_reduce(y)
     torch.cuda.synchronize()
     print(f"nan after synchronize: {bool(torch.isnan(y).all())}", flush=True)
@@ -54,6 +60,7 @@ if mode == "raise":
         print("is_completed did not raise", flush=True)
     except cclx.CclxTimeoutError as e:
         print(f"is_completed raises naming {victim}: {str(victim) in str(e)}", flush=True)
+        print(f"message: {e}", flush=True)
     try:
         comm.all_reduce(y)
         print("the next call did not raise", flush=True)

@@ -2,7 +2,8 @@
 //
 // Each comm has a sticky abort word in every rank's control words (SignalRegion::kControl,
 // peer-visible device memory; FailParams in gpu/algo.h): two 32-bit words, [kCtlTimeout] raised by
-// a kernel whose deadline passed (with the missing-rank mask in [kCtlMissing]) and [kCtlHost]
+// a kernel whose deadline passed (with the missing-rank mask in [kCtlMissing] and that call's
+// timeout in [kCtlTimeoutMs]) and [kCtlHost]
 // raised for an abort the host asked for (abort(), the watchdog, a Work's timeout: by the host's
 // own copies, or by a kernel that finds the host's request kErrHostAbort). Two words, so that an
 // abort never hides the timeout that caused it. They are 0 while the comm is healthy and never
@@ -54,6 +55,7 @@ __device__ __forceinline__ void noteAbort(const FailParams& f) {
   const uint32_t t = ldVolatile4(ctlWord(f, f.rank, kCtlTimeout));
   if (e[kErrOrigin] == 0 || (t != 0 && (e[kErrOrigin] >> 16) != kAbortTimeout)) {
     e[kErrOriginMissing] = ldVolatile4(ctlWord(f, f.rank, kCtlMissing));
+    if (t != 0) e[kErrOriginTimeoutMs] = ldVolatile4(ctlWord(f, f.rank, kCtlTimeoutMs));
     e[kErrOrigin] = t != 0 ? t : ldVolatile4(ctlWord(f, f.rank, kCtlHost));
   }
   if (e[kErrCode] == kErrNone) e[kErrCode] = kErrPeerAbort;
@@ -61,13 +63,14 @@ __device__ __forceinline__ void noteAbort(const FailParams& f) {
 }
 
 /// Raises the abort word on every rank (this one first): reason kAbortTimeout (with `missing`, a
-/// rank mask) or kAbortHost.
+/// rank mask, and this call's timeout in kCtlTimeoutMs) or kAbortHost.
 __device__ __forceinline__ void raiseAbort(const FailParams& f, uint32_t reason, uint32_t missing) {
   const uint32_t word = reason << 16 | uint32_t(f.rank + 1);
   const int slot = reason == kAbortTimeout ? kCtlTimeout : kCtlHost;
   for (int i = 0; i < f.size; ++i) {
     const int r = (f.rank + i) % f.size;
     if (missing) stVolatile4(ctlWord(f, r, kCtlMissing), missing);
+    if (reason == kAbortTimeout) stVolatile4(ctlWord(f, r, kCtlTimeoutMs), f.timeoutMs);
     fenceSystem();
     stVolatile4(ctlWord(f, r, slot), word);
   }
@@ -83,7 +86,10 @@ __device__ __forceinline__ uint64_t deadlineAfter(uint64_t timeoutNs) {
 __device__ __forceinline__ void raiseTimeout(const FailParams& f, int missing) {
   volatile uint32_t* e = f.err;
   e[kErrMissing + missing] = 1u;
-  if (e[kErrCode] == kErrNone) e[kErrCode] = kErrTimeout;
+  if (e[kErrCode] == kErrNone) {
+    e[kErrTimeoutMs] = f.timeoutMs;
+    e[kErrCode] = kErrTimeout;
+  }
   fenceSystem();
   raiseAbort(f, kAbortTimeout, 1u << missing);
 }

@@ -2,7 +2,8 @@
 GPU suffices): a rank is SIGKILLed. With abort_process_on_timeout_or_error=False the failed op's
 output is NaN after torch.cuda.synchronize(), its Work.is_completed() raises naming the dead rank
 and the next call raises; by default the watchdog ends every survivor by SIGABRT, also when the
-failed collective is a CUDA-graph replay that no API call observes."""
+failed collective is a CUDA-graph replay that no API call observes. After set_timeout() on a comm
+created with a longer timeout, the errors name the timeout the call ran with."""
 import os
 import signal
 import subprocess
@@ -39,7 +40,7 @@ def launch(mode):
                          "LOCAL_WORLD_SIZE": str(N), "MASTER_ADDR": "127.0.0.1",
                          "MASTER_PORT": str(port), "FAILURE_MODE": mode,
                          "FAILURE_TIMEOUT": str(TIMEOUT), "NCCL_NVLS_ENABLE": "0"})
-        if mode != "raise":
+        if mode not in ("raise", "set_timeout"):
             env.pop("CCLX_ABORT_ON_ERROR", None)
             env.pop("TORCHCOMM_ABORT_ON_ERROR", None)
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "failure_gpu_worker.py")],
@@ -60,7 +61,7 @@ def launch(mode):
     return procs, outs, ends
 
 
-@pytest.mark.parametrize("mode", ["raise", "default", "graph"])
+@pytest.mark.parametrize("mode", ["raise", "default", "graph", "set_timeout"])
 def test_gpu_killed_rank(mode):
     procs, outs, ends = launch(mode)
     log = "\n".join(f"--- rank {r} (rc {p.returncode}) ---\n{o[-3000:]}" for r, (p, o) in
@@ -68,11 +69,14 @@ def test_gpu_killed_rank(mode):
     assert procs[N - 1].returncode == -signal.SIGKILL, log
     died = float(outs[N - 1].split("victim ")[1].split()[0])
     for r in range(N - 1):
-        if mode == "raise":
+        if mode in ("raise", "set_timeout"):
             assert procs[r].returncode == 0, log
             assert "nan after synchronize: True" in outs[r], log
             assert f"is_completed raises naming {N - 1}: True" in outs[r], log
             assert "next call raises" in outs[r], log
+            if mode == "set_timeout":  # the timeout the call ran with, not the creation's 60 s
+                msg = outs[r].split("message: ", 1)[1].splitlines()[0]
+                assert f"after {int(TIMEOUT * 1000)} ms" in msg and "60000" not in msg, log
         else:
             assert procs[r].returncode == -signal.SIGABRT, log
             # The kernel waits TIMEOUT from its start; the watchdog polls every 100 ms; the

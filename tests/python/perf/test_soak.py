@@ -56,6 +56,9 @@ def test_soak_late_rank_smoke(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert res["late_events"] == 1 and res["comms_created"] == 2, res
     assert res["late_errors_seen"] == 3 and res["late_errors_naming_rank"] == 3, res
+    # the comm is created with a 60 s timeout and then set to --timeout: errors name the latter
+    assert res["late_messages"] and all("1000 ms" in m and "60000" not in m
+                                        for m in res["late_messages"]), res["late_messages"]
     assert res["wrong_elements"] == 0 and res["errors"] == 0, res
 
 
