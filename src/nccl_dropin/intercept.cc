@@ -17,6 +17,7 @@
 #include "nccl_dropin/entry.h"
 #include "nccl_dropin/errors.h"
 #include "nccl_dropin/real.h"
+#include "nccl_dropin/types.h"
 
 namespace cclx {
 namespace dropin {
@@ -65,22 +66,6 @@ bool settingsError(ncclResult_t& r) {
   }
 }
 
-bool toCclx(ncclDataType_t t, DataType& out) {
-  switch (t) {
-    case nccl::ncclInt8: out = DataType::i8; return true;
-    case nccl::ncclUint8: out = DataType::u8; return true;
-    case nccl::ncclInt32: out = DataType::i32; return true;
-    case nccl::ncclUint32: out = DataType::u32; return true;
-    case nccl::ncclInt64: out = DataType::i64; return true;
-    case nccl::ncclUint64: out = DataType::u64; return true;
-    case nccl::ncclFloat16: out = DataType::f16; return true;
-    case nccl::ncclFloat32: out = DataType::f32; return true;
-    case nccl::ncclFloat64: out = DataType::f64; return true;
-    case nccl::ncclBfloat16: out = DataType::bf16; return true;
-    default: return false;  // FP8 types and anything newer: NCCL's
-  }
-}
-
 bool toCclx(ncclRedOp_t op, RedOpKind& out) {
   switch (op) {
     case nccl::ncclSum: out = RedOpKind::SUM; return true;
@@ -105,7 +90,7 @@ bool tryRun(CollType type, const void* send, void* recv, size_t count, ncclDataT
   DataType dt;
   if (count == 0 || !send || !recv) return forwarded(type, "empty or null buffers");
   if (tDepth > 0) return forwarded(type, "inside ncclGroupStart/End");
-  if (!toCclx(t, dt)) return forwarded(type, "a data type cclx does not reduce");
+  if (!toCclxType(t, dt, false)) return forwarded(type, "a data type cclx does not reduce");
   std::shared_ptr<DropinComm> dc = findComm(comm);
   if (!dc) return forwarded(type, "a comm the drop-in does not know");
   ncclResult_t setupErr = nccl::ncclSuccess;

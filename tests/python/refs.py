@@ -2,9 +2,16 @@
 zero) and float64 / int64 expected results computed with numpy only."""
 from __future__ import annotations
 
+import os
+import sys
 from typing import List
 
 import numpy as np
+
+# The float64 reference of reductions is the one bench/soak.py checks with (bench/soak_ref.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "bench"))
+from soak_ref import reduce_f64  # noqa: E402
 
 try:  # bf16 / fp8 numpy types
     import ml_dtypes  # type: ignore[import-not-found]
@@ -83,30 +90,7 @@ def reduce_ref(inputs: List[np.ndarray], op: str, dtype: str, factor: float = 1.
         else:
             raise ValueError(op)
         return r.astype(np_dtype(dtype)), None
-    x = [a.astype(np.float64) for a in inputs]
-    scale = sum(np.abs(a) for a in x)
-    if op == "SUM":
-        r = sum(x)
-    elif op == "PREMUL_SUM":
-        r = sum(factor * a for a in x)
-        scale = scale * abs(factor)
-    elif op == "PRODUCT":
-        r = x[0].copy()
-        for a in x[1:]:
-            r = r * a
-        scale = np.abs(r) * len(x)
-    elif op == "MIN":
-        r = np.minimum.reduce(x)
-        scale = np.abs(r)
-    elif op == "MAX":
-        r = np.maximum.reduce(x)
-        scale = np.abs(r)
-    elif op == "AVG":
-        r = sum(x) / len(x)
-        scale = scale / len(x)
-    else:
-        raise ValueError(op)
-    return r, scale
+    return reduce_f64(inputs, op, factor)
 
 
 def assert_close(got: np.ndarray, expected, scale, dtype: str, what: str) -> None:

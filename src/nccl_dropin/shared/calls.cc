@@ -113,7 +113,7 @@ ncclResult_t p2p(SharedComm& c, bool isSend, void* buf, size_t count, ncclDataTy
                  ncclStream_t stream) {
   const char* call = isSend ? "ncclSend" : "ncclRecv";
   DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
+  if (!toCclxType(t, dt, true)) return badType(call, t);
   if (peer < 0 || peer >= c.size)
     return fail(nccl::ncclInvalidArgument,
                 strFormat("%s: peer %d is outside [0, %d)", call, peer, c.size));
@@ -199,7 +199,7 @@ template <class F>
 ncclResult_t reduction(SharedComm& c, const char* call, ncclDataType_t t, ncclRedOp_t op,
                        ncclStream_t stream, F f) {
   DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
+  if (!toCclxType(t, dt, true)) return badType(call, t);
   ReduceOp rop;
   ncclResult_t r;
   if (!toOp(c, op, t, call, rop, r)) return r;
@@ -212,7 +212,7 @@ template <class F>
 ncclResult_t movement(SharedComm& c, const char* call, ncclDataType_t t, ncclStream_t stream,
                       F f) {
   DataType dt;
-  if (!toDataType(t, dt)) return badType(call, t);
+  if (!toCclxType(t, dt, true)) return badType(call, t);
   return submit(c, call, stream, [=](Comm& comm, const CollOptions& o) { return f(comm, o, dt); });
 }
 

@@ -127,24 +127,6 @@ ncclResult_t failed(const char* call, const std::exception& e) {
   return fail(nccl::ncclInternalError, strFormat("%s: %s", call, e.what()));
 }
 
-bool toDataType(ncclDataType_t t, DataType& out) {
-  switch (t) {
-    case nccl::ncclInt8: out = DataType::i8; return true;
-    case nccl::ncclUint8: out = DataType::u8; return true;
-    case nccl::ncclInt32: out = DataType::i32; return true;
-    case nccl::ncclUint32: out = DataType::u32; return true;
-    case nccl::ncclInt64: out = DataType::i64; return true;
-    case nccl::ncclUint64: out = DataType::u64; return true;
-    case nccl::ncclFloat16: out = DataType::f16; return true;
-    case nccl::ncclFloat32: out = DataType::f32; return true;
-    case nccl::ncclFloat64: out = DataType::f64; return true;
-    case nccl::ncclBfloat16: out = DataType::bf16; return true;
-    case nccl::ncclFloat8e4m3: out = DataType::fp8_e4m3; return true;
-    case nccl::ncclFloat8e5m2: out = DataType::fp8_e5m2; return true;
-    default: return false;
-  }
-}
-
 ncclResult_t createShared(ncclComm_t* out, uint64_t id, std::shared_ptr<Store> store, int rank,
                           int size, const DeviceSpec& device, const char* call) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@
 
 #include "nccl_dropin/abi.h"
 #include "nccl_dropin/shared/shared.h"
+#include "nccl_dropin/types.h"
 
 namespace cclx {
 namespace dropin {
@@ -56,9 +57,6 @@ ncclComm_t addShared(std::shared_ptr<SharedComm> c);
 /// Maps a cclx failure to NCCL's code and records "<call>: <message>" for ncclGetLastError.
 ncclResult_t failed(const char* call, const Error& e);
 ncclResult_t failed(const char* call, const std::exception& e);
-
-/// NCCL's data type as cclx's (every type NCCL 2.19..2.30 has). False for an unknown value.
-bool toDataType(ncclDataType_t t, DataType& out);
 
 // ---- rendezvous (store.cc) ----
 
