@@ -137,6 +137,11 @@ struct CollOptions {
   void* stream = nullptr;  // cudaStream_t for CUDA comms (nullptr = legacy default stream)
   std::chrono::milliseconds timeout{0};  // 0 = the comm's timeout
   std::map<std::string, std::string> hints;  // overrides the comm's hints for this call
+  /// CUDA comms: the caller has already checked that every buffer is memory of the comm's device
+  /// (torch tensors on it, as cclx's torchcomms backend checks), so the call skips its own
+  /// per-buffer pointer query. A host or foreign-device buffer passed with this set is undefined
+  /// behaviour. Default: every buffer is checked.
+  bool buffersChecked = false;
 };
 
 /// A key-value store used for rendezvous. Thread-safe. Keys are strings, values byte strings.

@@ -13,12 +13,15 @@ NAME = "cclx"
 
 
 def _devices():
-    # "cuda" only where a GPU may be visible, decided without initializing CUDA (torch would
-    # create a CUDA comm for every registered device; on a machine without GPUs that fails).
+    # "cuda" only where a GPU may be visible, decided without initializing CUDA (on a machine
+    # without GPUs a CUDA comm fails). torch creates one comm for a backend that names the same
+    # backend for all its devices, on the first device listed, and routes every device's tensors
+    # to it: "cuda" comes first, and cclx's CUDA comm takes CPU tensors too (through device
+    # copies, src/torchcomms/staging.h).
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
         return ["cpu"]
     if any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0")):
-        return ["cpu", "cuda"]
+        return ["cuda", "cpu"]
     return ["cpu"]
 
 

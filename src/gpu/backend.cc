@@ -556,7 +556,7 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
   // Host-only queries (pointer attributes, event creation) are harmless during capture, but a
   // global-mode capture may count them as unsafe: run them with this thread in relaxed mode.
   RelaxedCapture relaxed(capturing);
-  checkPointers(a);  // before growth: a failed growth poisons the outputs
+  if (!a.opts.buffersChecked) checkPointers(a);  // before growth: a failed growth poisons outputs
   algo = growStaging(a, algo, capturing);
   cudaStream_t s = user;
   if (a.opts.async) {

@@ -10,6 +10,8 @@
 
 namespace cclx::tc {
 
+class Staging;
+
 using tcx::TorchWork;
 using WorkPtr = c10::intrusive_ptr<TorchWork>;
 using TensorList = std::vector<at::Tensor>;
@@ -95,10 +97,12 @@ class CclxBackend : public tcx::TorchCommBackend {
  private:
   Comm& comm(const char* what) const;
   /// Per-call options: async on CUDA comms, the caller's current stream, timeout and hints.
+  /// A call with a staged tensor (staging.h) runs asynchronously on the comm's stream and
+  /// done() waits for it on the host.
   template <typename O>
-  CollOptions callOpts(bool async_op, const O& o) const;
+  CollOptions callOpts(bool async_op, const O& o, const Staging& s) const;
   WorkPtr done(bool async_op, std::shared_ptr<Work> w, TensorList keep,
-               std::chrono::milliseconds timeout) const;
+               std::chrono::milliseconds timeout, Staging& s) const;
   void adopt(std::shared_ptr<Comm> c, const at::Device& dev, const std::string& name,
              const tcx::CommOptions& options);
 

@@ -1,26 +1,17 @@
 // CclxBackend's collectives and point-to-point operations (backend.h): each maps onto the
 // cclx::Comm call of the same meaning. Inputs that are not contiguous travel as contiguous
-// copies; outputs must be contiguous. Every tensor must be on the comm's device.
+// copies; outputs must be contiguous. Every tensor must be on the comm's device, except CPU
+// tensors on a CUDA comm, which go through device twins (staging.h: such a call completes inside
+// the call).
 #include "torchcomms/backend.h"
 
 #include "torchcomms/device.h"
+#include "torchcomms/staging.h"
 #include "torchcomms/work.h"
 
 namespace cclx::tc {
 
 namespace {
-
-at::Tensor input(const at::Tensor& t, const at::Device& dev, const char* what) {
-  if (!t.defined()) throw Error(cclxInvalidArgument, std::string(what) + ": undefined tensor");
-  at::Tensor c = t.is_contiguous() ? t : t.contiguous();
-  checkTensor(c, dev, what);
-  return c;
-}
-
-const at::Tensor& output(const at::Tensor& t, const at::Device& dev, const char* what) {
-  checkTensor(t, dev, what);
-  return t;
-}
 
 void sameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
   if (a.scalar_type() != b.scalar_type())
@@ -44,17 +35,22 @@ size_t rowElems(const at::Tensor& t) {
 }  // namespace
 
 template <typename O>
-CollOptions CclxBackend::callOpts(bool async_op, const O& o) const {
+CollOptions CclxBackend::callOpts(bool async_op, const O& o, const Staging& s) const {
   CollOptions c;
-  c.async = async_op && device_.type() == at::kCUDA;
+  c.async = (async_op && device_.type() == at::kCUDA) || s.staged();
   c.stream = currentStream(device_);
+  c.buffersChecked = true;  // every tensor passed Staging's device check (CUDA comms)
   c.timeout = o.timeout.count() > 0 ? o.timeout : std::chrono::milliseconds{0};
   if (!o.hints.empty()) c.hints = cclxHints(o.hints);
   return c;
 }
 
 WorkPtr CclxBackend::done(bool async_op, std::shared_ptr<Work> w, TensorList keep,
-                          std::chrono::milliseconds timeout) const {
+                          std::chrono::milliseconds timeout, Staging& s) const {
+  if (s.staged()) {
+    s.complete(w.get(), timeout);
+    return makeWork(false, nullptr, {}, timeout.count() > 0 ? timeout : comm_->options().timeout);
+  }
   const bool cudaAsync = async_op && device_.type() == at::kCUDA;
   if (timeout.count() <= 0) timeout = comm_->options().timeout;
   return makeWork(cudaAsync, std::move(w), cudaAsync ? std::move(keep) : TensorList{}, timeout);
@@ -63,90 +59,97 @@ WorkPtr CclxBackend::done(bool async_op, std::shared_ptr<Work> w, TensorList kee
 WorkPtr CclxBackend::send(const at::Tensor& tensor, int dst, bool async_op,
                           const tcx::SendOptions& options) {
   return guarded("send", [&] {
-    at::Tensor t = input(tensor, device_, "send");
+    Staging s(device_);
+    at::Tensor t = s.in(tensor, "send");
     Buf b = dataBuf(t, "send");
-    auto o = callOpts(async_op, options);
-    return done(async_op, comm("send").send(b.ptr, b.count, b.dtype, dst, o), {t}, o.timeout);
+    auto o = callOpts(async_op, options, s);
+    return done(async_op, comm("send").send(b.ptr, b.count, b.dtype, dst, o), {t}, o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::recv(at::Tensor& tensor, int src, bool async_op,
                           const tcx::RecvOptions& options) {
   return guarded("recv", [&] {
-    Buf b = dataBuf(output(tensor, device_, "recv"), "recv");
-    auto o = callOpts(async_op, options);
+    Staging s(device_);
+    Buf b = dataBuf(s.out(tensor, "recv"), "recv");
+    auto o = callOpts(async_op, options, s);
     return done(async_op, comm("recv").recv(b.ptr, b.count, b.dtype, src, o), {tensor},
-                o.timeout);
+                o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::batch_op_issue(const std::vector<tcx::BatchSendRecv::P2POp>& ops,
                                     bool async_op, const tcx::BatchP2POptions& options) {
   return guarded("batch_op_issue", [&] {
+    Staging s(device_);
     // One grouped operation; every message travels as bytes, so one batch may mix dtypes.
     std::vector<P2PSend> sends;
     std::vector<P2PRecv> recvs;
     TensorList keep;
     for (const auto& op : ops) {
       if (op.type == tcx::BatchSendRecv::P2POp::OpType::SEND) {
-        at::Tensor t = input(op.tensor, device_, "batch_op_issue send");
+        at::Tensor t = s.in(op.tensor, "batch_op_issue send");
         sends.push_back({op.peer, t.numel() ? t.data_ptr() : nullptr, size_t(t.nbytes())});
         keep.push_back(t);
       } else {
-        const at::Tensor& t = output(op.tensor, device_, "batch_op_issue recv");
+        at::Tensor t = s.out(op.tensor, "batch_op_issue recv");
         recvs.push_back({op.peer, t.numel() ? t.data_ptr() : nullptr, size_t(t.nbytes())});
         keep.push_back(t);
       }
     }
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op, comm("batch_op_issue").sendRecv(sends, recvs, DataType::u8, o),
-                std::move(keep), o.timeout);
+                std::move(keep), o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::broadcast(at::Tensor& tensor, int root, bool async_op,
                                const tcx::BroadcastOptions& options) {
   return guarded("broadcast", [&] {
-    Buf b = dataBuf(output(tensor, device_, "broadcast"), "broadcast");
-    auto o = callOpts(async_op, options);
+    Staging s(device_);
+    Buf b = dataBuf(s.out(tensor, "broadcast"), "broadcast");
+    auto o = callOpts(async_op, options, s);
     return done(async_op, comm("broadcast").broadcast(b.ptr, b.ptr, b.count, b.dtype, root, o),
-                {tensor}, o.timeout);
+                {tensor}, o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::all_reduce(at::Tensor& tensor, const tcx::ReduceOp& op, bool async_op,
                                 const tcx::AllReduceOptions& options) {
   return guarded("all_reduce", [&] {
+    Staging s(device_);
     ReduceOp rop;
-    Buf b = reduceBuf(output(tensor, device_, "all_reduce"), op, &rop, "all_reduce");
-    auto o = callOpts(async_op, options);
+    Buf b = reduceBuf(s.out(tensor, "all_reduce"), op, &rop, "all_reduce");
+    auto o = callOpts(async_op, options, s);
     return done(async_op, comm("all_reduce").allReduce(b.ptr, b.ptr, b.count, b.dtype, rop, o),
-                {tensor}, o.timeout);
+                {tensor}, o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::reduce(const at::Tensor& tensor, int root, const tcx::ReduceOp& op,
                             bool async_op, const tcx::ReduceOptions& options) {
   return guarded("reduce", [&] {
+    Staging s(device_);
     ReduceOp rop;
-    Buf b = reduceBuf(output(tensor, device_, "reduce"), op, &rop, "reduce");
-    auto o = callOpts(async_op, options);
+    Buf b = reduceBuf(s.out(tensor, "reduce"), op, &rop, "reduce");
+    auto o = callOpts(async_op, options, s);
     Comm& c = comm("reduce");
     void* recv = c.rank() == root ? b.ptr : nullptr;
     return done(async_op, c.reduce(b.ptr, recv, b.count, b.dtype, rop, root, o), {tensor},
-                o.timeout);
+                o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::all_gather(const TensorList& tensor_list, const at::Tensor& tensor,
                                 bool async_op, const tcx::AllGatherOptions& options) {
   return guarded("all_gather", [&] {
-    at::Tensor in = input(tensor, device_, "all_gather");
+    Staging s(device_);
+    at::Tensor in = s.in(tensor, "all_gather");
     Buf b = dataBuf(in, "all_gather");
     std::vector<void*> recvs;
     TensorList keep{in};
-    for (const auto& t : tensor_list) {
-      output(t, device_, "all_gather output");
+    for (const auto& t0 : tensor_list) {
+      at::Tensor t = s.out(t0, "all_gather output");
       sameType(in, t, "all_gather output");
       if (t.numel() != in.numel())
         throw Error(cclxInvalidArgument, "all_gather: an output has " +
@@ -155,31 +158,32 @@ WorkPtr CclxBackend::all_gather(const TensorList& tensor_list, const at::Tensor&
       recvs.push_back(t.numel() ? t.data_ptr() : nullptr);
       keep.push_back(t);
     }
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op, comm("all_gather").allGatherList(b.ptr, recvs, b.count, b.dtype, o),
-                std::move(keep), o.timeout);
+                std::move(keep), o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::all_gather_v(const TensorList& tensor_list, const at::Tensor& tensor,
                                   bool async_op, const tcx::AllGatherOptions& options) {
   return guarded("all_gather_v", [&] {
-    at::Tensor in = input(tensor, device_, "all_gather_v");
+    Staging s(device_);
+    at::Tensor in = s.in(tensor, "all_gather_v");
     Buf b = dataBuf(in, "all_gather_v");
     const size_t scale = b.dtype == DataType::u8 ? size_t(in.element_size()) : 1;
     std::vector<void*> recvs;
     std::vector<size_t> counts;
     TensorList keep{in};
-    for (const auto& t : tensor_list) {
-      output(t, device_, "all_gather_v output");
+    for (const auto& t0 : tensor_list) {
+      at::Tensor t = s.out(t0, "all_gather_v output");
       sameType(in, t, "all_gather_v output");
       recvs.push_back(t.numel() ? t.data_ptr() : nullptr);
       counts.push_back(size_t(t.numel()) * scale);
       keep.push_back(t);
     }
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op, comm("all_gather_v").allGatherV(b.ptr, recvs, counts, b.dtype, o),
-                std::move(keep), o.timeout);
+                std::move(keep), o.timeout, s);
   });
 }
 
@@ -187,8 +191,9 @@ WorkPtr CclxBackend::all_gather_single(at::Tensor& output_t, const at::Tensor& i
                                        bool async_op,
                                        const tcx::AllGatherSingleOptions& options) {
   return guarded("all_gather_single", [&] {
-    at::Tensor in = input(input_t, device_, "all_gather_single");
-    output(output_t, device_, "all_gather_single output");
+    Staging s(device_);
+    at::Tensor in = s.in(input_t, "all_gather_single");
+    at::Tensor out = s.out(output_t, "all_gather_single output");
     sameType(in, output_t, "all_gather_single output");
     Comm& c = comm("all_gather_single");
     if (output_t.numel() != in.numel() * c.size())
@@ -196,10 +201,10 @@ WorkPtr CclxBackend::all_gather_single(at::Tensor& output_t, const at::Tensor& i
                   "all_gather_single: the output has " + std::to_string(output_t.numel()) +
                       " elements, expected " + std::to_string(in.numel() * c.size()));
     Buf b = dataBuf(in, "all_gather_single");
-    Buf ob = dataBuf(output_t, "all_gather_single");
-    auto o = callOpts(async_op, options);
+    Buf ob = dataBuf(out, "all_gather_single");
+    auto o = callOpts(async_op, options, s);
     return done(async_op, c.allGather(b.ptr, ob.ptr, b.count, b.dtype, o), {in, output_t},
-                o.timeout);
+                o.timeout, s);
   });
 }
 
@@ -207,13 +212,14 @@ WorkPtr CclxBackend::reduce_scatter(at::Tensor& output_t, const TensorList& inpu
                                     const tcx::ReduceOp& op, bool async_op,
                                     const tcx::ReduceScatterOptions& options) {
   return guarded("reduce_scatter", [&] {
+    Staging s(device_);
     ReduceOp rop;
-    Buf ob = reduceBuf(output(output_t, device_, "reduce_scatter output"), op, &rop,
+    Buf ob = reduceBuf(s.out(output_t, "reduce_scatter output"), op, &rop,
                        "reduce_scatter");
     std::vector<const void*> sends;
     TensorList keep{output_t};
     for (const auto& t0 : input_list) {
-      at::Tensor t = input(t0, device_, "reduce_scatter input");
+      at::Tensor t = s.in(t0, "reduce_scatter input");
       sameType(output_t, t, "reduce_scatter input");
       if (t.numel() != output_t.numel())
         throw Error(cclxInvalidArgument, "reduce_scatter: an input has " +
@@ -223,10 +229,10 @@ WorkPtr CclxBackend::reduce_scatter(at::Tensor& output_t, const TensorList& inpu
       sends.push_back(t.numel() ? t.data_ptr() : nullptr);
       keep.push_back(t);
     }
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op,
                 comm("reduce_scatter").reduceScatterList(sends, ob.ptr, ob.count, ob.dtype, rop, o),
-                std::move(keep), o.timeout);
+                std::move(keep), o.timeout, s);
   });
 }
 
@@ -234,24 +240,25 @@ WorkPtr CclxBackend::reduce_scatter_v(at::Tensor& output_t, const TensorList& in
                                       const tcx::ReduceOp& op, bool async_op,
                                       const tcx::ReduceScatterOptions& options) {
   return guarded("reduce_scatter_v", [&] {
+    Staging s(device_);
     ReduceOp rop;
-    Buf ob = reduceBuf(output(output_t, device_, "reduce_scatter_v output"), op, &rop,
+    Buf ob = reduceBuf(s.out(output_t, "reduce_scatter_v output"), op, &rop,
                        "reduce_scatter_v");
     const size_t scale = scaleOf(ob, output_t) ? scaleOf(ob, output_t) : 1;
     std::vector<const void*> sends;
     std::vector<size_t> counts;
     TensorList keep{output_t};
     for (const auto& t0 : input_list) {
-      at::Tensor t = input(t0, device_, "reduce_scatter_v input");
+      at::Tensor t = s.in(t0, "reduce_scatter_v input");
       sameType(output_t, t, "reduce_scatter_v input");
       sends.push_back(t.numel() ? t.data_ptr() : nullptr);
       counts.push_back(size_t(t.numel()) * scale);
       keep.push_back(t);
     }
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op,
                 comm("reduce_scatter_v").reduceScatterV(sends, counts, ob.ptr, ob.dtype, rop, o),
-                std::move(keep), o.timeout);
+                std::move(keep), o.timeout, s);
   });
 }
 
@@ -259,8 +266,9 @@ WorkPtr CclxBackend::reduce_scatter_single(at::Tensor& output_t, const at::Tenso
                                            const tcx::ReduceOp& op, bool async_op,
                                            const tcx::ReduceScatterSingleOptions& options) {
   return guarded("reduce_scatter_single", [&] {
-    at::Tensor in = input(input_t, device_, "reduce_scatter_single");
-    output(output_t, device_, "reduce_scatter_single output");
+    Staging s(device_);
+    at::Tensor in = s.in(input_t, "reduce_scatter_single");
+    at::Tensor out = s.out(output_t, "reduce_scatter_single output");
     sameType(in, output_t, "reduce_scatter_single output");
     Comm& c = comm("reduce_scatter_single");
     if (in.numel() != output_t.numel() * c.size())
@@ -269,10 +277,10 @@ WorkPtr CclxBackend::reduce_scatter_single(at::Tensor& output_t, const at::Tenso
                       " elements, expected " + std::to_string(output_t.numel() * c.size()));
     ReduceOp rop;
     Buf ib = reduceBuf(in, op, &rop, "reduce_scatter_single");
-    Buf ob = reduceBuf(output_t, op, &rop, "reduce_scatter_single");
-    auto o = callOpts(async_op, options);
+    Buf ob = reduceBuf(out, op, &rop, "reduce_scatter_single");
+    auto o = callOpts(async_op, options, s);
     return done(async_op, c.reduceScatter(ib.ptr, ob.ptr, ob.count, ob.dtype, rop, o),
-                {in, output_t}, o.timeout);
+                {in, output_t}, o.timeout, s);
   });
 }
 
@@ -280,8 +288,9 @@ WorkPtr CclxBackend::all_to_all_single(at::Tensor& output_t, const at::Tensor& i
                                        bool async_op,
                                        const tcx::AllToAllSingleOptions& options) {
   return guarded("all_to_all_single", [&] {
-    at::Tensor in = input(input_t, device_, "all_to_all_single");
-    output(output_t, device_, "all_to_all_single output");
+    Staging s(device_);
+    at::Tensor in = s.in(input_t, "all_to_all_single");
+    at::Tensor out = s.out(output_t, "all_to_all_single output");
     sameType(in, output_t, "all_to_all_single output");
     Comm& c = comm("all_to_all_single");
     if (in.numel() != output_t.numel() || in.numel() % c.size() != 0)
@@ -291,10 +300,10 @@ WorkPtr CclxBackend::all_to_all_single(at::Tensor& output_t, const at::Tensor& i
                       std::to_string(in.numel()) + ", output " +
                       std::to_string(output_t.numel()) + ")");
     Buf ib = dataBuf(in, "all_to_all_single");
-    Buf ob = dataBuf(output_t, "all_to_all_single");
-    auto o = callOpts(async_op, options);
+    Buf ob = dataBuf(out, "all_to_all_single");
+    auto o = callOpts(async_op, options, s);
     return done(async_op, c.allToAll(ib.ptr, ob.ptr, ib.count / size_t(c.size()), ib.dtype, o),
-                {in, output_t}, o.timeout);
+                {in, output_t}, o.timeout, s);
   });
 }
 
@@ -304,11 +313,12 @@ WorkPtr CclxBackend::all_to_all_v_single(at::Tensor& output_t, const at::Tensor&
                                          bool async_op,
                                          const tcx::AllToAllvSingleOptions& options) {
   return guarded("all_to_all_v_single", [&] {
-    at::Tensor in = input(input_t, device_, "all_to_all_v_single");
-    output(output_t, device_, "all_to_all_v_single output");
+    Staging s(device_);
+    at::Tensor in = s.in(input_t, "all_to_all_v_single");
+    at::Tensor out = s.out(output_t, "all_to_all_v_single output");
     sameType(in, output_t, "all_to_all_v_single output");
     Buf ib = dataBuf(in, "all_to_all_v_single");
-    Buf ob = dataBuf(output_t, "all_to_all_v_single");
+    Buf ob = dataBuf(out, "all_to_all_v_single");
     // Split sizes count dim-0 rows.
     const size_t inRow = rowElems(in) * (ib.dtype == DataType::u8 ? in.element_size() : 1);
     const size_t outRow =
@@ -316,10 +326,10 @@ WorkPtr CclxBackend::all_to_all_v_single(at::Tensor& output_t, const at::Tensor&
     std::vector<size_t> sc, rc;
     for (uint64_t s : input_split_sizes) sc.push_back(size_t(s) * inRow);
     for (uint64_t s : output_split_sizes) rc.push_back(size_t(s) * outRow);
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op,
                 comm("all_to_all_v_single").allToAllV(ib.ptr, sc, ob.ptr, rc, ib.dtype, o),
-                {in, output_t}, o.timeout);
+                {in, output_t}, o.timeout, s);
   });
 }
 
@@ -327,6 +337,7 @@ WorkPtr CclxBackend::all_to_all(const TensorList& output_tensor_list,
                                 const TensorList& input_tensor_list, bool async_op,
                                 const tcx::AllToAllOptions& options) {
   return guarded("all_to_all", [&] {
+    Staging s(device_);
     if (input_tensor_list.empty() || output_tensor_list.size() != input_tensor_list.size())
       throw Error(cclxInvalidArgument, "all_to_all: the input and output lists must have one "
                                        "tensor per rank");
@@ -337,38 +348,40 @@ WorkPtr CclxBackend::all_to_all(const TensorList& output_tensor_list,
     std::vector<size_t> sc, rc;
     TensorList keep;
     for (const auto& t0 : input_tensor_list) {
-      at::Tensor t = input(t0, device_, "all_to_all input");
+      at::Tensor t = s.in(t0, "all_to_all input");
       sameType(first, t, "all_to_all input");
       Buf b = dataBuf(t, "all_to_all");
       sends.push_back(b.ptr);
       sc.push_back(b.count);
       keep.push_back(t);
     }
-    for (const auto& t : output_tensor_list) {
-      output(t, device_, "all_to_all output");
+    for (const auto& t0 : output_tensor_list) {
+      at::Tensor t = s.out(t0, "all_to_all output");
       sameType(first, t, "all_to_all output");
       Buf b = dataBuf(t, "all_to_all");
       recvs.push_back(b.ptr);
       rc.push_back(b.count);
       keep.push_back(t);
     }
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op, comm("all_to_all").allToAllList(sends, sc, recvs, rc, dt, o),
-                std::move(keep), o.timeout);
+                std::move(keep), o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::barrier(bool async_op, const tcx::BarrierOptions& options) {
   return guarded("barrier", [&] {
-    auto o = callOpts(async_op, options);
-    return done(async_op, comm("barrier").barrier(o), {}, o.timeout);
+    Staging s(device_);
+    auto o = callOpts(async_op, options, s);
+    return done(async_op, comm("barrier").barrier(o), {}, o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::scatter(at::Tensor& output_tensor, const TensorList& input_tensor_list,
                              int root, bool async_op, const tcx::ScatterOptions& options) {
   return guarded("scatter", [&] {
-    Buf ob = dataBuf(output(output_tensor, device_, "scatter output"), "scatter");
+    Staging s(device_);
+    Buf ob = dataBuf(s.out(output_tensor, "scatter output"), "scatter");
     Comm& c = comm("scatter");
     std::vector<const void*> sends(size_t(c.size()), nullptr);
     TensorList keep{output_tensor};
@@ -378,7 +391,7 @@ WorkPtr CclxBackend::scatter(at::Tensor& output_tensor, const TensorList& input_
                                              std::to_string(c.size()) + "), got " +
                                              std::to_string(input_tensor_list.size()));
       for (size_t i = 0; i < input_tensor_list.size(); ++i) {
-        at::Tensor t = input(input_tensor_list[i], device_, "scatter input");
+        at::Tensor t = s.in(input_tensor_list[i], "scatter input");
         sameType(output_tensor, t, "scatter input");
         if (t.numel() != output_tensor.numel())
           throw Error(cclxInvalidArgument, "scatter: an input has " +
@@ -389,16 +402,17 @@ WorkPtr CclxBackend::scatter(at::Tensor& output_tensor, const TensorList& input_
         keep.push_back(t);
       }
     }
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op, c.scatter(sends, ob.ptr, ob.count, ob.dtype, root, o),
-                std::move(keep), o.timeout);
+                std::move(keep), o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::gather(const TensorList& output_tensor_list, const at::Tensor& input_tensor,
                             int root, bool async_op, const tcx::GatherOptions& options) {
   return guarded("gather", [&] {
-    at::Tensor in = input(input_tensor, device_, "gather");
+    Staging s(device_);
+    at::Tensor in = s.in(input_tensor, "gather");
     Buf b = dataBuf(in, "gather");
     Comm& c = comm("gather");
     std::vector<void*> recvs(size_t(c.size()), nullptr);
@@ -409,7 +423,7 @@ WorkPtr CclxBackend::gather(const TensorList& output_tensor_list, const at::Tens
                                              std::to_string(c.size()) + "), got " +
                                              std::to_string(output_tensor_list.size()));
       for (size_t i = 0; i < output_tensor_list.size(); ++i) {
-        const at::Tensor& t = output(output_tensor_list[i], device_, "gather output");
+        at::Tensor t = s.out(output_tensor_list[i], "gather output");
         sameType(in, t, "gather output");
         if (t.numel() != in.numel())
           throw Error(cclxInvalidArgument, "gather: an output has " +
@@ -420,33 +434,34 @@ WorkPtr CclxBackend::gather(const TensorList& output_tensor_list, const at::Tens
         keep.push_back(t);
       }
     }
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op, c.gather(b.ptr, recvs, b.count, b.dtype, root, o), std::move(keep),
-                o.timeout);
+                o.timeout, s);
   });
 }
 
 WorkPtr CclxBackend::gather_single(at::Tensor& output_t, const at::Tensor& input_t, int root,
                                    bool async_op, const tcx::GatherSingleOptions& options) {
   return guarded("gather_single", [&] {
-    at::Tensor in = input(input_t, device_, "gather_single");
+    Staging s(device_);
+    at::Tensor in = s.in(input_t, "gather_single");
     Buf b = dataBuf(in, "gather_single");
     Comm& c = comm("gather_single");
     void* recv = nullptr;
     TensorList keep{in};
     if (c.rank() == root) {
-      output(output_t, device_, "gather_single output");
+      at::Tensor out = s.out(output_t, "gather_single output");
       sameType(in, output_t, "gather_single output");
       if (output_t.numel() != in.numel() * c.size())
         throw Error(cclxInvalidArgument,
                     "gather_single: the output has " + std::to_string(output_t.numel()) +
                         " elements, expected " + std::to_string(in.numel() * c.size()));
-      recv = output_t.numel() ? output_t.data_ptr() : nullptr;
+      recv = out.numel() ? out.data_ptr() : nullptr;
       keep.push_back(output_t);
     }
-    auto o = callOpts(async_op, options);
+    auto o = callOpts(async_op, options, s);
     return done(async_op, c.gatherSingle(b.ptr, recv, b.count, b.dtype, root, o),
-                std::move(keep), o.timeout);
+                std::move(keep), o.timeout, s);
   });
 }
 

@@ -1,0 +1,35 @@
+"""cclx's C++ torchcomms backend on CUDA, 2 and 3 ranks sharing the GPU
+(tests/gpu/cases_gpu_torchcomms.py). Skipped, saying why, without a GPU, torchcomms or
+libcclx_torchcomms.so; the CPU twin is tests/python/api/test_torchcomms_cxx.py."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not (torch.cuda.is_available() and torch.cuda.device_count() >= 1):
+    pytest.skip("needs a CUDA GPU, found none", allow_module_level=True)
+pytest.importorskip("torchcomms", reason="torchcomms is not installed")
+import harness  # noqa: E402
+
+import cclx  # noqa: E402
+
+if not cclx._C.has_cuda:
+    pytest.skip("cclx was built without CUDA", allow_module_level=True)
+
+CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     "cases_gpu_torchcomms.py")
+LIB = os.path.join(os.path.dirname(os.path.abspath(cclx._C.__file__)), "libcclx_torchcomms.so")
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def results(request, tmp_path_factory):
+    if not os.path.isfile(LIB):
+        pytest.skip(f"{LIB} was not built (configure with CCLX_TORCHCOMMS_SRC)")
+    env = harness.torchcomms_entry_point(str(tmp_path_factory.mktemp("tc_entry")))
+    env.update(CCLX_ABORT_ON_ERROR="0", CCLX_TORCHCOMMS_ROUTE="cxx", NCCL_NVLS_ENABLE="0")
+    return harness.run(CASES, request.param, env=env)
+
+
+@pytest.mark.parametrize("case", harness.case_names(CASES))
+def test_gpu_torchcomms(results, case):
+    harness.check(results, case)
