@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include "torchcomms/device.h"
+#include "torchcomms/staging.h"
 #include "torchcomms/work.h"
 
 namespace cclx::tc {
@@ -212,7 +213,7 @@ void CclxBackend::unregisterAbortHook(int64_t hookId) {
 void CclxBackend::tensor_register(const at::Tensor& tensor) {
   guarded("tensor_register", [&] {
     // A CPU tensor on a CUDA comm travels through device twins (staging.h): nothing to register.
-    if (device_.type() == at::kCUDA && tensor.defined() && tensor.device().is_cpu()) return;
+    if (stagedOn(device_, tensor)) return;
     checkTensor(tensor, device_, "tensor_register");
     comm("tensor_register").registerMemory(tensor.data_ptr(), tensor.nbytes());
   });
@@ -220,7 +221,7 @@ void CclxBackend::tensor_register(const at::Tensor& tensor) {
 
 void CclxBackend::tensor_deregister(const at::Tensor& tensor) {
   guarded("tensor_deregister", [&] {
-    if (device_.type() == at::kCUDA && tensor.defined() && tensor.device().is_cpu()) return;
+    if (stagedOn(device_, tensor)) return;
     comm("tensor_deregister").deregisterMemory(tensor.data_ptr(), tensor.nbytes());
   });
 }

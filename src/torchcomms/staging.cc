@@ -7,23 +7,20 @@
 
 namespace cclx::tc {
 
-bool Staging::stages(const at::Tensor& t) const {
-  return dev_.type() == at::kCUDA && t.device().is_cpu();
-}
-
 at::Tensor Staging::in(const at::Tensor& t, const char* what) {
-  if (!t.defined()) throw Error(cclxInvalidArgument, std::string(what) + ": undefined tensor");
-  at::Tensor c = t.is_contiguous() ? t : t.contiguous();
-  if (!stages(c)) {
+  if (!stagedOn(dev_, t)) {
+    // An input is read in a contiguous copy where needed; checkTensor rejects the undefined
+    // tensor and any other device.
+    at::Tensor c = t.defined() && !t.is_contiguous() ? t.contiguous() : t;
     checkTensor(c, dev_, what);
     return c;
   }
   staged_ = true;
-  return c.to(dev_, /*non_blocking=*/false, /*copy=*/true);
+  return t.contiguous().to(dev_, /*non_blocking=*/false, /*copy=*/true);
 }
 
 at::Tensor Staging::out(const at::Tensor& t, const char* what) {
-  if (!t.defined() || !stages(t)) {
+  if (!stagedOn(dev_, t)) {
     checkTensor(t, dev_, what);
     return t;
   }

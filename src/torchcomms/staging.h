@@ -22,6 +22,11 @@
 
 namespace cclx::tc {
 
+/// True when `t` goes through a device twin on a comm on `commDev`: a CPU tensor on a CUDA comm.
+inline bool stagedOn(const at::Device& commDev, const at::Tensor& t) {
+  return commDev.type() == at::kCUDA && t.defined() && t.device().is_cpu();
+}
+
 class Staging {
  public:
   explicit Staging(const at::Device& dev) : dev_(dev) {}
@@ -39,8 +44,6 @@ class Staging {
   void complete(Work* w, std::chrono::milliseconds timeout);
 
  private:
-  bool stages(const at::Tensor& t) const;
-
   at::Device dev_;
   bool staged_ = false;
   std::vector<std::pair<at::Tensor, at::Tensor>> outs_;  // (caller's CPU tensor, device twin)
