@@ -22,8 +22,18 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import time
+
+
+def head_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"],
+                              cwd=os.path.dirname(os.path.abspath(__file__)),
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
 
 
 def main() -> int:
@@ -34,6 +44,9 @@ def main() -> int:
     ap.add_argument("--backends", default="", help="comma list (default: cclx and the "
                     "device's torchcomms backend: nccl on cuda, gloo on cpu)")
     ap.add_argument("--json", default="", help="write the results here")
+    ap.add_argument("--cclx-commit", default="", help="cclx commit, recorded in the JSON "
+                    "(default: this checkout's HEAD, where git can tell)")
+    ap.add_argument("--machine", default="", help="device kind, recorded in the JSON")
     a = ap.parse_args()
     for k, v in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
                  ("MASTER_ADDR", "127.0.0.1")):
@@ -86,7 +99,9 @@ def main() -> int:
             cpu[b].append((c1 - c0) / a.iters * 1e6)
     res = {"device": a.device, "bytes": 1024, "world_size": 1, "iters": a.iters,
            "repeats": a.repeats, "torch": torch.__version__,
-           "torchcomms": getattr(torchcomms, "__version__", "?"), "us_per_call": {}}
+           "torchcomms": getattr(torchcomms, "__version__", "?"),
+           "cclx_commit": a.cclx_commit or head_commit(), "machine": a.machine,
+           "us_per_call": {}}
     if "cclx" in backends:
         import cclx.torchcomms_backend as tb
 

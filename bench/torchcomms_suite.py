@@ -27,6 +27,9 @@ import threading
 import time
 
 
+LAUNCH_PORT_TAKEN = "EADDRINUSE"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,8 +79,18 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--logs", default="", help="folder for each file's output (optional)")
     ap.add_argument("--commit", default="", help="torchcomms commit, recorded in each row")
+    ap.add_argument("--cclx-commit", default="", help="cclx commit, recorded in each row "
+                    "(default: this checkout's HEAD, where git can tell)")
+    ap.add_argument("--machine", default="", help="device kind, recorded in each row")
     a = ap.parse_args()
 
+    if not a.cclx_commit:
+        try:
+            a.cclx_commit = subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            a.cclx_commit = ""
     d = os.path.join(a.tc_src, "comms/torchcomms/tests/integration/py")
     files = sorted(f for f in os.listdir(d) if f.endswith("Test.py"))
     if a.files:
@@ -96,6 +109,15 @@ def main() -> int:
     lock = threading.Lock()
 
     def run_one(f: str) -> None:
+        # A port free when picked can be taken by a concurrent file's sockets before torchrun
+        # binds it; such a launch ran no test, so it is tried again on another port.
+        for attempt in range(4):
+            rc, result, text, secs = launch(f)
+            if not (result == "fail" and LAUNCH_PORT_TAKEN in text and not counts(text)):
+                break
+        record(f, rc, result, text, secs, attempt)
+
+    def launch(f: str):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
                "--nproc_per_node", str(a.ranks), "--master_port", str(free_port()),
                "-m", "pytest", "-v", "-s", "-p", "no:cacheprovider", os.path.join(d, f)]
@@ -114,13 +136,18 @@ def main() -> int:
                     pass
             text, _ = p.communicate()
             rc, result = None, "timeout"
-        secs = round(time.monotonic() - t0, 1)
+        return rc, result, text, round(time.monotonic() - t0, 1)
+
+    def record(f: str, rc, result: str, text: str, secs: float, retries: int) -> None:
         if a.logs:
             with open(os.path.join(a.logs, f"{a.backend}-{a.ranks}-{f}.log"), "w") as fh:
                 fh.write(text)
         row = {"backend": a.backend, "ranks": a.ranks, "device": a.device, "file": f,
                "result": result, "rc": rc, "counts": counts(text), "seconds": secs,
-               "torchcomms_commit": a.commit}
+               "torchcomms_commit": a.commit, "cclx_commit": a.cclx_commit,
+               "machine": a.machine}
+        if retries:
+            row["launch_retries"] = retries
         with lock:
             rows.append(row)
             rows.sort(key=lambda r: r["file"])
