@@ -11,6 +11,7 @@
 
 #include "torchcomms/device.h"
 #include "torchcomms/staging.h"
+#include "torchcomms/window.h"
 #include "torchcomms/work.h"
 
 namespace cclx::tc {
@@ -223,6 +224,16 @@ void CclxBackend::tensor_deregister(const at::Tensor& tensor) {
   guarded("tensor_deregister", [&] {
     if (stagedOn(device_, tensor)) return;
     comm("tensor_deregister").deregisterMemory(tensor.data_ptr(), tensor.nbytes());
+  });
+}
+
+std::shared_ptr<tcx::TorchCommWindow> CclxBackend::new_window(
+    const std::optional<at::Tensor>& tensor) {
+  return guarded("new_window", [&]() -> std::shared_ptr<tcx::TorchCommWindow> {
+    comm("new_window");  // initialized and not finalized
+    auto w = std::make_shared<CclxWindow>(comm_, device_);
+    if (tensor) w->tensor_register(*tensor, true);
+    return w;
   });
 }
 

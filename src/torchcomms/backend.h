@@ -89,6 +89,11 @@ class CclxBackend : public tcx::TorchCommBackend {
   void tensor_register(const at::Tensor& tensor) override;
   void tensor_deregister(const at::Tensor& tensor) override;
 
+  /// One-sided windows (window.h): collective over the comm; `tensor` registered when given.
+  bool supportsWindow() const override { return true; }
+  std::shared_ptr<tcx::TorchCommWindow> new_window(
+      const std::optional<at::Tensor>& tensor = std::nullopt) override;
+
   bool supportsReconfigure() const override { return true; }
   bool isInitialized() const override { return comm_ != nullptr; }
   tcx::InitHandle getInitHandle() const override;

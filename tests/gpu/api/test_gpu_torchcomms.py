@@ -1,6 +1,7 @@
 """cclx's C++ torchcomms backend on CUDA, 2 and 3 ranks sharing the GPU
-(tests/gpu/cases_gpu_torchcomms.py). Skipped, saying why, without a GPU, torchcomms or
-libcclx_torchcomms.so; the CPU twin is tests/python/api/test_torchcomms_cxx.py."""
+(tests/gpu/cases_gpu_torchcomms.py; its windows: cases_gpu_torchcomms_window.py). Skipped, saying
+why, without a GPU, torchcomms or libcclx_torchcomms.so; the CPU twin is
+tests/python/api/test_torchcomms_cxx.py."""
 import os
 
 import pytest
@@ -16,20 +17,35 @@ import cclx  # noqa: E402
 if not cclx._C.has_cuda:
     pytest.skip("cclx was built without CUDA", allow_module_level=True)
 
-CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                     "cases_gpu_torchcomms.py")
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = os.path.join(HERE, "cases_gpu_torchcomms.py")
+WINDOW_CASES = os.path.join(HERE, "cases_gpu_torchcomms_window.py")
 LIB = os.path.join(os.path.dirname(os.path.abspath(cclx._C.__file__)), "libcclx_torchcomms.so")
 
 
-@pytest.fixture(scope="module", params=[2, 3])
-def results(request, tmp_path_factory):
+def _run(cases, ranks, tmp_path_factory):
     if not os.path.isfile(LIB):
         pytest.skip(f"{LIB} was not built (configure with CCLX_TORCHCOMMS_SRC)")
     env = harness.torchcomms_entry_point(str(tmp_path_factory.mktemp("tc_entry")))
     env.update(CCLX_ABORT_ON_ERROR="0", CCLX_TORCHCOMMS_ROUTE="cxx", NCCL_NVLS_ENABLE="0")
-    return harness.run(CASES, request.param, env=env)
+    return harness.run(cases, ranks, env=env)
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def results(request, tmp_path_factory):
+    return _run(CASES, request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def window_results(request, tmp_path_factory):
+    return _run(WINDOW_CASES, request.param, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", harness.case_names(CASES))
 def test_gpu_torchcomms(results, case):
     harness.check(results, case)
+
+
+@pytest.mark.parametrize("case", harness.case_names(WINDOW_CASES))
+def test_gpu_torchcomms_window(window_results, case):
+    harness.check(window_results, case)

@@ -13,21 +13,36 @@ import harness  # noqa: E402
 
 import cclx  # noqa: E402
 
-CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                     "cases_torchcomms_cxx.py")
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = os.path.join(HERE, "cases_torchcomms_cxx.py")
+WINDOW_CASES = os.path.join(HERE, "cases_torchcomms_cxx_window.py")
 LIB = os.path.join(os.path.dirname(os.path.abspath(cclx._C.__file__)), "libcclx_torchcomms.so")
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def _run(cases, tmp_path_factory):
     if not os.path.isfile(LIB):
         pytest.skip(f"{LIB} was not built (configure with CCLX_TORCHCOMMS_SRC=<torchcomms "
                     f"source tree>)")
     env = harness.torchcomms_entry_point(str(tmp_path_factory.mktemp("tc_entry")))
     env.update(CCLX_ABORT_ON_ERROR="0", CCLX_TORCHCOMMS_ROUTE="cxx")
-    return harness.run(CASES, 3, env=env)
+    return harness.run(cases, 3, env=env)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return _run(CASES, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def window_results(tmp_path_factory):
+    return _run(WINDOW_CASES, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", harness.case_names(CASES))
 def test_torchcomms_cxx(results, case):
     harness.check(results, case)
+
+
+@pytest.mark.parametrize("case", harness.case_names(WINDOW_CASES))
+def test_torchcomms_cxx_window(window_results, case):
+    harness.check(window_results, case)
