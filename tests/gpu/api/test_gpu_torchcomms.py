@@ -1,5 +1,5 @@
 """cclx's C++ torchcomms backend on CUDA, 2 and 3 ranks sharing the GPU
-(tests/gpu/cases_gpu_torchcomms.py; its windows: cases_gpu_torchcomms_window.py). Skipped, saying
+(cases_gpu_torchcomms.py beside this file; its windows: cases_gpu_torchcomms_window.py). Skipped, saying
 why, without a GPU, torchcomms or libcclx_torchcomms.so; the CPU twin is
 tests/python/api/test_torchcomms_cxx.py."""
 import os
@@ -17,7 +17,7 @@ import cclx  # noqa: E402
 if not cclx._C.has_cuda:
     pytest.skip("cclx was built without CUDA", allow_module_level=True)
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "cases_gpu_torchcomms.py")
 WINDOW_CASES = os.path.join(HERE, "cases_gpu_torchcomms_window.py")
 LIB = os.path.join(os.path.dirname(os.path.abspath(cclx._C.__file__)), "libcclx_torchcomms.so")
