@@ -228,7 +228,7 @@ def rmsnorm_ref(xs: List[np.ndarray], res: np.ndarray, w: np.ndarray, eps: float
                 r_got: np.ndarray, y_got: Optional[np.ndarray]) -> int:
     """Wrong elements of a fused allreduce + residual add + RMSNorm: r against float64 within
     the roundings of the sum and the add; y against the norm of the returned r (y is a function
-    of r, docs/DESIGN.md) within a few roundings."""
+    of r, docs/design/fused-rmsnorm.md) within a few roundings."""
     u = UNIT[dtype]
     n = len(xs)
     x = [a.astype(np.float64) for a in xs]

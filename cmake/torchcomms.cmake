@@ -1,5 +1,5 @@
-# libcclx_torchcomms.so: cclx as a C++ torchcomms backend (src/torchcomms; docs/DESIGN.md,
-# "torchcomms backend"). It needs torchcomms' C++ headers, which its wheel does not ship: point
+# libcclx_torchcomms.so: cclx as a C++ torchcomms backend (src/torchcomms;
+# docs/design/torchcomms.md). It needs torchcomms' C++ headers, which its wheel does not ship: point
 # CCLX_TORCHCOMMS_SRC (or the environment's TORCHCOMMS_SRC) at a torchcomms source tree of the
 # installed torchcomms' commit. It also needs the Python that has torch and that torchcomms
 # installed (libtorchcomms.so and the version come from there). CCLX_BUILD_TORCHCOMMS: AUTO (the

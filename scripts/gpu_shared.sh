@@ -7,10 +7,10 @@
 #   test_gpu_shared   DDA flat / Lamport / tree and the FP8 collectives against the host twin,
 #                     back-to-back calls, graph replay, a missing rank, a killed rank, NCCL errors
 #   test_gpu_failure  the failure model: late and dead ranks, replays after a timeout, the
-#                     watchdog ending the process (docs/DESIGN.md "Failure model")
+#                     watchdog ending the process (docs/design/failure.md)
 #   test_gpu_faults   setup and teardown under failure: a setup failure injected at every stage,
 #                     settings that differ, capture on forked streams, abort with a dead peer,
-#                     finalize without a peer (docs/DESIGN.md "Failure model: setup, teardown and the drop-in")
+#                     finalize without a peer (docs/design/failure.md "Setup, teardown and abort")
 #   test_gpu_shared_colls  the DDA all-gather, reduce-scatter, all-to-all and all-to-all-v
 #                     kernels against the host twin, staging on first use, graph replay, missing
 #                     and late ranks, all-to-all-v counts that disagree

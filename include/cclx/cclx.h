@@ -171,8 +171,8 @@ cclxResult_t cclxGroupSendRecv(const cclxP2PMessage* sends, int nsends,
                                cclxComm_t comm, void* stream);
 
 /* Fused allreduce + residual add + RMSNorm (+ FP8 e4m3) of tensor-parallel inference, per token
- * row of `hidden` elements (f32, bf16 or f16; fp32 arithmetic; docs/DESIGN.md "Fused allreduce +
- * RMSNorm" gives every rounding):
+ * row of `hidden` elements (f32, bf16 or f16; fp32 arithmetic; docs/design/fused-rmsnorm.md
+ * gives every rounding):
  *   residualOut = allreduce_sum(x) + residual
  *   out         = residualOut * rsqrt(mean(residualOut^2) + eps) * weight
  *   fp8Out      = e4m3(out / scale), scales[t] = scale (per-token amax / 448, or *staticScale)

@@ -166,7 +166,7 @@ class Store {
 /// saying which setting differs. Without a token (empty) the store serves loopback only: a
 /// server on an address that is not loopback, or a client to one, is refused with
 /// cclxInvalidArgument naming CCLX_STORE_TOKEN. A token has at least 16 characters; every rank
-/// must pass the same (Comm::fromEnv passes CCLX_STORE_TOKEN). docs/DESIGN.md, "Store
+/// must pass the same (Comm::fromEnv passes CCLX_STORE_TOKEN). docs/design/rendezvous.md, "Store
 /// authentication", has the protocol and what it protects.
 class TcpStore : public Store {
  public:
@@ -208,7 +208,7 @@ struct P2PRecv {
 /// Arguments of Comm::allReduceRmsNorm, the fused "allreduce + residual add + RMSNorm (+ FP8
 /// quantization)" of tensor-parallel inference. Every [tokens, hidden] buffer is row-major (rows of
 /// `hidden` elements of `dtype`: f32, bf16 or f16); device memory on CUDA comms, host memory on CPU
-/// comms. Per token row, with fp32 arithmetic (docs/DESIGN.md "Fused allreduce + RMSNorm" gives
+/// comms. Per token row, with fp32 arithmetic (docs/design/fused-rmsnorm.md gives
 /// every rounding):
 ///   residualOut = allreduce_sum(x) + residual                   (rounded to dtype)
 ///   out         = residualOut * rsqrt(mean(residualOut^2) + eps) * weight

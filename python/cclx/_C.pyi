@@ -184,7 +184,7 @@ class TcpStore(Store):
     see .port); clients connect with retries until `timeout` seconds. All members present
     the same `job_id` and prove they hold the same `token` (None: CCLX_STORE_TOKEN, '' =
     none); a server refuses any other client. Without a token only loopback addresses
-    are served (docs/DESIGN.md, 'Store authentication').
+    are served (docs/design/rendezvous.md, 'Store authentication').
     """
 
     def __init__(self, host: str, port: int, is_server: bool, job_id: str = 'cclx', timeout: float = 300.0, token: str | None = None) -> None: ...

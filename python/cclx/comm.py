@@ -283,8 +283,8 @@ class Comm(GroupedOps, CommSettings):
             residual_out = all_reduce_sum(x) + residual          (rounded to x's dtype)
             y = residual_out * rsqrt(mean(residual_out ** 2, -1) + eps) * weight
 
-        in float32 arithmetic, the same bits on every rank (docs/DESIGN.md "Fused allreduce +
-        RMSNorm" gives every rounding). x: this rank's partial sums, [..., hidden], float32,
+        in float32 arithmetic, the same bits on every rank (docs/design/fused-rmsnorm.md
+        gives every rounding). x: this rank's partial sums, [..., hidden], float32,
         bfloat16 or float16; residual: x's shape and dtype, the same values on every rank;
         weight: [hidden]. eps is used as a float32.
 

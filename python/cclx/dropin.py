@@ -31,7 +31,7 @@ looked up, and a preloaded library whose SONAME is libnccl.so.2 satisfies torch'
 Settings (environment): CCLX_NCCL_INTERCEPT=0 forwards every call; CCLX_NCCL_FORWARD=allreduce,
 allgather,reducescatter,alltoall forwards the named collectives; CCLX_LOW_PRECISION_ENABLE=1 turns
 on the FP8 collectives for large messages; CCLX_DEBUG=INFO logs which NCCL was loaded and which
-comms run cclx's algorithms. README.md lists the rest.
+comms run cclx's algorithms. docs/DROPIN.md lists the rest.
 """
 
 

@@ -76,7 +76,7 @@ void bindStore(nb::module_& m) {
       "see .port); clients connect with retries until `timeout` seconds. All members present\n"
       "the same `job_id` and prove they hold the same `token` (None: CCLX_STORE_TOKEN, '' =\n"
       "none); a server refuses any other client. Without a token only loopback addresses\n"
-      "are served (docs/DESIGN.md, 'Store authentication').")
+      "are served (docs/design/rendezvous.md, 'Store authentication').")
       .def(nb::new_([](const std::string& host, int port, bool isServer, const std::string& jobId,
                        double timeout, std::optional<std::string> token) {
              if (port < 0 || port > 65535) argError("TcpStore: port must be in 0..65535");

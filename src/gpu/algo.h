@@ -88,7 +88,7 @@ struct DeviceCtx {
 
 /// The call's timeout in nanoseconds as kernels take it: 0 (no deadline: the kernel waits until
 /// it arrives or the comm is aborted) when the timeout is infinite (kInfiniteTimeout or beyond;
-/// docs/DESIGN.md "Failure model").
+/// docs/design/failure.md).
 inline uint64_t timeoutNs(const CollArgs& a) {
   const auto ms = a.opts.timeout.count();
   return ms <= 0 || ms >= kInfiniteTimeout.count() ? 0 : uint64_t(ms) * 1000000ull;

@@ -23,8 +23,8 @@ bool isBitwise(RedOpKind k) {
 }
 
 // A call that fails before its kernel is enqueued (a staging growth that timed out or was
-// aborted) leaves its outputs all-ones, as a kernel that stops does (docs/DESIGN.md "Failure
-// model"), in the order of the call's stream. Not inside capture: the capture is the caller's to
+// aborted) leaves its outputs all-ones, as a kernel that stops does (docs/design/failure.md),
+// in the order of the call's stream. Not inside capture: the capture is the caller's to
 // discard.
 void poisonOutputs(const CollArgs& a, int size, bool capturing) {
   if (capturing) return;
@@ -219,7 +219,7 @@ Caps CudaBackend::caps(const CollArgs& a) const {
   c.plainNccl = plainNccl_;
   c.timed = pm_.sharing.empty();
   c.peer = ctx_.peerUsable() && a.count > 0 && ddaOpSupported(a.op.kind, a.dtype);
-  c.dataAsFlag = !gpurt::kHip;  // docs/DESIGN.md "AMD (HIP)"
+  c.dataAsFlag = !gpurt::kHip;  // docs/design/amd.md
   const bool fp8 = lowPrecisionWanted(a, cfg_);  // FP8 checks only when it may run
   switch (a.type) {
     case CollType::AllReduce:

@@ -1,6 +1,6 @@
 // The GPU backend: one object per communicator that owns the device setup, the peer memory, the
 // device algorithms (DDA, FP8) and the NCCL comm that carries everything else, and that runs a
-// call on the stream semantics of docs/DESIGN.md ("GPU backend"). Two front ends build it: the
+// call on the stream semantics of docs/design/gpu-backend.md. Two front ends build it: the
 // cclx Comm (gpu/setup.cc: rendezvous through the store, NCCL created and owned here) and the
 // NCCL drop-in (src/nccl_dropin: the application's NCCL comm, borrowed).
 #pragma once
@@ -62,7 +62,7 @@ struct CudaShared {
   std::pair<cclxResult_t, std::string> deviceError() const;
   /// Turns a failure the kernels reported into the comm's failure (and throws it); no-op when none.
   void checkDeviceError();
-  /// Stops every peer kernel of this comm here and on the peers (docs/DESIGN.md "Failure model"):
+  /// Stops every peer kernel of this comm here and on the peers (docs/design/failure.md):
   /// the host request word, which spinning kernels poll, and the abort word on every rank, which
   /// kernels read at entry. Never blocks; idempotent. `reason` (kAbort*) and `missing` (rank
   /// mask) go into the abort word as a kernel's own timeout would put them (a host-side timeout

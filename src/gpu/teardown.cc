@@ -1,4 +1,4 @@
-// Teardown of the GPU backend (docs/DESIGN.md "Failure model: setup, teardown and the drop-in"):
+// Teardown of the GPU backend (docs/design/failure.md "Setup, teardown and abort"):
 // finalize waits for this comm's own work only (never the whole device), then makes sure that no
 // peer will write into this rank's peer memory any more (a last peer barrier) before freeing it;
 // abort and a failed or timed-out teardown free nothing a kernel or a peer may still use (counted

@@ -1,5 +1,5 @@
 // Host shared-memory transport: segment setup/teardown, counters, waits. The synchronization
-// contract is written in shm.h and docs/DESIGN.md ("Host transport: synchronization contract").
+// contract is written in shm.h and docs/design/transport.md.
 #include "host/shm.h"
 
 #include <fcntl.h>
@@ -246,7 +246,7 @@ void HostCtx::failWaiting(int peer, bool aborted, const std::string& detail) {
 }
 
 // The own segment's "aborted" word: 1 = abort(), 2 + r = timed out waiting for rank r. Peers that
-// wait on this rank read it and fail at once with the cause (failure model, docs/DESIGN.md).
+// wait on this rank read it and fail at once with the cause (docs/design/failure.md).
 void HostCtx::raiseFailed(int missing) {
   if (segs_.empty() || !segs_[size_t(rank)]) return;
   uint32_t expect = 0;

@@ -133,7 +133,7 @@ struct HostCtx {
   void checkPeer(int peer);
   /// checkPeer() for every other rank: a collective's entry check. A comm one rank gave up on
   /// (a timeout, abort) fails every later call on every rank, also one whose data the peers had
-  /// already staged before they gave up (docs/DESIGN.md "Host transport", timeouts and abort).
+  /// already staged before they gave up (docs/design/transport.md, "Timeouts and abort").
   void checkPeers();
 
   /// Marks this rank aborted (peers waiting on it fail fast with cclxRemoteError), unmaps.

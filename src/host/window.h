@@ -1,5 +1,5 @@
 // One-sided windows of CPU comms over host shared memory (host/window.cc; contract in
-// core/comm/window.h and docs/DESIGN.md "One-sided windows").
+// core/comm/window.h and docs/design/windows.md).
 #pragma once
 
 #include <memory>

@@ -1,5 +1,5 @@
 // The drop-in's comm table and the setup of a comm's cclx state through the application's own
-// NCCL comm (see comms.h; docs/DESIGN.md "NCCL drop-in" and "Failure model").
+// NCCL comm (see comms.h; docs/design/dropin.md and docs/design/failure.md).
 #include "nccl_dropin/comms.h"
 
 #include <chrono>

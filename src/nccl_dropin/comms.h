@@ -72,7 +72,7 @@ DropinComm::Snapshot prepare(DropinComm& dc, ncclStream_t stream, int groupDepth
 void stopComm(ncclComm_t comm);
 
 /// Forgets `comm`. graceful (finalize, destroy): waits for this comm's own work, a last peer
-/// barrier, then frees (docs/DESIGN.md "Failure model: setup, teardown and the drop-in");
+/// barrier, then frees (docs/design/failure.md "Setup, teardown and abort");
 /// otherwise (abort, revoke) releases it without waiting and without freeing what a kernel may
 /// still use.
 void dropComm(ncclComm_t comm, bool graceful);

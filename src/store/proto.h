@@ -5,7 +5,7 @@
 // arguments; strings are a 4-byte length plus bytes, integers 8 bytes. A reply body is a one-byte
 // status followed by the command's result.
 //
-// A connection starts with a challenge-response handshake (docs/DESIGN.md, "Store
+// A connection starts with a challenge-response handshake (docs/design/rendezvous.md, "Store
 // authentication"): the server sends CHALLENGE (magic, flags, a random nonce); the client answers
 // AUTH (magic, job id, its own nonce, HMAC-SHA256 under the token of the client transcript); the
 // server answers OK with its own proof (the server transcript) or a fixed refusal and closes.

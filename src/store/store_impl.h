@@ -13,7 +13,7 @@ namespace cclx::store {
 /// How often a long wait (connecting to the store, rendezvous) logs that it is still waiting.
 constexpr std::chrono::seconds kWaitReportEvery{10};
 
-/// What the server admits before a client has authenticated (docs/DESIGN.md, "Store
+/// What the server admits before a client has authenticated (docs/design/rendezvous.md, "Store
 /// authentication"). Tests shorten the deadline.
 struct ServerLimits {
   std::chrono::milliseconds handshakeTimeout{5000};  // from accept to a verified AUTH

@@ -2,7 +2,7 @@
 // through TORCHCOMMS_BACKEND_LIB_PATH_CCLX). This header: the translations between torchcomms'
 // types (at::Tensor, torch::comms::ReduceOp, per-call options, c10d::Store) and cclx's, and the
 // boundary guard that turns every exception into the std::runtime_error torchcomms' backends
-// throw. docs/DESIGN.md, "torchcomms backend", has the route and the ABI coupling.
+// throw. docs/design/torchcomms.md has the route and the ABI coupling.
 #pragma once
 
 #include <cclx/cclx.hpp>

@@ -3,7 +3,7 @@
 // get_supported_version() with its own TORCHCOMM_BACKEND_ABI_VERSION: this library reports the
 // value of the torchcomms headers it was compiled against, so a torchcomms of another ABI refuses
 // it by name instead of calling through a different vtable. cclx_torchcomms_build_info() tells
-// cclx's Python package what it was built against (the route it picks, docs/DESIGN.md).
+// cclx's Python package what it was built against (the route it picks, docs/design/torchcomms.md).
 #include "torchcomms/backend.h"
 
 #include <cstdio>

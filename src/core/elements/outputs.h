@@ -1,6 +1,6 @@
 // The output buffers of a collective call, for the failure model: a call that fails leaves them
-// all-ones (a NaN in every floating-point type), never a plausible stale value (docs/DESIGN.md
-// "Failure model"). One list for every backend.
+// all-ones (a NaN in every floating-point type), never a plausible stale value
+// (docs/design/failure.md). One list for every backend.
 #pragma once
 
 #include <cstring>

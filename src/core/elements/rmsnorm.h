@@ -1,7 +1,7 @@
 // The element rules of the fused "allreduce + residual add + RMSNorm (+ FP8)" collective
 // (Comm::allReduceRmsNorm), shared by the host twin (src/host/rmsnorm*.cc) and the GPU kernels
-// (src/gpu/fused/*.cu), so that both give the same bits. docs/DESIGN.md "Fused allreduce +
-// RMSNorm" has the contract.
+// (src/gpu/fused/*.cu), so that both give the same bits. docs/design/fused-rmsnorm.md
+// has the contract.
 //
 // Per token row of H elements of type T (f32, bf16, f16), with ar the allreduce result:
 //   ar[i]  = T(sum over ranks 0..N-1, in that order, of f32(x_r[i]))  (dtype_math.h; an ordinary

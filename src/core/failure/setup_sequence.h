@@ -1,5 +1,5 @@
-// Collective setup that every rank finishes alike (docs/DESIGN.md "Failure model: setup,
-// teardown and the drop-in").
+// Collective setup that every rank finishes alike (docs/design/failure.md "Setup,
+// teardown and abort").
 //
 // A setup is a fixed sequence of exchanges (all-gathers of one record per rank) that every rank
 // runs to the end, in the same order, whatever happened before: a rank that failed locally still
@@ -76,7 +76,7 @@ class SetupSequence {
 };
 
 /// Throws the failure CCLX_TEST_SETUP_FAIL asks for at `stage` of `rank` (test-only; stages:
-/// device, who, alloc, open, see README's settings table).
+/// device, who, alloc, open, see docs/SETTINGS.md).
 void injectSetupFailure(const Config& cfg, int rank, const char* stage);
 
 }  // namespace cclx

@@ -2,7 +2,7 @@
 // setup_sequence.h: the collective setup sequence every rank finishes alike (and its test-only
 // failure injection).
 //
-// Failure handling shared by every comm (docs/DESIGN.md "Failure model"): one watchdog thread
+// Failure handling shared by every comm (docs/design/failure.md): one watchdog thread
 // per process that polls every live comm's backend every ~100 ms (device error words, NCCL's
 // asynchronous errors, NCCL operations past their timeout, CUDA-graph replays included through
 // the error words), and the one place that decides what a comm's failure does: with

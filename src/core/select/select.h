@@ -1,7 +1,7 @@
 // src/core/select: algorithm selection: the one place that holds every size table and hint rule. Both backends
 // (host shared memory, GPU) call select() once per call with what their algorithms can run for
-// these arguments (Caps), and run the algorithm it returns. docs/DESIGN.md "Algorithm
-// selection" has the table.
+// these arguments (Caps), and run the algorithm it returns. docs/design/selection.md
+// has the table.
 #pragma once
 
 #include <cstddef>

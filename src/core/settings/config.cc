@@ -141,7 +141,7 @@ void warnUnknownEnvNames() {
 
 const std::vector<std::string>& knownEnvNames() {
   static const std::vector<std::string> names = {
-      // Settings (Config::fromEnv, README's settings table).
+      // Settings (Config::fromEnv, docs/SETTINGS.md).
       "CCLX_DEBUG", "CCLX_DEBUG_FILE", "CCLX_CHECK_MODE", "CCLX_TIMEOUT_MS", "CCLX_TIMEOUT",
       "CCLX_ABORT_ON_ERROR", "CCLX_WATCHDOG", "CCLX_JOB_ID", "CCLX_STORE_TOKEN",
       "CCLX_SHM_FLAT_MAX_BYTES", "CCLX_SHM_CHUNK_BYTES", "CCLX_SPIN_ITERATIONS", "CCLX_NCCL_PATH",

@@ -1,7 +1,7 @@
 // src/core/settings: every CCLX_* setting, read from the environment in exactly one place
 // (config.cc: parsing, defaults, unknown-name warnings, the reader logging uses), and the settings
 // every rank of a comm must share, checked across ranks at setup (settings_check.{h,cc}).
-// README.md documents each variable; keep the two in step.
+// docs/SETTINGS.md documents each variable; keep the two in step.
 #pragma once
 
 #include <cstddef>
@@ -43,7 +43,7 @@ struct Config {
   std::string mpsThreadPercent;
 
   // torchcomms: CCLX_TORCHCOMMS_ROUTE=auto|cxx|python, how torchcomms.new_comm("cclx") reaches
-  // cclx (python/cclx/torchcomms_backend.py; docs/DESIGN.md "torchcomms backend").
+  // cclx (python/cclx/torchcomms_backend.py; docs/design/torchcomms.md).
   std::string torchcommsRoute = "auto";
 
   // Host shared-memory transport.

@@ -1,4 +1,4 @@
-// The failure model of every peer-memory kernel, written once (docs/DESIGN.md "Failure model").
+// The failure model of every peer-memory kernel, written once (docs/design/failure.md).
 //
 // Each comm has a sticky abort word in every rank's control words (SignalRegion::kControl,
 // peer-visible device memory; FailParams in gpu/algo.h): two 32-bit words, [kCtlTimeout] raised by

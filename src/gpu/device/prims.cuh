@@ -4,8 +4,8 @@
 // assembly and reach warp-level and architecture-specific operations only through them (what
 // both toolchains spell alike, e.g. __syncthreads or __fmul_rn, they use directly). CUDA builds
 // get the PTX below; HIP builds (CCLX_HAVE_HIP: AMD gfx90a / gfx940) get the HIP branch, which
-// keeps the same contracts where the hardware allows and says where it cannot (docs/DESIGN.md
-// "AMD (HIP)").
+// keeps the same contracts where the hardware allows and says where it cannot (docs/design/amd.md
+// "Where the memory model differs").
 //
 // Ordering vocabulary (PTX memory model): *volatile* accesses are not cached in L1 and not merged
 // or removed by the compiler (the LL and data-as-flag protocols poll with them; a 16-byte
@@ -267,7 +267,7 @@ __device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
 // ---- LL16 packets: 16 bytes = {data0, flag, data1, flag} ----
 
 /// One 16-byte volatile store. That each 8-byte half reaches a peer whole is what the protocol
-/// needs and what AMD does not document for xGMI (docs/DESIGN.md "AMD (HIP)").
+/// needs and what AMD does not document for xGMI (docs/design/amd.md).
 __device__ __forceinline__ void stLL16(uint4* p, uint32_t d0, uint32_t d1, uint32_t flag) {
   *reinterpret_cast<volatile U32x4*>(p) = U32x4{d0, flag, d1, flag};
 }

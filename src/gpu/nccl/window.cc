@@ -5,7 +5,7 @@
 // context 0, the only values NCCL accepts). The symbols are looked up at run time: a library
 // without them gives cclxUnsupported naming the version that adds them.
 //
-// What NCCL's API implies (docs/DESIGN.md "One-sided windows"): ncclPutSignal signals with every
+// What NCCL's API implies (docs/design/windows.md): ncclPutSignal signals with every
 // put, so on this transport each put and each signal count as one signal operation at the
 // destination, and wait_signal consumes one. The pattern "k puts, then signal" is waited for
 // with k + 1 wait_signal calls (or one put per signal). NCCL requires the registered buffer (and

@@ -1,5 +1,5 @@
 // The stream handling of GPU window calls (gpu/window/window.h): the same stream semantics as
-// the collectives (docs/DESIGN.md "GPU backend"), plus the eager ordering rules of windows.
+// the collectives (docs/design/gpu-backend.md), plus the eager ordering rules of windows.
 #include "gpu/backend.h"
 #include "gpu/runtime.h"
 #include "gpu/window/window.h"

@@ -32,7 +32,7 @@ std::unordered_map<ncclComm_t, std::shared_ptr<SharedComm>>& table() {
   return *t;
 }
 // Comms released by destroy / abort: kept (never finalized, never freed) until the process
-// exits, because the peers may still be using the memory they share (docs/DESIGN.md).
+// exits, because the peers may still be using the memory they share (docs/design/dropin.md).
 std::vector<std::shared_ptr<Comm>>& retired() {
   static auto* v = new std::vector<std::shared_ptr<Comm>>();
   return *v;

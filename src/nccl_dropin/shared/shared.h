@@ -1,6 +1,6 @@
 // The drop-in's shared-GPU mode: a communicator whose ranks share a GPU (NCCL refuses those) is a
 // cclx Comm of its own, with no NCCL comm underneath, and every NCCL call on its handle runs on
-// that Comm (docs/DESIGN.md "NCCL drop-in", "Ranks sharing a GPU").
+// that Comm (docs/design/dropin.md, "Ranks sharing a GPU").
 //
 // This part holds no CUDA code: the entry points of the drop-in (src/nccl_dropin/*.cc, CUDA
 // builds) call it for shared handles, and a CPU build runs it over CPU comms in its twin test
@@ -70,7 +70,7 @@ ncclResult_t shrink(SharedComm& parent, const int* exclude, int nExclude, ncclCo
 /// comm's timeout); later collectives fail.
 ncclResult_t finalize(SharedComm& c);
 /// ncclCommDestroy: finalizes if that was not done, then releases the comm without waiting for
-/// the peers (its memory stays mapped until the process exits: docs/DESIGN.md).
+/// the peers (its memory stays mapped until the process exits: docs/design/dropin.md).
 ncclResult_t destroy(SharedComm& c);
 /// ncclCommAbort / ncclCommRevoke: never blocks; the comm's kernels stop here and on the peers.
 ncclResult_t abort(SharedComm& c);

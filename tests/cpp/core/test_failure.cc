@@ -1,4 +1,4 @@
-// The failure model on CPU comms (the host twin of docs/DESIGN.md "Failure model"): a late rank
+// The failure model on CPU comms (the host twin of docs/design/failure.md): a late rank
 // (it sleeps twice the timeout before call k of K) and a dead rank (SIGKILL mid-loop) at 3 and 5
 // ranks, for every allreduce algorithm of the host transport. Every call either returns an exact
 // result (equal to a fixed-order float64-free reference: the same algorithm on the healthy comm)

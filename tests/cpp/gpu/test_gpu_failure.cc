@@ -1,4 +1,4 @@
-// The failure model on the GPU (docs/DESIGN.md "Failure model"), several ranks per GPU: a late
+// The failure model on the GPU (docs/design/failure.md), several ranks per GPU: a late
 // rank (it sleeps twice the timeout before call k of K asynchronous calls), a dead rank (SIGKILL
 // in the middle of a loop) and CUDA-graph replays after a timeout, for every peer algorithm
 // (DDA flat, Lamport, tree, FP8 two-shot and one-shot, auto). Every output must be exact (equal to

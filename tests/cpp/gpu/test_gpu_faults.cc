@@ -1,4 +1,4 @@
-// Setup and teardown of GPU comms under failure (docs/DESIGN.md "Failure model"), with several
+// Setup and teardown of GPU comms under failure (docs/design/failure.md), with several
 // ranks per GPU where there are fewer GPUs than ranks (rank r on GPU r % count):
 //  * a setup failure injected on one rank (CCLX_TEST_SETUP_FAIL, every stage) gives every rank
 //    the same verdict: creation fails everywhere (device, who) or peer memory is off everywhere

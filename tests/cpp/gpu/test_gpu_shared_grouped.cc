@@ -403,7 +403,7 @@ TEST(GpuSharedGrouped, GraphReplayEqualsHostTwin) {
   });
 }
 
-// A late rank on the rooted and grouped forms (the failure model of docs/DESIGN.md): the last rank
+// A late rank on the rooted and grouped forms (docs/design/failure.md): the last rank
 // sleeps twice the timeout before call kLate of kCalls asynchronous calls of one form. Outputs
 // start as a plausible stale value (bytes 0x40: 3.0f); after the calls every output buffer is
 // either exact (the host twin's bytes) or NaN in every element, never the stale value or another

@@ -1,6 +1,6 @@
 // Point to point where ranks share a GPU (no NCCL comm): batches of sends and receives
 // (Comm::sendRecv) and single send / recv on the pipelined exchange, run as rounds of the
-// directions that take part (docs/DESIGN.md "DDA exchange collectives"). Every received byte is
+// directions that take part (docs/design/dda.md "Point to point"). Every received byte is
 // compared with the sender's data, and with what the host twin (a CPU comm of the same ranks)
 // receives for the same batch. Also: batches between two ranks while the others do nothing,
 // batches and collectives interleaved back to back, CUDA-graph replay, a length that disagrees

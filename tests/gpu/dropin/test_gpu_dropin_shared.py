@@ -113,7 +113,7 @@ def test_killed_rank_is_named_by_every_survivor(tmp_path):
 
 
 def test_tp_mlp_example_on_one_gpu():
-    """examples/tp_mlp.py as README shows it: 4 ranks on one GPU through the drop-in."""
+    """examples/tp_mlp.py as docs/DROPIN.md shows it: 4 ranks on one GPU through the drop-in."""
     ex = os.path.join(harness.ROOT, "examples", "tp_mlp.py")
     cmd = launch_cmd([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
                       "--master-port", str(harness.free_port()), ex])

@@ -268,7 +268,7 @@ def test_torch_reduce_op_accepted(comm):
 
 
 def test_master_defaults(monkeypatch_module):
-    """MASTER_ADDR/MASTER_PORT default to 127.0.0.1:29500 (README), as in the C++ core."""
+    """MASTER_ADDR/MASTER_PORT default to 127.0.0.1:29500 (docs/USAGE.md), as in the C++ core."""
     from cclx import _rendezvous as rdv
 
     assert rdv._master() == ("127.0.0.1", 29500)

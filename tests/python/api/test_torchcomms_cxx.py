@@ -1,7 +1,7 @@
 """cclx as a C++ torchcomms backend (libcclx_torchcomms.so, src/torchcomms) on 3 CPU processes:
 torchcomms.new_comm("cclx") through torchcomms' dynamic-loader route. Skipped, saying why, when
 torchcomms is not installed or the library was not built (it needs torchcomms' headers:
-CCLX_TORCHCOMMS_SRC, docs/DESIGN.md "torchcomms backend")."""
+CCLX_TORCHCOMMS_SRC, docs/design/torchcomms.md)."""
 import os
 
 import pytest

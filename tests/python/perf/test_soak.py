@@ -150,7 +150,7 @@ def test_checks_find_wrong_values(dtype):
 
 
 def test_fp8_norm_scales():
-    # Per token amax(|y|) / 448; a row of zeros has scale 1 (docs/DESIGN.md, element rule 5).
+    # Per token amax(|y|) / 448; a row of zeros has scale 1 (docs/design/fused-rmsnorm.md, rule 5).
     r = np.array([[0.0, 0.0], [3.0, -4.0]], np.float32)
     w = np.ones(2, np.float32)
     y1 = np.array([3.0, -4.0]) / np.sqrt(12.5 + 1e-6)
