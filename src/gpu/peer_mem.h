@@ -111,6 +111,7 @@ struct PeerMem {
   char* signal[kMaxRanks] = {};    // signal[r]: rank r's signal area
   uint32_t allocated = 0;   // regions allocated on every rank and mapped here (regionBit)
   uint32_t failed = 0;      // regions whose allocation failed on some rank: never used
+  int growths = 0;          // peerMemGrow calls that allocated something (the same on every rank)
 
   /// Capacity of a staging region (identical on all ranks, whether allocated or not).
   size_t regionBytes(StagingRegion r) const;
