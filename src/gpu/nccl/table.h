@@ -1,8 +1,9 @@
 // The one way cclx's GPU code reaches NCCL: ncclLib() (loader.h), a table of function pointers
 // (NcclLib). Normally the table of the library loader.cc found; a test may install a table of its
 // own (fakes that fail, report ncclInProgress forever, or record their arguments), which every
-// later ncclLib() returns until it is removed. Nothing in cclx caches a function pointer across
-// calls of the public API, so an installed table takes effect at the next call.
+// later ncclLib() returns until it is removed. Callers read ncclLib() at each call, so an
+// installed table takes effect at the next call (a one-sided window keeps the table it was
+// created with, nccl/window.cc).
 //
 // Contract:
 //  * ncclLib() returns the installed table when there is one, else the loaded library (loading it

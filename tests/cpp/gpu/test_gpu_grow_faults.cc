@@ -36,7 +36,8 @@ std::vector<float> input(int rank, size_t n) {
 
 // Runs `coll` on `comm` with `count` elements per rank and checks the result. Returns "ok", or
 // "error <code>" when the call failed cleanly (checked here to be no internal error).
-std::string runAndCheck(Comm& comm, Coll coll, int rank, int size, size_t count) {
+std::string runAndCheck(Comm& comm, Coll coll, int rank, int size, size_t count,
+                        const CollOptions& o = {}) {
   const size_t in = coll == Coll::kReduceScatter ? count * size_t(size) : count;
   const size_t out = coll == Coll::kAllGather ? count * size_t(size) : count;
   DevBuf send(in * 4), recv(out * 4);
@@ -46,11 +47,11 @@ std::string runAndCheck(Comm& comm, Coll coll, int rank, int size, size_t count)
   try {
     std::shared_ptr<Work> w;
     if (coll == Coll::kAllReduce)
-      w = comm.allReduce(send.base, recv.base, count, DataType::f32, RedOpKind::SUM);
+      w = comm.allReduce(send.base, recv.base, count, DataType::f32, RedOpKind::SUM, o);
     else if (coll == Coll::kAllGather)
-      w = comm.allGather(send.base, recv.base, count, DataType::f32);
+      w = comm.allGather(send.base, recv.base, count, DataType::f32, o);
     else
-      w = comm.reduceScatter(send.base, recv.base, count, DataType::f32, RedOpKind::SUM);
+      w = comm.reduceScatter(send.base, recv.base, count, DataType::f32, RedOpKind::SUM, o);
     w->waitBlocking(std::chrono::seconds(60));
   } catch (const Error& e) {
     MP_CHECK(e.code() != cclxInternalError, "rank %d: internal error: %s", rank, e.what());
@@ -98,8 +99,12 @@ void growFailure(Coll coll, bool allRanks) {
     const std::string v = (allRanks ? std::string("all") : std::string("1")) + ":" +
                           std::to_string(next);
     setenv("CCLX_TEST_GROW_FAIL", v.c_str(), 1);
-    const size_t count = coll == Coll::kAllReduce ? big : 16384;
-    const std::string outcome = runAndCheck(*comm, coll, rank, size, count);
+    // The exchange collectives ask for LL, whose staging (flat/LL) no call has grown yet; the
+    // allreduce wants the tree by its size.
+    CollOptions o;
+    if (coll != Coll::kAllReduce) o.hints["algo"] = "flat";
+    const size_t count = coll == Coll::kAllReduce ? big : 4096;
+    const std::string outcome = runAndCheck(*comm, coll, rank, size, count, o);
     unsetenv("CCLX_TEST_GROW_FAIL");
     // Without NCCL a failed growth may leave nothing to run the call; with NCCL it never fails.
     MP_CHECK(outcome == "ok" || shares, "rank %d: failed although NCCL could run it: %s", rank,
