@@ -47,9 +47,9 @@ GrowFault parseGrowFault(const char* value) {
 GrowFault growFaultFromEnv() { return parseGrowFault(std::getenv("CCLX_TEST_GROW_FAIL")); }
 
 std::string growFaultMessage(const GrowFault& f, int rank, int growth) {
+  const std::string who = f.rank == GrowFault::kAllRanks ? "all" : std::to_string(f.rank);
   return strFormat("staging growth %d failure injected on rank %d (CCLX_TEST_GROW_FAIL=%s:%d)",
-                   growth, rank, f.rank == GrowFault::kAllRanks ? "all" : std::to_string(f.rank).c_str(),
-                   f.nth);
+                   growth, rank, who.c_str(), f.nth);
 }
 
 }  // namespace cclx

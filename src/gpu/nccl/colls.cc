@@ -179,7 +179,8 @@ void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, nccl
       }
       if (recv != send + me * bytes && overlaps(send, n * bytes, recv, bytes)) {
         Temp tmp(bytes, s);
-        ncclCall(L.reduceScatter(send, tmp.p, a.count, t, op.get(), c, s), "ncclReduceScatter", c, dl);
+        ncclCall(L.reduceScatter(send, tmp.p, a.count, t, op.get(), c, s), "ncclReduceScatter", c,
+                 dl);
         ncclstream::copy(recv, tmp.p, bytes, s);
         return;
       }
@@ -230,9 +231,11 @@ void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, nccl
       }
       Group g(c, dl);
       for (const P2PSend& m : a.sends)
-        if (m.peer != me && m.count) ncclCall(L.send(m.buf, m.count, t, m.peer, c, s), "ncclSend", c, dl);
+        if (m.peer != me && m.count)
+          ncclCall(L.send(m.buf, m.count, t, m.peer, c, s), "ncclSend", c, dl);
       for (const P2PRecv& m : a.recvs)
-        if (m.peer != me && m.count) ncclCall(L.recv(m.buf, m.count, t, m.peer, c, s), "ncclRecv", c, dl);
+        if (m.peer != me && m.count)
+          ncclCall(L.recv(m.buf, m.count, t, m.peer, c, s), "ncclRecv", c, dl);
       g.end();
       return;
     }

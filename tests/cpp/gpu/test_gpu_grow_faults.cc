@@ -111,8 +111,10 @@ void growFailure(Coll coll, bool allRanks) {
              outcome.c_str());
     store->set("grow/outcome/" + std::to_string(rank), outcome);
     for (int r = 0; r < size; ++r) {
-      const std::string o = store->get("grow/outcome/" + std::to_string(r), std::chrono::seconds(60));
-      MP_CHECK(o == outcome, "rank %d: '%s' but rank %d: '%s'", rank, outcome.c_str(), r, o.c_str());
+      const std::string o =
+          store->get("grow/outcome/" + std::to_string(r), std::chrono::seconds(60));
+      MP_CHECK(o == outcome, "rank %d: '%s' but rank %d: '%s'", rank, outcome.c_str(), r,
+               o.c_str());
     }
     if (coll == Coll::kAllReduce)
       MP_CHECK(comm->selectAllReduceAlgo(big, DataType::f32, RedOpKind::SUM) != "tree",

@@ -168,7 +168,8 @@ TEST_F(NcclCreate, AFailingInitNamesTheRankCallAndCode) {
   const auto out = create(kRanks, std::chrono::seconds(20));
   ASSERT_TRUE(out[2].error);
   EXPECT_EQ(out[2].error->code(), cclxNcclError);
-  EXPECT_NE(std::string(out[2].error->what()).find("rank 2: ncclCommInitRank failed: NCCL error 5 (fake)"),
+  EXPECT_NE(std::string(out[2].error->what())
+                .find("rank 2: ncclCommInitRank failed: NCCL error 5 (fake)"),
             std::string::npos)
       << out[2].error->what();
   EXPECT_FALSE(out[0].error);

@@ -30,7 +30,7 @@ struct Fake {
   std::map<std::string, int> failAt;           // call name -> the k-th call (1-based) fails
   std::map<std::string, int> seen;
   std::vector<std::string> log;
-  int inProgressPolls = 0;           // ncclCommGetAsyncError reports ncclInProgress this often (-1: always)
+  int inProgressPolls = 0;  // ncclCommGetAsyncError says ncclInProgress this often (-1: always)
   ncclResult_t settlesTo = ncclSuccess;
   int polls = 0;
   const char* lastError = "peer 2 closed the connection";
@@ -51,10 +51,12 @@ struct Fake {
 };
 Fake* gFake = nullptr;
 
-ncclResult_t fAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, ncclStream_t) {
+ncclResult_t fAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                        ncclStream_t) {
   return gFake->call("ncclAllReduce");
 }
-ncclResult_t fReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, ncclStream_t) {
+ncclResult_t fReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                     ncclStream_t) {
   return gFake->call("ncclReduce");
 }
 ncclResult_t fBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, ncclStream_t) {
@@ -213,7 +215,8 @@ TEST_F(NcclFake, AFailureInsideAGroupStopsTheGroupAndClosesIt) {
   std::vector<float> in(6), out(6);
   Error e = run(args(CollType::AllToAll, in.data(), out.data(), 2), 0, 3);
   EXPECT_EQ(e.code(), cclxNcclError);
-  EXPECT_NE(std::string(e.what()).find("ncclSend failed: NCCL error 5"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("ncclSend failed: NCCL error 5"), std::string::npos)
+      << e.what();
   // Rank 0 of 3: send/recv to 0, send to 1 fails; nothing more, and the group is closed once.
   const std::vector<std::string> want = {"ncclGroupStart", "ncclSend", "ncclRecv", "ncclSend",
                                          "ncclGroupEnd"};
@@ -243,7 +246,8 @@ TEST_F(NcclFake, AFailedCallLeavesNoStaleTemporaryInTheOutput) {
   fake.result["ncclReduceScatter"] = ncclInternalError;
   Error e = run(a, 1, 2);
   EXPECT_EQ(e.code(), cclxNcclError);
-  EXPECT_NE(std::string(e.what()).find("ncclReduceScatter failed: NCCL error 3"), std::string::npos);
+  EXPECT_NE(std::string(e.what()).find("ncclReduceScatter failed: NCCL error 3"),
+            std::string::npos);
   EXPECT_EQ(fake.log, (std::vector<std::string>{"alloc", "ncclReduceScatter", "free"}));
   for (float v : buf) EXPECT_EQ(v, 5.0f);
 }
@@ -315,6 +319,7 @@ TEST_F(NcclFake, ncclCheckPassesSuccessAndNamesFailures) {
     EXPECT_EQ(e.code(), cclxNcclError);
     // Without a comm there is no last error to add.
     EXPECT_EQ(std::string(e.what()).find("peer 2"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("ncclCommRegister failed: NCCL error 4"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("ncclCommRegister failed: NCCL error 4"),
+              std::string::npos);
   }
 }
