@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "core/failure/grow_fault.h"
 #include "core/settings/settings_check.h"
 #include "core/sharing/mps.h"
 #include "gpu/algo.h"
@@ -341,6 +342,11 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
   CCLX_REQUIRE(!(want & pm.failed), cclxInternalError, "growth of a failed staging region");
   auto st = static_cast<cudaStream_t>(stream);
   const int me = pm.rank;
+  // Tests: CCLX_TEST_GROW_FAIL fails this growth here as a failed allocation would
+  // (core/failure/grow_fault.h).
+  const int growth = ++pm.growths;
+  const GrowFault fault = growFaultFromEnv();
+  const bool inject = fault.hits(me, growth);
   // 1. Allocate, initialize and publish this rank's regions (ascending, as every rank does).
   char* mine[kNumStagingRegions] = {};
   std::string allocError;
@@ -349,7 +355,10 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
     const size_t bytes = pm.regionBytes(StagingRegion(r));
     uint64_t state = kGrowFailed;
     cudaIpcMemHandle_t h{};
-    if (bytes > 0 && gpurt::mallocPeerVisible(&mine[r], bytes) == cudaSuccess) {
+    if (inject) {
+      mine[r] = nullptr;
+      allocError = growFaultMessage(fault, me, growth);
+    } else if (bytes > 0 && gpurt::mallocPeerVisible(&mine[r], bytes) == cudaSuccess) {
       CCLX_CUDA_CHECK(cudaMemsetAsync(mine[r], filledWithOnes(r) ? 0xFF : 0, bytes, st));
       CCLX_CUDA_CHECK(cudaStreamSynchronize(st));
       CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&h, mine[r]));

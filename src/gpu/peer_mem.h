@@ -111,6 +111,7 @@ struct PeerMem {
   char* signal[kMaxRanks] = {};    // signal[r]: rank r's signal area
   uint32_t allocated = 0;   // regions allocated on every rank and mapped here (regionBit)
   uint32_t failed = 0;      // regions whose allocation failed on some rank: never used
+  int growths = 0;          // peerMemGrow calls that allocated something (the same on every rank)
 
   /// Capacity of a staging region (identical on all ranks, whether allocated or not).
   size_t regionBytes(StagingRegion r) const;
@@ -167,7 +168,8 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& setup, SetupSequence& seq);
 /// store or NCCL involved). Every rank must call it at the same call with the same set: the set
 /// comes from the selected algorithm, which every rank derives identically. Returns false when an
 /// allocation failed on some rank (every rank learns it from the records): those regions are
-/// marked failed and never used; the call then chooses again. Throws cclxTimeout naming the
+/// marked failed and never used; the call then chooses again (tests fail a chosen growth this way:
+/// CCLX_TEST_GROW_FAIL, core/failure/grow_fault.h). Throws cclxTimeout naming the
 /// ranks whose records did not appear within `timeout` (their mask in *missing), and stops early
 /// when the comm's abort word is raised (the error a kernel would report).
 bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream,

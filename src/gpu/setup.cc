@@ -1,10 +1,11 @@
 // A GPU backend for a cclx Comm: setup records travel through the comm's store, and the NCCL comm
-// is created here (rank 0's unique id through the store) and owned by the backend.
+// is created here (nccl/create.h: rank 0's unique id through the store) and owned by the backend.
 #include <cstring>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "gpu/backend.h"
+#include "gpu/nccl/create.h"
 #include "store/bootstrap.h"
 
 namespace cclx {
@@ -33,30 +34,6 @@ class StoreExchange final : public Exchange {
   const BootstrapInfo& info_;
 };
 
-// Rank 0's unique id through the store, after every rank has arrived (so that a missing rank is a
-// store timeout naming it, not a hang inside NCCL).
-nccl::ncclComm_t createNccl(const BootstrapInfo& info) {
-  const NcclLib& L = ncclLib();
-  info.store->set(strFormat("cclx_nccl_arrive/%d", info.rank), "1");
-  std::vector<int> all(static_cast<size_t>(info.size));
-  for (int r = 0; r < info.size; ++r) all[size_t(r)] = r;
-  storeWaitRanks(*info.store, "cclx_nccl_arrive", all, info.opts.timeout,
-                 strFormat("NCCL setup of comm '%s'", info.opts.name.c_str()));
-  nccl::ncclUniqueId uid;
-  if (info.rank == 0) {
-    ncclCheck(L.getUniqueId(&uid), "ncclGetUniqueId");
-    info.store->set("cclx_nccl_uid", std::string(uid.internal, sizeof(uid.internal)));
-  } else {
-    std::string v = info.store->get("cclx_nccl_uid", info.opts.timeout);
-    CCLX_REQUIRE(v.size() == sizeof(uid.internal), cclxRemoteError, "malformed NCCL unique id");
-    std::memcpy(uid.internal, v.data(), sizeof(uid.internal));
-  }
-  nccl::ncclComm_t comm = nullptr;
-  ncclCheck(L.commInitRank(&comm, info.size, uid, info.rank), "ncclCommInitRank");
-  CCLX_INFO("NCCL %d comm of %d ranks created", L.version, info.size);
-  return comm;
-}
-
 }  // namespace
 
 std::unique_ptr<Backend> makeCudaBackend(const BootstrapInfo& info) {
@@ -72,7 +49,9 @@ std::unique_ptr<Backend> makeCudaBackend(const BootstrapInfo& info) {
   StoreExchange ex(info);
   auto b = std::make_unique<CudaBackend>(s, ex);
   if (b->ncclRefusal().empty()) {
-    b->attachNccl(createNccl(info), /*owned=*/true);
+    b->attachNccl(ncclCreateComm(*info.store, info.rank, info.size, info.opts.timeout,
+                                  info.opts.name),
+                   /*owned=*/true);
   } else {
     CCLX_INFO("no NCCL comm: %s", b->ncclRefusal().c_str());
   }

@@ -147,13 +147,6 @@ ncclResult_t created(ncclResult_t r, ncclComm_t* comm) {
 
 }  // namespace
 
-ncclResult_t missing(const char* name) {
-  const RealNccl& L = real();
-  if (!L.handle) return fail(nccl::ncclSystemError, L.error);
-  return fail(nccl::ncclInvalidUsage,
-              strFormat("%s is not in the loaded NCCL %d (%s)", name, L.version, L.path.c_str()));
-}
-
 }  // namespace dropin
 }  // namespace cclx
 

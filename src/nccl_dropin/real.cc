@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <mutex>
@@ -14,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "nccl_dropin/errors.h"
 
 namespace cclx {
 namespace dropin {
@@ -168,9 +170,23 @@ class Loader {
 
 }  // namespace
 
+namespace {
+std::atomic<const RealNccl*> gInstalled{nullptr};
+}  // namespace
+
 const RealNccl& real() {
+  if (const RealNccl* t = gInstalled.load(std::memory_order_acquire)) return *t;
   static Loader* l = new Loader();  // never destroyed: NCCL is used until the process ends
   return l->lib;
+}
+
+const RealNccl* installRealNccl(const RealNccl* table) { return gInstalled.exchange(table); }
+
+ncclResult_t missing(const char* name) {
+  const RealNccl& L = real();
+  if (!L.handle) return fail(nccl::ncclSystemError, L.error);
+  return fail(nccl::ncclInvalidUsage,
+              strFormat("%s is not in the loaded NCCL %d (%s)", name, L.version, L.path.c_str()));
 }
 
 const char* errorName(ncclResult_t r) {

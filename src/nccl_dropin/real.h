@@ -29,7 +29,15 @@ struct RealNccl {
 /// the nvidia-nccl pip package beside the interpreter (CCLX_NCCL_PIP_DIR, else site-packages
 /// under the running executable's prefix and $VIRTUAL_ENV); an already loaded libnccl.so* that is
 /// not this library; the system's (LD_LIBRARY_PATH, the CUDA toolkit, the usual lib directories).
+///
+/// A test may install a table of its own (fakes that fail or record): real() then returns it,
+/// without loading anything, until it is removed. Every forwarded call reads real() afresh, so
+/// the drop-in's forwarding (forward.cc) and its "missing function" errors build and are tested
+/// on a CPU without NCCL (tests/cpp/dropin/test_dropin_forward.cc).
 const RealNccl& real();
+/// Installs `table` (not owned; null removes it) as what real() returns; returns the table
+/// installed before. For tests.
+const RealNccl* installRealNccl(const RealNccl* table);
 
 /// The name of an ncclResult_t code, for when the real library cannot say.
 const char* errorName(ncclResult_t r);

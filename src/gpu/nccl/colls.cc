@@ -4,6 +4,8 @@
 // ncclRedOpCreatePreMulSum with the factor as a host scalar of the element type. Overlapping
 // buffers that NCCL cannot take directly (all-to-all in place, reduce-scatter/all-gather with
 // send == recv) go through a stream-ordered temporary (cudaMallocAsync: legal in graph capture).
+// Every NCCL result goes through ncclCall (table.h): errors name the call, ncclInProgress is
+// bounded by the call's timeout. No CUDA API here: copies and temporaries are stream_ops.h.
 #include "gpu/nccl/colls.h"
 
 #include <cstring>
@@ -12,7 +14,8 @@
 
 #include "core/elements/dtype_math.h"
 #include "base/error.h"
-#include "gpu/runtime.h"
+#include "gpu/nccl/stream_ops.h"
+#include "gpu/nccl/table.h"
 
 namespace cclx {
 
@@ -93,36 +96,40 @@ bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
 }
 
 struct Group {
-  explicit Group(ncclComm_t c) : comm(c) { ncclCheck(ncclLib().groupStart(), "ncclGroupStart", c); }
+  Group(ncclComm_t c, NcclDeadline d) : comm(c), deadline(d) {
+    ncclCheck(ncclLib().groupStart(), "ncclGroupStart", c);
+  }
   void end() {
     if (open) {
       open = false;
-      ncclCheck(ncclLib().groupEnd(), "ncclGroupEnd", comm);
+      ncclCall(ncclLib().groupEnd(), "ncclGroupEnd", comm, deadline);
     }
   }
   ~Group() {
-    if (open) (void)ncclLib().groupEnd();
+    if (open) (void)ncclLib().groupEnd();  // after a failed call inside: close it, keep that error
   }
   ncclComm_t comm;
+  NcclDeadline deadline;
   bool open = true;
 };
 
 // A stream-ordered temporary, freed on the same stream after its users.
 struct Temp {
-  Temp(size_t bytes, cudaStream_t s) : stream(s) {
-    if (bytes) CCLX_CUDA_CHECK(cudaMallocAsync(&p, bytes, s));
+  Temp(size_t bytes, ncclStream_t s) : stream(s) {
+    if (bytes) p = static_cast<char*>(ncclstream::allocTemp(bytes, s));
   }
   ~Temp() {
-    if (p) (void)cudaFreeAsync(p, stream);
+    if (p) ncclstream::freeTemp(p, stream);
   }
   char* p = nullptr;
-  cudaStream_t stream;
+  ncclStream_t stream;
 };
 
 }  // namespace
 
-void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, cudaStream_t s) {
+void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, ncclStream_t s) {
   const NcclLib& L = ncclLib();
+  const NcclDeadline dl = ncclDeadlineAfter(a.opts.timeout);
   CCLX_REQUIRE(c, cclxAborted, "the NCCL communicator was aborted");
   const ncclDataType_t t = ncclType(a.dtype);
   const size_t es = dtypeSize(a.dtype), n = size_t(size), bytes = a.count * es;
@@ -132,51 +139,52 @@ void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, cuda
   switch (a.type) {
     case CollType::AllReduce: {
       NcclOp op(a.op, a.dtype, c);
-      ncclCheck(L.allReduce(send, recv, a.count, t, op.get(), c, s), "ncclAllReduce", c);
+      ncclCall(L.allReduce(send, recv, a.count, t, op.get(), c, s), "ncclAllReduce", c, dl);
       return;
     }
     case CollType::Reduce: {
       NcclOp op(a.op, a.dtype, c);
-      ncclCheck(L.reduce(send, recv, a.count, t, op.get(), a.root, c, s), "ncclReduce", c);
+      ncclCall(L.reduce(send, recv, a.count, t, op.get(), a.root, c, s), "ncclReduce", c, dl);
       return;
     }
     case CollType::Broadcast:
-      ncclCheck(L.broadcast(send, recv, a.count, t, a.root, c, s), "ncclBroadcast", c);
+      ncclCall(L.broadcast(send, recv, a.count, t, a.root, c, s), "ncclBroadcast", c, dl);
       return;
     case CollType::AllGather: {
       if (!a.recvList.empty()) {  // one broadcast per source rank into its own buffer
-        Group g(c);
+        Group g(c, dl);
         for (int r = 0; r < int(n); ++r)
-          ncclCheck(L.broadcast(r == me ? send : nullptr, a.recvList[r], a.count, t, r, c, s),
-                    "ncclBroadcast", c);
+          ncclCall(L.broadcast(r == me ? send : nullptr, a.recvList[r], a.count, t, r, c, s),
+                   "ncclBroadcast", c, dl);
         g.end();
         return;
       }
       char* slot = recv + me * bytes;
       if (send != slot && overlaps(send, bytes, recv, n * bytes)) {
-        CCLX_CUDA_CHECK(cudaMemcpyAsync(slot, send, bytes, cudaMemcpyDeviceToDevice, s));
+        ncclstream::copy(slot, send, bytes, s);
         send = slot;
       }
-      ncclCheck(L.allGather(send, recv, a.count, t, c, s), "ncclAllGather", c);
+      ncclCall(L.allGather(send, recv, a.count, t, c, s), "ncclAllGather", c, dl);
       return;
     }
     case CollType::ReduceScatter: {
       NcclOp op(a.op, a.dtype, c);
       if (!a.sendList.empty()) {  // one reduce per destination rank
-        Group g(c);
+        Group g(c, dl);
         for (int r = 0; r < int(n); ++r)
-          ncclCheck(L.reduce(a.sendList[r], r == me ? recv : nullptr, a.count, t, op.get(), r, c, s),
-                    "ncclReduce", c);
+          ncclCall(L.reduce(a.sendList[r], r == me ? recv : nullptr, a.count, t, op.get(), r, c, s),
+                   "ncclReduce", c, dl);
         g.end();
         return;
       }
       if (recv != send + me * bytes && overlaps(send, n * bytes, recv, bytes)) {
         Temp tmp(bytes, s);
-        ncclCheck(L.reduceScatter(send, tmp.p, a.count, t, op.get(), c, s), "ncclReduceScatter", c);
-        CCLX_CUDA_CHECK(cudaMemcpyAsync(recv, tmp.p, bytes, cudaMemcpyDeviceToDevice, s));
+        ncclCall(L.reduceScatter(send, tmp.p, a.count, t, op.get(), c, s), "ncclReduceScatter", c,
+                 dl);
+        ncclstream::copy(recv, tmp.p, bytes, s);
         return;
       }
-      ncclCheck(L.reduceScatter(send, recv, a.count, t, op.get(), c, s), "ncclReduceScatter", c);
+      ncclCall(L.reduceScatter(send, recv, a.count, t, op.get(), c, s), "ncclReduceScatter", c, dl);
       return;
     }
     case CollType::AllToAll:
@@ -191,23 +199,23 @@ void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, cuda
       std::unique_ptr<Temp> tmp;
       if (overlaps(send, sOff[n], recv, rOff[n])) {
         tmp = std::make_unique<Temp>(sOff[n], s);
-        CCLX_CUDA_CHECK(cudaMemcpyAsync(tmp->p, send, sOff[n], cudaMemcpyDeviceToDevice, s));
+        ncclstream::copy(tmp->p, send, sOff[n], s);
         send = tmp->p;
       }
-      Group g(c);
+      Group g(c, dl);
       for (size_t r = 0; r < n; ++r) {
         size_t sb = sOff[r + 1] - sOff[r], rb = rOff[r + 1] - rOff[r];
-        if (sb) ncclCheck(L.send(send + sOff[r], sb / es, t, int(r), c, s), "ncclSend", c);
-        if (rb) ncclCheck(L.recv(recv + rOff[r], rb / es, t, int(r), c, s), "ncclRecv", c);
+        if (sb) ncclCall(L.send(send + sOff[r], sb / es, t, int(r), c, s), "ncclSend", c, dl);
+        if (rb) ncclCall(L.recv(recv + rOff[r], rb / es, t, int(r), c, s), "ncclRecv", c, dl);
       }
       g.end();
       return;
     }
     case CollType::Send:
-      ncclCheck(L.send(send, a.count, t, a.root, c, s), "ncclSend", c);
+      ncclCall(L.send(send, a.count, t, a.root, c, s), "ncclSend", c, dl);
       return;
     case CollType::Recv:
-      ncclCheck(L.recv(recv, a.count, t, a.root, c, s), "ncclRecv", c);
+      ncclCall(L.recv(recv, a.count, t, a.root, c, s), "ncclRecv", c, dl);
       return;
     case CollType::SendRecv: {
       // Messages to this rank itself are copies on the stream (Comm checked that they pair up
@@ -219,24 +227,26 @@ void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, cuda
         while (a.recvs[k].peer != me) ++k;
         const P2PRecv& r = a.recvs[k++];
         if (m.count && r.buf != m.buf)
-          CCLX_CUDA_CHECK(cudaMemcpyAsync(r.buf, m.buf, m.count * es, cudaMemcpyDeviceToDevice, s));
+          ncclstream::copy(r.buf, m.buf, m.count * es, s);
       }
-      Group g(c);
+      Group g(c, dl);
       for (const P2PSend& m : a.sends)
-        if (m.peer != me && m.count) ncclCheck(L.send(m.buf, m.count, t, m.peer, c, s), "ncclSend", c);
+        if (m.peer != me && m.count)
+          ncclCall(L.send(m.buf, m.count, t, m.peer, c, s), "ncclSend", c, dl);
       for (const P2PRecv& m : a.recvs)
-        if (m.peer != me && m.count) ncclCheck(L.recv(m.buf, m.count, t, m.peer, c, s), "ncclRecv", c);
+        if (m.peer != me && m.count)
+          ncclCall(L.recv(m.buf, m.count, t, m.peer, c, s), "ncclRecv", c, dl);
       g.end();
       return;
     }
     case CollType::ReduceScatterV: {  // one reduce per destination rank, as the list variant
       NcclOp op(a.op, a.dtype, c);
-      Group g(c);
+      Group g(c, dl);
       for (int r = 0; r < int(n); ++r) {
         const size_t cnt = a.recvCounts[size_t(r)];
         if (cnt)
-          ncclCheck(L.reduce(a.sendList[size_t(r)], r == me ? recv : nullptr, cnt, t, op.get(), r, c, s),
-                    "ncclReduce", c);
+          ncclCall(L.reduce(a.sendList[size_t(r)], r == me ? recv : nullptr, cnt, t, op.get(), r, c, s),
+                   "ncclReduce", c, dl);
       }
       g.end();
       return;

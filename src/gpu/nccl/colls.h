@@ -1,17 +1,20 @@
 // Every collective through NCCL (colls.cc): what the peer algorithms do not take. Needs only the
-// NCCL comm, this rank and the world size.
+// NCCL comm, this rank and the world size; reaches NCCL through ncclLib() and the device only
+// through stream_ops.h, so it builds and is tested without a GPU (table.h, tests/cpp/nccl).
 #pragma once
 
 #include "core/comm/backend.h"
 #include "gpu/nccl/loader.h"
-#include "gpu/runtime.h"
 
 namespace cclx {
 
-/// Enqueues one collective (validated arguments) on `stream` through NCCL. Throws cclxNcclError
-/// with NCCL's message on failure.
+/// Enqueues one collective (validated arguments) on `stream` (a cudaStream_t) through NCCL.
+/// Throws cclxNcclError naming the NCCL call, its code and NCCL's message when a call fails
+/// (nothing more of the collective is enqueued then: no copy of a temporary into the output, and
+/// every group opened is closed); cclxTimeout when a nonblocking comm stays ncclInProgress past
+/// a.opts.timeout (table.h ncclCall).
 void ncclRunCollective(const CollArgs& a, nccl::ncclComm_t comm, int rank, int size,
-                       cudaStream_t stream);
+                       nccl::ncclStream_t stream);
 nccl::ncclDataType_t ncclType(DataType t);
 
 }  // namespace cclx

@@ -1,8 +1,6 @@
 // Run-time loading of libnccl, or librccl in HIP builds (see loader.h for the search order).
 #include "gpu/nccl/loader.h"
 
-#include <cclx/nccl_info.h>
-
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -12,6 +10,7 @@
 #include "core/settings/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "gpu/nccl/table.h"
 
 namespace cclx {
 
@@ -151,7 +150,7 @@ Loader& loader() {
 
 }  // namespace
 
-const NcclLib& ncclLib() {
+const NcclLib& loadedNcclLib() {
   static std::once_flag once;
   std::call_once(once, [] { loader(); });
   Loader& l = loader();
@@ -159,31 +158,6 @@ const NcclLib& ncclLib() {
     CCLX_THROW(cclxUnsupported, "no usable %s library found (set CCLX_NCCL_PATH); tried:%s", kLib,
                l.error.c_str());
   return l.lib;
-}
-
-void ncclCheck(nccl::ncclResult_t r, const char* what, nccl::ncclComm_t comm) {
-  if (r == nccl::ncclSuccess) return;
-  const NcclLib& l = ncclLib();
-  const char* last = (comm && l.getLastError) ? l.getLastError(comm) : nullptr;
-  CCLX_THROW(cclxNcclError, "%s failed: NCCL error %d (%s)%s%s", what, int(r),
-             l.getErrorString ? l.getErrorString(r) : "?", last && *last ? ": " : "",
-             last ? last : "");
-}
-
-int ncclRuntimeVersion() {
-  try {
-    return ncclLib().version;
-  } catch (const Error&) {
-    return 0;
-  }
-}
-
-std::string ncclRuntimePath() {
-  try {
-    return ncclLib().path;
-  } catch (const Error&) {
-    return "";
-  }
 }
 
 }  // namespace cclx

@@ -48,10 +48,12 @@ struct NcclLib {
   std::string path;  // where it came from
 };
 
-/// Loads libnccl once per process (thread-safe) and returns its symbol table. Throws
-/// cclx::Error(cclxUnsupported) naming every place tried when no usable library is found.
+/// The NCCL functions to call: a table a test installed (table.h), else the library loaded once
+/// per process (thread-safe). Throws cclx::Error(cclxUnsupported) naming every place tried when
+/// no usable library is found. Defined in table.cc.
 const NcclLib& ncclLib();
-/// Throws cclx::Error(cclxNcclError) with NCCL's message when r != ncclSuccess.
+/// Throws cclx::Error(cclxNcclError) naming `what`, the code and NCCL's message when
+/// r != ncclSuccess (table.cc).
 void ncclCheck(nccl::ncclResult_t r, const char* what, nccl::ncclComm_t comm = nullptr);
 
 }  // namespace cclx
