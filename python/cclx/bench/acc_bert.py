@@ -165,4 +165,4 @@ def metrics(e: np.ndarray, ref: np.ndarray) -> Dict[str, float]:
     a, b = _ranks(se[iu]), _ranks(sr[iu])
     rho = float(np.corrcoef(a, b)[0, 1])
     return {"cos_mean": float(cos.mean()), "cos_min": float(cos.min()), "nn_agree": nn,
-            "spearman": rho}
+            "spearman": rho, "max_abs": float(np.abs(e - ref).max())}
