@@ -39,5 +39,5 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "accuracy":
         from . import accuracy
 
-        return accuracy.main(args=args)
+        return accuracy.main(argv[1:])
     raise SystemExit(f"cclx-bench: unknown command {args.command!r}")

@@ -33,7 +33,7 @@ class Cfg:
     layers: int = 2
     ffn: int = 384
     ctx: int = 64
-    steps: int = 300
+    steps: int = 1500
     batch: int = 16
     lr: float = 3e-3
     seed: int = 0

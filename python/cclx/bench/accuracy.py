@@ -264,11 +264,22 @@ def _commit() -> str:
         return ""
 
 
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def main(argv: Optional[List[str]] = None, args: Optional[argparse.Namespace] = None) -> int:
     if args is None:
+        argv = list(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(argv)
     if args.worker:
         return worker(args.worker)
+    if argv is not None and not any(k in os.environ for k in BLAS_THREADS):
+        # One BLAS thread per process: the matrices are small and the rank groups fill the
+        # cores; a threaded BLAS on a busy 2-core host ran the decoder's training step 20x
+        # slower (2.0 s against 0.1 s). Set any of BLAS_THREADS to keep your own choice.
+        env = dict(os.environ, **{k: "1" for k in BLAS_THREADS})
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "cclx.bench.accuracy", *argv], env)
     from . import acc_bert as B
     from . import acc_report as R
 
