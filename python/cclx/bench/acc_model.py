@@ -37,16 +37,26 @@ def e4m3_cast(x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), np.float32(np.nan), np.copysign(q, x)).astype(np.float32)
 
 
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """Round to the nearest bfloat16 (ties to even), returned as float32 (NaN stays NaN)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32)
+    r = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000))
+    return np.where(np.isnan(x), x, r.view(np.float32))
+
+
 class Colls:
     """The collectives of one forward. comm None: one rank (every collective is the identity).
     fp8: the kinds that run as cclx FP8; cast: the kinds whose data is cast to e4m3 (unscaled)
-    before an exact collective (and the reduced result after, for the reductions)."""
+    before an exact collective (and the reduced result after, for the reductions); bf16: the
+    same with bfloat16 rounding instead (what a bf16 model's collectives carry)."""
 
-    def __init__(self, comm: Any, fp8: Sequence[str] = (), cast: Sequence[str] = ()) -> None:
+    def __init__(self, comm: Any, fp8: Sequence[str] = (), cast: Sequence[str] = (),
+                 bf16: Sequence[str] = ()) -> None:
         self.comm = comm
         self.size = 1 if comm is None else comm.get_size()
         self.rank = 0 if comm is None else comm.get_rank()
-        self.fp8, self.cast = set(fp8), set(cast)
+        self.fp8, self.cast, self.bf16 = set(fp8), set(cast), set(bf16)
         self.bytes: Dict[str, int] = {}  # largest message (bytes per rank) of each kind
         self.calls: Dict[str, int] = {}
         if comm is not None:
@@ -61,6 +71,14 @@ class Colls:
 
     def _in(self, kind: str, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
+        if kind in self.bf16:
+            return bf16_round(x)
+        return e4m3_cast(x) if kind in self.cast else x
+
+    def _red(self, kind: str, x: np.ndarray) -> np.ndarray:
+        """The reduced result as the cast variants store it."""
+        if kind in self.bf16:
+            return bf16_round(x)
         return e4m3_cast(x) if kind in self.cast else x
 
     def allreduce(self, x: np.ndarray) -> np.ndarray:
@@ -69,7 +87,7 @@ class Colls:
             return x
         t = self._in("allreduce", x).copy()
         self.comm.all_reduce(t, self.SUM, False, h)
-        return e4m3_cast(t) if "allreduce" in self.cast else t
+        return self._red("allreduce", t)
 
     def reduce_scatter(self, x: np.ndarray) -> np.ndarray:
         """x: [size * n, ...] partial sums -> this rank's [n, ...] of the sum."""
@@ -79,7 +97,7 @@ class Colls:
         t = self._in("reduce-scatter", x)
         out = np.empty((t.shape[0] // self.size,) + t.shape[1:], np.float32)
         self.comm.reduce_scatter_single(out, t, self.SUM, False, h)
-        return e4m3_cast(out) if "reduce-scatter" in self.cast else out
+        return self._red("reduce-scatter", out)
 
     def all_gather(self, x: np.ndarray) -> np.ndarray:
         """x: [n, ...] -> [size * n, ...] (rank order)."""

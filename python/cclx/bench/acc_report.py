@@ -85,7 +85,8 @@ def plot(path: str, results: Dict[str, Any]) -> None:
             for k in keys:
                 pts = sorted((r["tp"], max(f(r), 1e-7)) for r in rows if r["variant"] == k)
                 ax.plot(*zip(*pts), marker="o", ms=3, label=k,
-                        linestyle="--" if k.startswith("cast") else "-")
+                        linestyle="--" if k.startswith("cast") else
+                        (":" if k.startswith("bf16") else "-"))
             ax.set_xlabel("TP degree")
         else:
             rows = [r for r in rows if r["mode"] == "fp8"]
@@ -101,7 +102,8 @@ def plot(path: str, results: Dict[str, Any]) -> None:
         ax.set_yscale("log")
         ax.set_title(f"{m}: {ttl}", fontsize=9)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -5,7 +5,9 @@ layout through a cclx communicator, against the same model on one process:
   exact      cclx collectives as they are (FP8 off per call);
   fp8        cclx FP8 (hint low_precision=fp8: e4m3 with a float scale per block of
              CCLX_FP8_BLOCK_SIZE values) on one collective kind, or on all of them;
-  cast       an unscaled saturating e4m3 cast of the data around an exact collective.
+  cast       an unscaled saturating e4m3 cast of the data around an exact collective;
+  bf16       bfloat16 rounding of the data around every exact collective (the yardstick: what
+             a bf16 model's collectives carry).
 Models: all-MiniLM-L6-v2 (sentence embeddings: cosine to the one-process embeddings, nearest-
 neighbour agreement, Spearman of pairwise similarities) and a small causal decoder trained here
 (perplexity, greedy next-token agreement on held-out text).
@@ -80,6 +82,9 @@ def variants(block: int, sweep: List[str], cast: bool) -> List[Dict[str, Any]]:
     if block == DEFAULT_BLOCK and cast:
         out += [{"name": f"cast {name}", "mode": "cast", "layout": lay, "kinds": kinds}
                 for name, lay, kinds in KIND_VARIANTS]
+    if block == DEFAULT_BLOCK:  # the yardstick: bf16 data on every collective
+        out.append({"name": "bf16 all", "mode": "bf16", "layout": "a2a",
+                    "kinds": list(M.KINDS)})
     return out
 
 
@@ -135,7 +140,8 @@ def worker(spec_path: str) -> int:
         t0 = time.time()
         fp8 = v["kinds"] if v["mode"] == "fp8" else []
         cast = v["kinds"] if v["mode"] == "cast" else []
-        colls = M.Colls(comm, fp8, cast)
+        bf16 = v["kinds"] if v["mode"] == "bf16" else []
+        colls = M.Colls(comm, fp8, cast, bf16)
         res = forward(spec["model"], obj, inp, colls, v["layout"])
         for k, a in res.items():
             outs[f"{v['name']}|{k}"] = a

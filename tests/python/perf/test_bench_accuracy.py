@@ -31,6 +31,13 @@ def test_e4m3_cast_matches_ml_dtypes():
     np.testing.assert_array_equal(M.e4m3_cast(x), want)
 
 
+def test_bf16_round_matches_ml_dtypes():
+    ml = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    x = np.random.default_rng(0).standard_normal(50000).astype(np.float32) * 3
+    x = np.concatenate([x, [np.inf, -np.inf, 0.0, -0.0, 3e38, 1e-40]]).astype(np.float32)
+    np.testing.assert_array_equal(M.bf16_round(x), x.astype(ml.bfloat16).astype(np.float32))
+
+
 def test_decoder_gradients():
     cfg = D.Cfg(dim=16, heads=4, layers=2, ffn=32, ctx=8)
     rng = np.random.default_rng(1)
@@ -81,5 +88,6 @@ def test_accuracy_tiny_run(tmp_path):
     dec = {(x["variant"], x["block"]): x for x in data["results"]["decoder"]["rows"]}
     for lay in ("tp", "sp", "a2a"):
         assert dec[(f"exact {lay}", None)]["max_abs"] < 1e-4, lay
+    assert rows[("bf16 all", None)]["max_abs"] > 0
     x = dec[("fp8 all", 128)]
     assert x["max_abs"] > 0 and abs(x["ppl_rel"]) < 0.02
