@@ -52,13 +52,46 @@ def table(model: str, rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _cell(r: Dict[str, Any]) -> str:
+    if r["model"] == "encoder":
+        return f"{1e4 * max(0.0, 1 - r['cos_mean']):.1f} / {r['nn_agree']:.3f} / {r['spearman']:.4f}"
+    return f"{100 * r['ppl_rel']:+.3f}% / {r['greedy_agree']:.3f}"
+
+
+def summary(model: str, rows: List[Dict[str, Any]]) -> str:
+    """Variant x TP degree at the default block, then FP8 variant x block per TP degree."""
+    what = ("1e4 x (1 - mean cosine) / NN agreement / Spearman" if model == "encoder"
+            else "perplexity change / greedy agreement")
+    tps = sorted({r["tp"] for r in rows})
+    out = [f"{model}, block 128 (cells: {what})", "",
+           "| variant | " + " | ".join(f"TP {t}" for t in tps) + " |",
+           "|---" * (len(tps) + 1) + "|"]
+    at = {(r["variant"], r["tp"]): r for r in rows if r["block"] in (None, 128)}
+    for v in dict.fromkeys(r["variant"] for r in rows if r["block"] in (None, 128)):
+        out.append(f"| {v} | " + " | ".join(_cell(at[(v, t)]) if (v, t) in at else "-"
+                                             for t in tps) + " |")
+    blocks = sorted({r["block"] for r in rows if r["block"] is not None})
+    sw = {(r["variant"], r["tp"], r["block"]): r for r in rows if r["block"] is not None}
+    keys = [k for k in dict.fromkeys((r["variant"], r["tp"]) for r in rows
+                                     if r["block"] is not None)
+            if sum((k[0], k[1], b) in sw for b in blocks) > 1]
+    if keys:
+        out += ["", f"{model}, FP8 by block size (cells as above)", "",
+                "| variant | TP | " + " | ".join(f"B = {b}" for b in blocks) + " |",
+                "|---" * (len(blocks) + 2) + "|"]
+        for v, t in keys:
+            out.append(f"| {v} | {t} | " + " | ".join(
+                _cell(sw[(v, t, b)]) if (v, t, b) in sw else "-" for b in blocks) + " |")
+    return "\n".join(out)
+
+
 def text(meta: Dict[str, Any], results: Dict[str, Any]) -> str:
     out = [f"# cclx-bench accuracy ({meta['machine']}, commit {meta['commit']}, "
            f"{meta['seconds']:.0f} s)", ""]
     for m, info in results.items():
         facts = {k: v for k, v in info.items() if k != "rows"}
         out += [f"## {m}", "", "`" + json.dumps(facts, default=str) + "`", "",
-                table(m, info["rows"]), ""]
+                summary(m, info["rows"]), "", table(m, info["rows"]), ""]
     return "\n".join(out)
 
 

@@ -65,6 +65,8 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--no-cast", action="store_true", help="leave out the unscaled-cast rows")
     p.add_argument("--out", default=None, help="results folder (JSON, table, plot)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per rank group")
+    p.add_argument("--from-json", default=None,
+                   help="write the table and plot of an earlier run's accuracy.json into --out")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -289,6 +291,13 @@ def main(argv: Optional[List[str]] = None, args: Optional[argparse.Namespace] = 
     from . import acc_bert as B
     from . import acc_report as R
 
+    if args.from_json:
+        with open(args.from_json) as f:
+            data = json.load(f)
+        results = data.pop("results")
+        print(R.write(args.out or os.path.dirname(os.path.abspath(args.from_json)), data,
+                      results), flush=True)
+        return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for b in _ints(args.blocks):
         if b < 32 or b > 256 or b & (b - 1):
