@@ -54,7 +54,8 @@ def table(model: str, rows: List[Dict[str, Any]]) -> str:
 
 def _cell(r: Dict[str, Any]) -> str:
     if r["model"] == "encoder":
-        return f"{1e4 * max(0.0, 1 - r['cos_mean']):.1f} / {r['nn_agree']:.3f} / {r['spearman']:.4f}"
+        d = 1e4 * max(0.0, 1 - r["cos_mean"])
+        return f"{d:.1f} / {r['nn_agree']:.3f} / {r['spearman']:.4f}"
     return f"{100 * r['ppl_rel']:+.3f}% / {r['greedy_agree']:.3f}"
 
 
