@@ -258,6 +258,7 @@ def run(p: Dict[str, np.ndarray], cfg: Cfg, tok: np.ndarray, colls: M.Colls, lay
 def metrics(nll: np.ndarray, pred: np.ndarray, ref_nll: np.ndarray, ref_pred: np.ndarray,
             tok: np.ndarray) -> Dict[str, float]:
     ppl, ref = float(np.exp(nll.mean())), float(np.exp(ref_nll.mean()))
-    return {"ppl": ppl, "ppl_rel": ppl / ref - 1.0, "greedy_agree": float(np.mean(pred == ref_pred)),
+    return {"ppl": ppl, "ppl_rel": ppl / ref - 1.0,
+            "greedy_agree": float(np.mean(pred == ref_pred)),
             "top1_acc": float(np.mean(pred == tok[:, 1:])),
             "max_abs": float(np.abs(nll - ref_nll).max())}
