@@ -14,7 +14,8 @@ def verdict(r: Dict[str, Any]) -> Dict[str, bool]:
     if r["model"] == "encoder":
         return {"cos": r["cos_min"] >= lo, "nn": r["nn_agree"] >= lo,
                 "spearman": r["spearman"] >= lo}
-    return {"ppl": abs(r["ppl_rel"]) <= THRESHOLD, "greedy": r["greedy_agree"] >= lo}
+    return {"ppl": abs(r["ppl_rel"]) <= THRESHOLD, "greedy": r["greedy_agree"] >= lo,
+            "accuracy": abs(r.get("top1_change", 0.0)) <= THRESHOLD}
 
 
 def _bytes(n: int) -> str:
@@ -35,7 +36,7 @@ def table(model: str, rows: List[Dict[str, Any]]) -> str:
                 "NN agree | Spearman | within 0.3% |\n|---|---|---|---|---|---|---|---|---|")
     else:
         head = ("| TP | variant | block | largest message per kind | perplexity | ppl change | "
-                "greedy agree | within 0.3% |\n|---|---|---|---|---|---|---|---|")
+                "greedy agree | accuracy | within 0.3% |\n|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         v = verdict(r)
@@ -48,7 +49,8 @@ def table(model: str, rows: List[Dict[str, Any]]) -> str:
                          f"{r['spearman']:.5f} | {ok} |")
         else:
             lines.append(f"| {r['tp']} | {r['variant']} | {b} | {_msg(r)} | {r['ppl']:.4f} | "
-                         f"{100 * r['ppl_rel']:+.3f}% | {r['greedy_agree']:.4f} | {ok} |")
+                         f"{100 * r['ppl_rel']:+.3f}% | {r['greedy_agree']:.4f} | "
+                         f"{r['top1_acc']:.4f} | {ok} |")
     return "\n".join(lines)
 
 
@@ -56,13 +58,15 @@ def _cell(r: Dict[str, Any]) -> str:
     if r["model"] == "encoder":
         d = 1e4 * max(0.0, 1 - r["cos_mean"])
         return f"{d:.1f} / {r['nn_agree']:.3f} / {r['spearman']:.4f}"
-    return f"{100 * r['ppl_rel']:+.3f}% / {r['greedy_agree']:.3f}"
+    return (f"{100 * r['ppl_rel']:+.3f}% / {r['greedy_agree']:.3f} / "
+            f"{100 * r.get('top1_change', 0.0):+.2f}")
 
 
 def summary(model: str, rows: List[Dict[str, Any]]) -> str:
     """Variant x TP degree at the default block, then FP8 variant x block per TP degree."""
     what = ("1e4 x (1 - mean cosine) / NN agreement / Spearman" if model == "encoder"
-            else "perplexity change / greedy agreement")
+            else "perplexity change / greedy agreement / next-character accuracy change in "
+                 "points")
     tps = sorted({r["tp"] for r in rows})
     out = [f"{model}, block 128 (cells: {what})", "",
            "| variant | " + " | ".join(f"TP {t}" for t in tps) + " |",

@@ -54,11 +54,11 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--decoder-tp", default="2,4,8", help="decoder TP degrees (divide 8 heads)")
     p.add_argument("--blocks", default="32,64,128,256",
                    help="CCLX_FP8_BLOCK_SIZE values (powers of two, 32..256)")
-    p.add_argument("--sweep", default="allreduce,all",
+    p.add_argument("--sweep", default="allreduce,reduce-scatter,all-gather,all-to-all,all",
                    help="the fp8 variants run at every block size (the others at 128 only)")
     p.add_argument("--sentences", type=int, default=0, help="encoder sentences (0: all 120)")
     p.add_argument("--layers", type=int, default=0, help="encoder layers (0: all 6)")
-    p.add_argument("--decoder-seqs", type=int, default=48,
+    p.add_argument("--decoder-seqs", type=int, default=192,
                    help="held-out windows of 64 characters for the decoder")
     p.add_argument("--decoder-steps", type=int, default=0,
                    help="decoder training steps (0: the default configuration's)")
@@ -213,7 +213,9 @@ def _metrics(model: str, out: Dict[str, np.ndarray], ref: Dict[str, np.ndarray],
         return B.metrics(out["emb"], ref["emb"])
     from . import acc_decoder as D
 
-    return D.metrics(out["nll"], out["pred"], ref["nll"], ref["pred"], inp)
+    m = D.metrics(out["nll"], out["pred"], ref["nll"], ref["pred"], inp)
+    m["top1_change"] = m["top1_acc"] - float(np.mean(ref["pred"] == inp[:, 1:]))
+    return m
 
 
 def run_model(model: str, args: argparse.Namespace, tmp: str, log) -> Dict[str, Any]:
