@@ -1,7 +1,7 @@
 """Model 2 of cclx-bench accuracy: a small causal character-level decoder (pre-RMSNorm, 8 heads,
 ReLU FFN, no biases) trained here in numpy (hand-written backward, Adam, fixed seed) on the
-docstrings of Python's standard library, cached under ~/.cache/cclx/, and evaluated for
-perplexity and greedy next-token agreement on held-out text."""
+docstrings of Python's standard library, cached under ~/.cache/cclx/ ($XDG_CACHE_HOME/cclx/
+when set), and evaluated for perplexity and greedy next-token agreement on held-out text."""
 from __future__ import annotations
 
 import dataclasses
@@ -195,8 +195,8 @@ def train(cfg: Cfg, tokens: np.ndarray, log: Callable[[str], None] = print
 
 def cache_path(cfg: Cfg, text: str) -> str:
     h = hashlib.sha256((repr(dataclasses.astuple(cfg)) + text).encode()).hexdigest()[:16]
-    root = os.environ.get("CCLX_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "cclx")
+    root = os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                        os.path.join(os.path.expanduser("~"), ".cache"), "cclx")
     return os.path.join(root, f"accuracy-decoder-{h}.npz")
 
 

@@ -64,7 +64,7 @@ def test_accuracy_tiny_run(tmp_path):
         pytest.skip("cclx-bench accuracy needs " + ", ".join(miss) + " (pip install "
                     "'cclx[accuracy]')")
     out = tmp_path / "res"
-    env = harness.child_env({"CCLX_CACHE_DIR": str(tmp_path / "cache")})
+    env = harness.child_env({"XDG_CACHE_HOME": str(tmp_path / "cache")})
     r = subprocess.run([sys.executable, "-m", "cclx.bench", "accuracy", "--tp", "2",
                         "--decoder-tp", "2", "--blocks", "128", "--no-cast", "--sentences", "8",
                         "--layers", "2", "--decoder-steps", "4", "--decoder-seqs", "4",
