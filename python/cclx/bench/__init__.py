@@ -3,7 +3,10 @@
     cclx-bench tp --preset llama3-8b            # one rank
     torchrun --nproc-per-node 8 -m cclx.bench tp --preset llama3-70b
 
-Subcommands: tp (decode and prefill of a tensor-parallel Llama-shaped model).
+    cclx-bench accuracy                         # FP8 collectives on trained models (CPU)
+
+Subcommands: tp (decode and prefill of a tensor-parallel Llama-shaped model), accuracy (what
+FP8 collectives cost a trained model's outputs, tensor parallel on CPU processes).
 """
 from __future__ import annotations
 
@@ -13,13 +16,16 @@ from typing import List, Optional
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import tp
+    from . import accuracy, tp
 
     p = argparse.ArgumentParser(prog="cclx-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command")
     sub.required = True
     tp.build_parser(sub.add_parser("tp", help="tensor-parallel Llama decode/prefill"))
+    accuracy.build_parser(sub.add_parser(
+        "accuracy", help="FP8 collectives on trained models",
+        description=accuracy.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     return p
 
 
@@ -30,4 +36,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         from . import tp
 
         return tp.main(args=args)
+    if args.command == "accuracy":
+        from . import accuracy
+
+        return accuracy.main(argv[1:])
     raise SystemExit(f"cclx-bench: unknown command {args.command!r}")
