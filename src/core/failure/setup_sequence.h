@@ -76,7 +76,7 @@ class SetupSequence {
 };
 
 /// Throws the failure CCLX_TEST_SETUP_FAIL asks for at `stage` of `rank` (test-only; stages:
-/// device, who, alloc, open, see README's settings table).
+/// device, who, alloc, open, see docs/SETTINGS.md).
 void injectSetupFailure(const Config& cfg, int rank, const char* stage);
 
 }  // namespace cclx

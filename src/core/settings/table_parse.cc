@@ -43,10 +43,25 @@ bool listed(const Entry& e, const std::string& v) {
   CCLX_THROW(cclxInvalidArgument, "%s='%s' %s", name, v, why.c_str());
 }
 
+// The spellings of kBoolText.
+const char* const kTrue[] = {"1", "true", "on", "yes"};
+const char* const kFalse[] = {"0", "false", "off", "no"};
+
+bool isBool(const char* v) {
+  const std::string s = lower(v);
+  for (const char* t : kTrue)
+    if (s == t) return true;
+  for (const char* f : kFalse)
+    if (s == f) return true;
+  return false;
+}
+
 bool parseBool(const char* name, const char* v) {
   const std::string s = lower(v);
-  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
-  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  for (const char* t : kTrue)
+    if (s == t) return true;
+  for (const char* f : kFalse)
+    if (s == f) return false;
   bad(name, v, std::string("is not a boolean (") + kBoolText + ")");
 }
 
@@ -159,10 +174,7 @@ Value parseEnv(const Entry& e, const char* name, const char* v) {
     }
     case Kind::AutoBool:
       if (lower(v) == "auto") out.i = -1;
-      else if (lower(v) == "1" || lower(v) == "true" || lower(v) == "on" || lower(v) == "yes")
-        out.i = 1;
-      else if (lower(v) == "0" || lower(v) == "false" || lower(v) == "off" || lower(v) == "no")
-        out.i = 0;
+      else if (isBool(v)) out.i = parseBool(name, v) ? 1 : 0;
       else bad(name, v, "is not " + validText(e));
       break;
     case Kind::RankStage: {
