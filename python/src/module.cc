@@ -55,6 +55,14 @@ NB_MODULE(_C, m) {
       "hint_keys", [] { return cclx::settings::hintKeys(); },
       "Every hint key cclx knows (Options / call hints), from its table of settings and hints "
       "(docs/SETTINGS.md).");
+  m.def(
+      "hint_values",
+      [](const std::string& key) {
+        const cclx::settings::Entry* e = cclx::settings::findHint(key);
+        if (!e) cclx::settings::checkHint(key, "");  // raises, naming the valid keys
+        return cclx::settings::allowedValues(*e);
+      },
+      nb::arg("key"), "The values hint `key` takes, from the same table.");
   bindErrors(m);
   bindTypes(m);
   bindStore(m);

@@ -51,7 +51,7 @@ std::string settingsMarkdown() {
       "environment is parsed by it (once, at the first use of cclx), hints are checked by it (at "
       "comm creation and at every call, before anything is enqueued), and every message about a "
       "bad value names the valid values from it. Python reads the hint keys with "
-      "`cclx._C.hint_keys()`.\n\n"
+      "`cclx._C.hint_keys()` and each key's values with `cclx._C.hint_values(key)`.\n\n"
       "A malformed value is an error (`cclxInvalidArgument`, also reported to the other ranks), "
       "never silently ignored; an empty variable counts as unset; an unknown `CCLX_*` name draws "
       "one warning naming the closest known one. Sizes accept a `K`, `M` or `G` suffix (binary). "

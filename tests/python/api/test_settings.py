@@ -51,3 +51,20 @@ def test_settings_doc_lists_every_hint_key():
         doc = f.read()
     for k in _C.hint_keys():
         assert f"| `{k}` |" in doc, k
+
+
+def test_hint_values_are_what_the_check_accepts(comm):
+    for k in _C.hint_keys():
+        values = _C.hint_values(k)
+        assert _rejected(comm, {k: "bogus"}) == f"hint {k}='bogus' is not one of {', '.join(values)}"
+    with pytest.raises(cclx.CclxInvalidArgument, match="valid hints: algo"):
+        _C.hint_values("no_such_hint")
+
+
+def test_perf_tool_offers_the_hint_values():
+    from cclx.perf.cli import build_parser
+
+    opts = {a.dest: a for a in build_parser()._actions}
+    for dest, key in (("algo", "algo"), ("fp8_algo", "fp8_algo"), ("fused_algo", "fused_algo"),
+                      ("put_path", "put_path")):
+        assert list(opts[dest].choices) == _C.hint_values(key), dest
