@@ -122,8 +122,8 @@ struct Options {
   std::string name = "default";
   /// Backend: "cclx" (direct-access / FP8 algorithms, NCCL underneath) or "nccl" (plain NCCL).
   std::string backend = "cclx";
-  /// Free-form hints. Known keys: "algo" = auto|flat|lamport|tree|nccl, "low_precision" = fp8|off,
-  /// "fp8_algo" = auto|oneshot|twoshot, "fused_algo" = auto|oneshot|twoshot|unfused.
+  /// Hints: "algo", "low_precision", "fp8_algo", "fused_algo", "put_path"; docs/SETTINGS.md
+  /// lists each key's values. An unknown key or value is cclxInvalidArgument.
   std::map<std::string, std::string> hints;
 };
 

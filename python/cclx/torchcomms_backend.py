@@ -26,7 +26,6 @@ import collections
 import ctypes
 import importlib.metadata
 import os
-import re
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -95,18 +94,11 @@ def _op(op: Any) -> Any:
     raise _C.CclxInvalidArgument(f"cclx torchcomms backend: unknown reduce op {op!r}")
 
 
-def _known_hint_keys(comm: Comm) -> frozenset:
-    """The hint keys cclx knows, read once from the message of cclx's own check (the table in
-    src/core/select/select.cc stays the only list)."""
+def _known_hint_keys() -> frozenset:
+    """The hint keys cclx knows, from its table of settings and hints (docs/SETTINGS.md)."""
     global _hint_keys
     if _hint_keys is None:
-        try:
-            comm.get_algo(1, _C.DataType.f32, _C.ReduceOp.SUM, {"": ""})
-            keys: frozenset = frozenset()
-        except _C.CclxInvalidArgument as e:
-            m = re.search(r"valid hints: ([^)]*)\)", str(e))
-            keys = frozenset(k.strip() for k in m.group(1).split(",")) if m else frozenset()
-        _hint_keys = keys
+        _hint_keys = frozenset(_C.hint_keys())
     return _hint_keys
 
 
@@ -115,15 +107,13 @@ def cclx_hints(comm: Comm, hints: Dict[str, str]) -> Dict[str, str]:
     value), a plain key when cclx knows it; the rest belong to torchcomms or other backends and
     are ignored, as torchcomms' own backends ignore hints they do not read."""
     out: Dict[str, str] = {}
-    known = None
+    known = _known_hint_keys()
     for k, v in hints.items():
         for p in ("cclx::", "cclx."):
             if k.startswith(p):
                 out[k[len(p):]] = str(v)
                 break
         else:
-            if known is None:
-                known = _known_hint_keys(comm)
             if k in known:
                 out[k] = str(v)
     return out

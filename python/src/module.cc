@@ -7,8 +7,11 @@
 #include <dlfcn.h>
 
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <string>
+
+#include "core/settings/table.h"
 
 #ifndef CCLX_GIT_COMMIT
 #define CCLX_GIT_COMMIT "unknown"
@@ -48,6 +51,18 @@ NB_MODULE(_C, m) {
       "default_timeout", []() { return double(cclx::defaultTimeout().count()) / 1000.0; },
       "Seconds of a comm's timeout when none is given (CCLX_TIMEOUT_MS, CCLX_TIMEOUT, "
       "TORCHCOMM_TIMEOUT_SECONDS, else 600; very large for no timeout).");
+  m.def(
+      "hint_keys", [] { return cclx::settings::hintKeys(); },
+      "Every hint key cclx knows (Options / call hints), from its table of settings and hints "
+      "(docs/SETTINGS.md).");
+  m.def(
+      "hint_values",
+      [](const std::string& key) {
+        const cclx::settings::Entry* e = cclx::settings::findHint(key);
+        if (!e) cclx::settings::checkHint(key, "");  // raises, naming the valid keys
+        return cclx::settings::allowedValues(*e);
+      },
+      nb::arg("key"), "The values hint `key` takes, from the same table.");
   bindErrors(m);
   bindTypes(m);
   bindStore(m);

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "core/settings/table.h"
 #include "nccl_dropin/errors.h"
 
 namespace cclx {
@@ -27,11 +28,14 @@ std::string realPath(const std::string& p) {
   return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
 }
 
-// A setting read directly: a malformed CCLX_* variable elsewhere must not make every NCCL call
-// throw out of the C ABI (comm creation reports it, see intercept.cc).
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
+// CCLX_NCCL_PATH and CCLX_NCCL_PIP_DIR, each read on its own through its table entry (text:
+// never malformed): a malformed CCLX_* variable elsewhere must not make every NCCL call throw out
+// of the C ABI (comm creation reports it, see intercept.cc).
+Config loaderSettings() {
+  Config c;
+  for (const char* name : {"CCLX_NCCL_PATH", "CCLX_NCCL_PIP_DIR"})
+    settings::applyEnv(*settings::findEnv(name), c);
+  return c;
 }
 
 bool exists(const std::string& p) {
@@ -83,7 +87,8 @@ class Loader {
   RealNccl lib;
 
   Loader() {
-    const std::string ncclPath = env("CCLX_NCCL_PATH"), pipDir = env("CCLX_NCCL_PIP_DIR");
+    const Config set = loaderSettings();
+    const std::string ncclPath = set.ncclPath, pipDir = set.ncclPipDir;
     self_ = selfPath();
     if (!ncclPath.empty()) {  // binding: no fallback to another library
       if (!tryPath(ncclPath, "CCLX_NCCL_PATH")) finish("CCLX_NCCL_PATH=" + ncclPath + " is not usable");

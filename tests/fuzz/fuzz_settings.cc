@@ -10,6 +10,7 @@
 // with a message naming it; what is accepted satisfies the documented ranges.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "core/select/select.h"
 #include "core/settings/config.h"
 #include "core/settings/settings_check.h"
+#include "core/settings/table.h"
 
 using namespace cclx;
 
@@ -34,17 +36,18 @@ void check(bool ok, const char* what, const char* detail = "") {
   }
 }
 
-// Every name the parsers read (knownEnvNames lists most; the others are read too).
+// Every name the parsers read: the table's variables and their aliases.
 std::vector<std::string> envNames() {
-  std::vector<std::string> v = knownEnvNames();
-  for (const char* n : {"TORCHCOMM_TIMEOUT_SECONDS", "TORCHCOMM_ABORT_ON_ERROR",
-                        "TORCHELASTIC_RUN_ID", "CCLX_FUSED_ALGO", "CCLX_FUSED_ONESHOT_MAX_BYTES",
-                        "CCLX_FUSED_TWOSHOT_MAX_BYTES", "CCLX_FUSED_STAGING_BYTES",
-                        "CCLX_DDA_ALLGATHER_MAX_BYTES", "CCLX_DDA_REDUCESCATTER_MAX_BYTES",
-                        "CCLX_DDA_ALLTOALL_MAX_BYTES", "CCLX_WIN_PUT_CE_MIN_BYTES",
-                        "CCLX_TEST_SETUP_FAIL"})
-    v.push_back(n);
+  std::vector<std::string> v;
+  for (const settings::Entry& e : settings::table())
+    for (const char* n : {e.env, e.alias})
+      if (n) v.emplace_back(n);
   return v;
+}
+// The allowed values of the setting or hint `name`, from the table.
+std::vector<std::string> valuesOf(const settings::Entry* e) { return settings::allowedValues(*e); }
+const std::string& pickOne(FuzzedDataProvider& p, const std::vector<std::string>& v) {
+  return v[p.ConsumeIntegralInRange<size_t>(0, v.size() - 1)];
 }
 const std::vector<std::string>& names() {
   static const std::vector<std::string> n = envNames();
@@ -74,6 +77,15 @@ void checkConfig(const Config& c, SettingsScope scope) {
   check(c.spinIterations >= 0, "negative CCLX_SPIN_ITERATIONS");
   check(c.dropinShared >= -1 && c.dropinShared <= 1, "CCLX_DROPIN_SHARED out of range");
   check(!c.jobId.empty(), "empty job id");
+  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{
+                                        "CCLX_ALLREDUCE_ALGO", &c.allreduceAlgo},
+                                    {"CCLX_FP8_ALLREDUCE_ALGO", &c.fp8AllReduceAlgo},
+                                    {"CCLX_FUSED_ALGO", &c.fusedAlgo},
+                                    {"CCLX_TORCHCOMMS_ROUTE", &c.torchcommsRoute}}) {
+    const auto allowed = valuesOf(settings::findEnv(name));
+    check(std::find(allowed.begin(), allowed.end(), *value) != allowed.end(),
+          "a value the table does not list accepted for", name);
+  }
   const auto layout = layoutSettings(c, scope);
   const std::string rec = encodeSettings(layout);
   check(compareSettings({rec, rec, rec}).empty(), "a record differs from itself");
@@ -156,19 +168,18 @@ void fuzzRecords(FuzzedDataProvider& p) {
 }
 
 void fuzzHints(FuzzedDataProvider& p) {
-  static const char* const kKeys[] = {"algo", "low_precision", "fp8_algo", "fused_algo",
-                                      "put_path"};
-  static const char* const kHintValues[] = {"auto", "flat", "lamport", "tree", "nccl", "dda",
-                                            "fp8", "off", "oneshot", "twoshot", "unfused",
-                                            "ce", "sm", ""};
+  static const std::vector<std::string> kKeys = settings::hintKeys();
+  static const std::vector<std::string> kHintValues = [] {
+    std::vector<std::string> v = {""};
+    for (const std::string& k : kKeys)
+      for (const std::string& x : valuesOf(settings::findHint(k))) v.push_back(x);
+    return v;
+  }();
   std::map<std::string, std::string> hints;
   const int n = p.ConsumeIntegralInRange<int>(0, 4);
   for (int i = 0; i < n; ++i) {
-    std::string k = p.ConsumeBool() ? kKeys[p.ConsumeIntegralInRange<size_t>(0, 4)]
-                                    : p.ConsumeRandomLengthString(16);
-    std::string v = p.ConsumeBool()
-                        ? kHintValues[p.ConsumeIntegralInRange<size_t>(0, std::size(kHintValues) - 1)]
-                        : p.ConsumeRandomLengthString(16);
+    std::string k = p.ConsumeBool() ? pickOne(p, kKeys) : p.ConsumeRandomLengthString(16);
+    std::string v = p.ConsumeBool() ? pickOne(p, kHintValues) : p.ConsumeRandomLengthString(16);
     hints[k] = v;
   }
   try {
@@ -201,12 +212,13 @@ void fuzzHints(FuzzedDataProvider& p) {
     if (p.ConsumeBool()) *s = p.ConsumeIntegral<size_t>();
   bool* sw[] = {&cfg.lpAllReduce, &cfg.lpAllGather, &cfg.lpReduceScatter, &cfg.lpAllToAll};
   for (bool* s : sw) *s = p.ConsumeBool();
-  static const char* const kAlgo[] = {"auto", "flat", "lamport", "tree", "nccl"};
-  cfg.allreduceAlgo = kAlgo[p.ConsumeIntegralInRange<size_t>(0, 4)];
-  static const char* const kFp8[] = {"auto", "oneshot", "twoshot"};
-  cfg.fp8AllReduceAlgo = kFp8[p.ConsumeIntegralInRange<size_t>(0, 2)];
-  static const char* const kFused[] = {"auto", "oneshot", "twoshot", "unfused"};
-  cfg.fusedAlgo = kFused[p.ConsumeIntegralInRange<size_t>(0, 3)];
+  // Every value the table allows for the settings the selection reads.
+  static const std::vector<std::string> kAlgo = valuesOf(settings::findEnv("CCLX_ALLREDUCE_ALGO"));
+  static const std::vector<std::string> kFp8 = valuesOf(settings::findEnv("CCLX_FP8_ALLREDUCE_ALGO"));
+  static const std::vector<std::string> kFused = valuesOf(settings::findEnv("CCLX_FUSED_ALGO"));
+  cfg.allreduceAlgo = pickOne(p, kAlgo);
+  cfg.fp8AllReduceAlgo = pickOne(p, kFp8);
+  cfg.fusedAlgo = pickOne(p, kFused);
   // Hints and settings that passed their checks: the selection takes them without an error.
   const Algo algo = select(a, cfg, c);
   check(std::string(algoName(algo)) != "?", "select returned no algorithm");

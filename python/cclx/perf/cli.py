@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from .. import _C
 from . import baselines as BL
 from . import bench as B
 from . import fused as F
@@ -70,16 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", default="4096,8192",
                    help="allreduce_rmsnorm: hidden sizes, comma list (default 4096,8192)")
     p.add_argument("--fused-algo", default="auto",
-                   choices=("auto", "oneshot", "twoshot", "unfused"),
+                   choices=_C.hint_values("fused_algo"),
                    help="allreduce_rmsnorm: hint fused_algo for cclx")
     p.add_argument("--algo", default="auto",
-                   choices=("auto", "flat", "lamport", "tree", "nccl", "dda"),
+                   choices=_C.hint_values("algo"),
                    help="per-call hint 'algo' for cclx (all-gather, reduce-scatter, all-to-all: "
                    "flat = the DDA LL exchange, tree = the pipelined one, dda = DDA at any size)")
     p.add_argument("--low-precision", action="store_true", help="hint low_precision=fp8")
-    p.add_argument("--fp8-algo", default="auto", choices=("auto", "oneshot", "twoshot"),
+    p.add_argument("--fp8-algo", default="auto", choices=_C.hint_values("fp8_algo"),
                    help="FP8 allreduce algorithm (hint fp8_algo)")
-    p.add_argument("--put-path", default="auto", choices=("auto", "ce", "sm"),
+    p.add_argument("--put-path", default="auto", choices=_C.hint_values("put_path"),
                    help="-C put between GPUs: copy engine, SM stores, or by size (hint put_path)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="where to run (default: cuda when torch sees a GPU, else cpu)")

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "core/settings/table.h"
 
 namespace cclx {
 
@@ -46,30 +47,11 @@ size_t fusedTwoShotTable(int n) { return n <= 2 ? kNever : (size_t(4) << 20); }
 
 size_t pick(size_t setting, size_t table) { return setting ? setting : table; }
 
-// Every hint key and the values it takes ('|' between them), for every collective and both
-// backends. Adding a key or a value is one line here, plus the rule below that reads it.
-struct HintSpec {
-  const char* key;
-  const char* values;
-};
-constexpr HintSpec kHints[] = {
-    {"algo", "auto|flat|lamport|tree|nccl|dda"},
-    {"low_precision", "fp8|off"},
-    {"fp8_algo", "auto|oneshot|twoshot"},
-    {"fused_algo", "auto|oneshot|twoshot|unfused"},
-    {"put_path", "auto|ce|sm"},  // window puts between GPUs (gpu/window/ipc.cc)
-};
-
-bool listed(const char* values, const std::string& v) {
-  std::string list = std::string("|") + values + "|";
-  return !v.empty() && v.find('|') == std::string::npos &&
-         list.find("|" + v + "|") != std::string::npos;
-}
-
-std::string spaced(const char* values) {
-  std::string s = values;
-  for (size_t at; (at = s.find('|')) != std::string::npos;) s.replace(at, 1, ", ");
-  return s;
+// A value of hint `key` (or its setting) that none of the rules below takes: the valid ones are
+// the table's (core/settings/table.cc), which holds every hint key and its values.
+[[noreturn]] void badValue(const char* what, const char* key, const std::string& w) {
+  CCLX_THROW(cclxInvalidArgument, "%s '%s' is not %s", what, w.c_str(),
+             settings::validText(*settings::findHint(key)).c_str());
 }
 
 const std::string* hint(const CollArgs& a, const char* key) {
@@ -87,8 +69,7 @@ Want parseWant(const std::string& w) {
   if (w == "tree") return Want::Tree;
   if (w == "nccl") return Want::Nccl;
   if (w == "dda") return Want::Dda;
-  CCLX_THROW(cclxInvalidArgument, "algorithm '%s' is not one of auto|flat|lamport|tree|nccl|dda",
-             w.c_str());
+  badValue("algorithm", "algo", w);
 }
 
 // Hint "algo" (per call, else per comm: Comm merges them), else CCLX_ALLREDUCE_ALGO.
@@ -103,8 +84,7 @@ bool fp8OneShotWanted(const CollArgs& a, const Config& cfg, const Caps& c) {
   const std::string& w = h ? *h : cfg.fp8AllReduceAlgo;
   if (w == "oneshot") return true;
   if (w == "twoshot") return false;
-  CCLX_ARG_CHECK(w == "auto", "fp8 allreduce algorithm '%s' is not one of auto|oneshot|twoshot",
-                 w.c_str());
+  if (w != "auto") badValue("fp8 allreduce algorithm", "fp8_algo", w);
   return c.dataAsFlag && a.bytes() <= fp8OneShotMaxBytes(cfg, c.worldSize);
 }
 
@@ -122,9 +102,7 @@ Fused fusedWant(const CollArgs& a, const Config& cfg) {
   if (w == "oneshot") return Fused::OneShot;
   if (w == "twoshot") return Fused::TwoShot;
   if (w == "unfused") return Fused::Unfused;
-  CCLX_THROW(cclxInvalidArgument,
-             "fused allreduce + RMSNorm algorithm '%s' is not one of auto|oneshot|twoshot|unfused",
-             w.c_str());
+  badValue("fused allreduce + RMSNorm algorithm", "fused_algo", w);
 }
 
 // Fused allreduce + RMSNorm. Forced: one-shot (two-shot where it does not fit, else unfused),
@@ -245,27 +223,9 @@ Algo selectGrouped(const CollArgs& a, const Caps& c) {
 
 }  // namespace
 
-std::vector<std::string> hintKeys() {
-  std::vector<std::string> keys;
-  for (const HintSpec& h : kHints) keys.emplace_back(h.key);
-  return keys;
-}
+std::vector<std::string> hintKeys() { return settings::hintKeys(); }
 
-void checkHints(const std::map<std::string, std::string>& hints) {
-  for (const auto& [key, value] : hints) {
-    const HintSpec* spec = nullptr;
-    for (const HintSpec& h : kHints)
-      if (key == h.key) spec = &h;
-    if (!spec) {
-      std::string keys;
-      for (const HintSpec& h : kHints) keys += std::string(keys.empty() ? "" : ", ") + h.key;
-      CCLX_THROW(cclxInvalidArgument, "unknown hint '%s' (valid hints: %s)", key.c_str(),
-                 keys.c_str());
-    }
-    CCLX_ARG_CHECK(listed(spec->values, value), "hint %s='%s' is not one of %s", key.c_str(),
-                   value.c_str(), spaced(spec->values).c_str());
-  }
-}
+void checkHints(const std::map<std::string, std::string>& hints) { settings::checkHints(hints); }
 
 const char* algoName(Algo a) {
   switch (a) {

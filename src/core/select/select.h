@@ -49,8 +49,8 @@ struct Caps {
                            // property AMD does not document (forced choices still run them)
 };
 
-/// Checks hints (per call or per comm) against the table of every hint key and its values in
-/// select.cc: an unknown key or value is cclxInvalidArgument naming the valid ones. Comm calls it
+/// Checks hints (per call or per comm) against the table of every hint key and its values
+/// (core/settings/table.cc): an unknown key or value is cclxInvalidArgument naming the valid ones. Comm calls it
 /// for every collective and at creation, before anything is enqueued.
 void checkHints(const std::map<std::string, std::string>& hints);
 /// Every hint key of that table (the torchcomms backend keeps the keys cclx knows).

@@ -1,7 +1,8 @@
 // src/core/settings: every CCLX_* setting, read from the environment in exactly one place
-// (config.cc: parsing, defaults, unknown-name warnings, the reader logging uses), and the settings
-// every rank of a comm must share, checked across ranks at setup (settings_check.{h,cc}).
-// docs/SETTINGS.md documents each variable; keep the two in step.
+// (config.cc: Config, unknown-name warnings, the reader logging uses) by one table of settings
+// and hints (table.{h,cc}: names, fields, parsers, allowed values, defaults, docs; docs/SETTINGS.md
+// is generated from it), and the settings every rank of a comm must share, checked across ranks
+// at setup (settings_check.{h,cc}). A new setting is a field here and an entry in table.cc.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +36,7 @@ struct Config {
   bool watchdog = true;
 
   // Rendezvous.
-  std::string jobId;  // CCLX_JOB_ID (else TORCHELASTIC_RUN_ID, else "cclx"): store handshake id
+  std::string jobId = "cclx";  // CCLX_JOB_ID (else TORCHELASTIC_RUN_ID): store handshake id
   std::string storeToken;  // CCLX_STORE_TOKEN: the store's shared secret ("" = loopback only)
 
   // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA's own: the share of a GPU's SMs this process may use
@@ -43,7 +44,7 @@ struct Config {
   std::string mpsThreadPercent;
 
   // torchcomms: CCLX_TORCHCOMMS_ROUTE=auto|cxx|python, how torchcomms.new_comm("cclx") reaches
-  // cclx (python/cclx/torchcomms_backend.py; docs/design/torchcomms.md).
+  // cclx (python/cclx/torchcomms_backend.py; docs/DESIGN.md "torchcomms backend").
   std::string torchcommsRoute = "auto";
 
   // Host shared-memory transport.
@@ -54,7 +55,7 @@ struct Config {
   // GPU: NCCL and the direct-access (DDA) allreduce.
   std::string ncclPath;                 // CCLX_NCCL_PATH: libnccl.so to dlopen first
   std::string ncclPipDir;               // CCLX_NCCL_PIP_DIR: lib dir of the nvidia-nccl pip package
-  std::string allreduceAlgo = "auto";   // CCLX_ALLREDUCE_ALGO=auto|flat|lamport|tree|nccl|dda
+  std::string allreduceAlgo = "auto";   // CCLX_ALLREDUCE_ALGO (values: table.cc, as hint "algo")
   bool ddaEnable = true;                // CCLX_DDA_ENABLE=0 disables DDA entirely
   size_t ddaFlatMaxBytes = 0;           // CCLX_DDA_FLAT_MAX_BYTES (0 = tuned table)
   size_t ddaLamportMaxBytes = 0;        // CCLX_DDA_LAMPORT_MAX_BYTES (0 = tuned table)

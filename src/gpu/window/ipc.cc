@@ -42,6 +42,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "core/settings/table.h"
 #include "gpu/backend.h"
 #include "gpu/driver.h"
 #include "gpu/runtime.h"
@@ -326,8 +327,7 @@ class IpcWindow final : public WinImpl {
   std::shared_ptr<Work> put(const void* src, size_t bytes, int dst, size_t offset,
                             const CollOptions& o) override {
     const std::string path = hint(o, "put_path", "auto");
-    CCLX_ARG_CHECK(path == "auto" || path == "ce" || path == "sm",
-                   "put: hint put_path='%s' (use auto, ce or sm)", path.c_str());
+    settings::checkHint("put_path", path);  // names the valid values (core/settings/table.cc)
     WinCalls::Call c = calls_.begin(o);
     checkSource(src);
     char* d = peer_[size_t(dst)] + offset;
