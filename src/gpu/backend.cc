@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -38,35 +39,6 @@ void poisonOutputs(const CollArgs& a, int size, bool capturing) {
     }
   }
 }
-
-// A stream-ordered temporary (cudaMallocAsync; legal inside graph capture, as NCCL's own), freed
-// on its stream on every exit path: a launch that throws after the allocation frees it too. The
-// free follows, in stream order, whatever was enqueued before it.
-class StreamTemp {
- public:
-  StreamTemp(size_t bytes, cudaStream_t s) : s_(s) { CCLX_CUDA_CHECK(cudaMallocAsync(&p_, bytes, s)); }
-  StreamTemp(const StreamTemp&) = delete;
-  StreamTemp& operator=(const StreamTemp&) = delete;
-  ~StreamTemp() {
-    if (!p_) return;
-    const cudaError_t e = cudaFreeAsync(p_, s_);
-    if (e != cudaSuccess) {  // unwinding: the first error is the one that propagates
-      (void)cudaGetLastError();
-      CCLX_WARN("freeing a stream-ordered temporary: %s", cudaGetErrorString(e));
-    }
-  }
-  void* get() const { return p_; }
-  /// The normal path: frees now, an error of the free throwing.
-  void free() {
-    void* p = p_;
-    p_ = nullptr;
-    CCLX_CUDA_CHECK(cudaFreeAsync(p, s_));
-  }
-
- private:
-  void* p_ = nullptr;
-  cudaStream_t s_;
-};
 
 }  // namespace
 
@@ -303,10 +275,9 @@ void CudaBackend::enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s
     throw;
   }
   if (inner == Algo::Base) requireNccl(ar);
-  std::unique_ptr<StreamTemp> tmp;
+  std::optional<gpures::StreamTemp> tmp;
   if (!ar.recv) {  // FP8 output only: the allreduce result needs a place
-    tmp = std::make_unique<StreamTemp>(a.bytes(), s);
-    ar.recv = tmp->get();
+    ar.recv = tmp.emplace(a.bytes(), s).get();
   }
   enqueue(ar, inner, s, capturing);
   launchRmsLocal(a, ar.recv, ctx_, s);
@@ -469,7 +440,7 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
         in = 0;
         for (size_t c : a.sendCounts) in += c * dtypeSize(a.dtype);
       }
-      StreamTemp tmp(in, s);
+      gpures::StreamTemp tmp(in, s);
       CCLX_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), a.send, in, cudaMemcpyDeviceToDevice, s));
       CollArgs b = a;
       b.send = tmp.get();
