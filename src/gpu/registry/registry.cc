@@ -47,6 +47,12 @@ constexpr AlgoEntry kRegistry[] = {
 std::span<const AlgoEntry> algoRegistry() { return kRegistry; }
 
 AlgoTable::AlgoTable() {
+  for (size_t i = 0; i < std::size(kRegistry); ++i)
+    for (size_t j = i + 1; j < std::size(kRegistry); ++j)
+      CCLX_REQUIRE(kRegistry[i].algo != kRegistry[j].algo ||
+                       !(kRegistry[i].colls & kRegistry[j].colls),
+                   cclxInternalError, "algorithm '%s' is registered twice for one collective",
+                   algoName(kRegistry[i].algo));
   for (const AlgoEntry& e : kRegistry) {
     objs_.push_back(e.make());
     CCLX_REQUIRE(objs_.back() != nullptr, cclxInternalError, "algorithm '%s' has no object",
