@@ -1,6 +1,8 @@
 // The GPU algorithm registry (registry.h): one entry per algorithm object.
 #include "gpu/registry/registry.h"
 
+#include <iterator>
+
 #include "base/error.h"
 #include "gpu/dda/dda.h"
 #include "gpu/fp8/fp8.h"
@@ -42,17 +44,24 @@ constexpr AlgoEntry kRegistry[] = {
     {Algo::RmsTwoShot, collBit(CollType::AllReduceRmsNorm), false, makeRmsTwoShot},
 };
 
+// At most one entry per (collective, algorithm), and none for what runs without a kernel.
+constexpr bool wellFormed() {
+  for (size_t i = 0; i < std::size(kRegistry); ++i) {
+    if (kRegistry[i].algo == Algo::Base || kRegistry[i].algo == Algo::RmsUnfused) return false;
+    for (size_t j = i + 1; j < std::size(kRegistry); ++j)
+      if (kRegistry[i].algo == kRegistry[j].algo && (kRegistry[i].colls & kRegistry[j].colls))
+        return false;
+  }
+  return true;
+}
+static_assert(wellFormed(), "an algorithm is registered twice for one collective, or Base / "
+                            "RmsUnfused is registered");
+
 }  // namespace
 
 std::span<const AlgoEntry> algoRegistry() { return kRegistry; }
 
 AlgoTable::AlgoTable() {
-  for (size_t i = 0; i < std::size(kRegistry); ++i)
-    for (size_t j = i + 1; j < std::size(kRegistry); ++j)
-      CCLX_REQUIRE(kRegistry[i].algo != kRegistry[j].algo ||
-                       !(kRegistry[i].colls & kRegistry[j].colls),
-                   cclxInternalError, "algorithm '%s' is registered twice for one collective",
-                   algoName(kRegistry[i].algo));
   for (const AlgoEntry& e : kRegistry) {
     objs_.push_back(e.make());
     CCLX_REQUIRE(objs_.back() != nullptr, cclxInternalError, "algorithm '%s' has no object",
