@@ -21,25 +21,34 @@ constexpr uint32_t kPipeColls = kLLColls | collBit(CollType::AllToAllV) |
                                 collBit(CollType::ReduceScatterV) | collBit(CollType::Broadcast) |
                                 collBit(CollType::Reduce) | collBit(CollType::SendRecv);
 
+// Each entry: what its object runs, the staging it names, when it accepts a call (its canRun).
 constexpr AlgoEntry kRegistry[] = {
-    // Allreduce, DDA (dda/flat.cu, lamport.cu, tree.cu): one shot over LL16 slots; one shot
-    // with the data as its own flag; reduce-scatter + all-gather at any size.
+    // Allreduce in one step over LL16 packet slots (dda/flat.cu); staging kFlat; accepts a
+    // message that fits one slot set, DDA dtypes and ops.
     {Algo::Flat, kAllReduce, false, makeDdaFlat},
+    // Allreduce in one shot with the data as its own flag (dda/lamport.cu); staging kLamport;
+    // accepts what fits one inbox (lamportFits: float types).
     {Algo::Lamport, kAllReduce, false, makeDdaLamport},
+    // Allreduce as reduce-scatter + all-gather at any size (dda/tree.cu); staging kTree.
     {Algo::Tree, kAllReduce, false, makeDdaTree},
-    // Barrier over the signal areas (dda/barrier.cu).
+    // Barrier over the signal areas (dda/barrier.cu); no staging.
     {Algo::PeerBarrier, collBit(CollType::Barrier), false, makeDdaBarrier},
-    // The exchanges (dda/xchg_ll.cu, xchg_pipe.cu): one shot over the flat allreduce's LL16
-    // slots; pipelined through double-buffered inboxes at any size.
+    // All-gather, reduce-scatter, all-to-all in one shot over the flat allreduce's LL16 slots
+    // (dda/xchg_ll.cu); staging kFlat; accepts messages up to one slot per block and peer.
     {Algo::XchgLL, kLLColls, false, makeDdaXchgLL},
+    // Every collective xchgPlan describes, chunks through double-buffered inboxes at any size
+    // (dda/xchg_pipe.cu); staging kXchg; refuses what has no plan (a batch not cut into rounds).
     {Algo::XchgPipe, kPipeColls, false, makeDdaXchgPipe},
-    // FP8 (fp8/allreduce.cu, oneshot.cu, exchange.cu).
+    // FP8 two-shot allreduce (fp8/allreduce.cu); only when the call asks for low precision.
     {Algo::Fp8, kAllReduce, true, makeFp8AllReduce},
+    // FP8 one-shot allreduce, one quantization (fp8/oneshot.cu); fits its inboxes.
     {Algo::Fp8OneShot, kAllReduce, true, makeFp8OneShotAllReduce},
+    // FP8 all-gather, reduce-scatter, all-to-all (fp8/exchange.cu).
     {Algo::Fp8, collBit(CollType::AllGather), true, makeFp8AllGather},
     {Algo::Fp8, collBit(CollType::ReduceScatter), true, makeFp8ReduceScatter},
     {Algo::Fp8, collBit(CollType::AllToAll), true, makeFp8AllToAll},
-    // Fused allreduce + RMSNorm (fused/oneshot.cu, twoshot.cu).
+    // Fused allreduce + RMSNorm: one shot, the norm as the reduction's epilogue
+    // (fused/oneshot.cu); reduce-scatter by token rows, norm, all-gather (fused/twoshot.cu).
     {Algo::RmsOneShot, collBit(CollType::AllReduceRmsNorm), false, makeRmsOneShot},
     {Algo::RmsTwoShot, collBit(CollType::AllReduceRmsNorm), false, makeRmsTwoShot},
 };
