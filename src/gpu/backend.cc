@@ -3,6 +3,8 @@
 #include "gpu/backend.h"
 
 #include <cstring>
+#include <memory>
+#include <optional>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -10,7 +12,6 @@
 #include "core/settings/settings_check.h"
 #include "gpu/runtime.h"
 #include "gpu/dda/dda.h"
-#include "gpu/fp8/fp8.h"
 #include "gpu/fused/fused.h"
 #include "gpu/nccl/colls.h"
 
@@ -180,19 +181,8 @@ void CudaBackend::setupPeers(const GpuSetup& s, SetupSequence& seq) {
 }
 
 void CudaBackend::setupAlgorithms() {
-  flat_ = makeDdaFlat();
-  lamport_ = makeDdaLamport();
-  tree_ = makeDdaTree();
-  barrier_ = makeDdaBarrier();
-  xchgLL_ = makeDdaXchgLL();
-  xchgPipe_ = makeDdaXchgPipe();
-  fp8Ar_ = makeFp8AllReduce();
-  fp8Os_ = makeFp8OneShotAllReduce();
-  fp8Ag_ = makeFp8AllGather();
-  fp8Rs_ = makeFp8ReduceScatter();
-  fp8A2a_ = makeFp8AllToAll();
-  rmsOne_ = makeRmsOneShot();
-  rmsTwo_ = makeRmsTwoShot();
+  algos_ = std::make_unique<AlgoTable>();
+  barrier_ = algos_->find(CollType::Barrier, Algo::PeerBarrier);
   CCLX_INFO("GPU backend '%s': rank %d/%d on cuda:%d (%d SMs), peer memory %s%s", name(),
             ctx_.rank, ctx_.size, sh_->device, ctx_.smCount, pm_.usable ? "on" : "off: ",
             pm_.usable ? "" : pm_.whyNot.c_str());
@@ -220,17 +210,7 @@ Caps CudaBackend::caps(const CollArgs& a) const {
   c.timed = pm_.sharing.empty();
   c.peer = ctx_.peerUsable() && a.count > 0 && ddaOpSupported(a.op.kind, a.dtype);
   c.dataAsFlag = !gpurt::kHip;  // docs/design/amd.md
-  const bool fp8 = lowPrecisionWanted(a, cfg_);  // FP8 checks only when it may run
   switch (a.type) {
-    case CollType::AllReduce:
-      c.flat = runs(*flat_, a);
-      c.lamport = runs(*lamport_, a);
-      c.tree = runs(*tree_, a);
-      if (fp8) {
-        c.fp8 = runs(*fp8Ar_, a);
-        c.fp8OneShot = runs(*fp8Os_, a);
-      }
-      break;
     case CollType::AllGather:
     case CollType::ReduceScatter:
     case CollType::AllToAll:
@@ -239,60 +219,39 @@ Caps CudaBackend::caps(const CollArgs& a) const {
       const bool reduce = a.type == CollType::ReduceScatter;
       c.peer = ctx_.peerUsable() && (a.type == CollType::AllToAllV || a.count > 0) &&
                (!reduce || ddaOpSupported(a.op.kind, a.dtype));
-      c.flat = runs(*xchgLL_, a);
-      c.tree = runs(*xchgPipe_, a);
-      DeviceAlgo* f = a.type == CollType::AllGather       ? fp8Ag_.get()
-                      : a.type == CollType::ReduceScatter ? fp8Rs_.get()
-                      : a.type == CollType::AllToAll      ? fp8A2a_.get()
-                                                          : nullptr;
-      c.fp8 = fp8 && f && runs(*f, a);
       break;
     }
     case CollType::Broadcast:
     case CollType::Reduce:
     case CollType::ReduceScatterV:
     case CollType::SendRecv: {
-      // Rooted collectives, reduce-scatter-v and the lowered collectives (`what`): the pipelined
-      // exchange (its plan refuses batches of point-to-point messages).
+      // Rooted collectives, reduce-scatter-v and the lowered collectives (`what`) run on the
+      // pipelined exchange (its plan refuses batches of point-to-point messages).
       const bool reduce = a.type == CollType::Reduce || a.type == CollType::ReduceScatterV;
       c.peer = ctx_.peerUsable() && (!reduce || ddaOpSupported(a.op.kind, a.dtype));
-      c.tree = runs(*xchgPipe_, a);
       break;
     }
-    case CollType::Barrier: c.peerBarrier = runs(*barrier_, a); break;
-    case CollType::AllReduceRmsNorm:
-      c.rmsOneShot = runs(*rmsOne_, a);
-      c.rmsTwoShot = runs(*rmsTwo_, a);
-      break;
     default: break;
   }
+  // Every registry entry of the collective: on when it accepts the call and its staging did not
+  // fail (after a failed growth, select() therefore never returns it again).
+  const bool fp8 = lowPrecisionWanted(a, cfg_);  // FP8 checks only when it may run
+  algos_->forEach(a.type, [&](const AlgoEntry& e, const DeviceAlgo& alg) {
+    c.allow(e.algo, (!e.lowPrecision || fp8) && runs(alg, a));
+  });
   return c;
 }
 
 Algo CudaBackend::select(const CollArgs& a) const { return cclx::select(a, cfg_, caps(a)); }
 
+// The registry's object for (collective, algorithm); nullptr for Base and RmsUnfused (NCCL or
+// the unfused sequence). select() only returns a registered pair or one of those two.
 DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
-  const bool exchange = a.type == CollType::AllGather || a.type == CollType::ReduceScatter ||
-                        a.type == CollType::AllToAll || a.type == CollType::AllToAllV ||
-                        a.type == CollType::ReduceScatterV || a.type == CollType::SendRecv ||
-                        a.type == CollType::Broadcast || a.type == CollType::Reduce;
-  switch (algo) {
-    case Algo::Flat: return exchange ? xchgLL_.get() : flat_.get();
-    case Algo::Lamport: return lamport_.get();
-    case Algo::Tree: return exchange ? xchgPipe_.get() : tree_.get();
-    case Algo::PeerBarrier: return barrier_.get();
-    case Algo::Fp8OneShot: return fp8Os_.get();
-    case Algo::RmsOneShot: return rmsOne_.get();
-    case Algo::RmsTwoShot: return rmsTwo_.get();
-    case Algo::RmsUnfused: break;
-    case Algo::Fp8:
-      return a.type == CollType::AllReduce       ? fp8Ar_.get()
-             : a.type == CollType::AllGather     ? fp8Ag_.get()
-             : a.type == CollType::ReduceScatter ? fp8Rs_.get()
-                                                 : fp8A2a_.get();
-    case Algo::Base: break;
-  }
-  return nullptr;
+  if (algo == Algo::Base || algo == Algo::RmsUnfused) return nullptr;
+  DeviceAlgo* alg = algos_->find(a.type, algo);
+  CCLX_REQUIRE(alg, cclxInternalError, "%s: algorithm '%s' is not registered for it",
+               collLabel(a), algoName(algo));
+  return alg;
 }
 
 std::string CudaBackend::selectAllReduce(const CollArgs& a) {
@@ -316,14 +275,13 @@ void CudaBackend::enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s
     throw;
   }
   if (inner == Algo::Base) requireNccl(ar);
-  void* tmp = nullptr;
+  std::optional<gpures::StreamTemp> tmp;
   if (!ar.recv) {  // FP8 output only: the allreduce result needs a place
-    CCLX_CUDA_CHECK(cudaMallocAsync(&tmp, a.bytes(), s));
-    ar.recv = tmp;
+    ar.recv = tmp.emplace(a.bytes(), s).get();
   }
   enqueue(ar, inner, s, capturing);
   launchRmsLocal(a, ar.recv, ctx_, s);
-  if (tmp) CCLX_CUDA_CHECK(cudaFreeAsync(tmp, s));
+  if (tmp) tmp->free();
 }
 
 void CudaBackend::checkPointer(const void* p, const char* what) const {
@@ -482,13 +440,12 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
         in = 0;
         for (size_t c : a.sendCounts) in += c * dtypeSize(a.dtype);
       }
-      char* tmp = nullptr;
-      CCLX_CUDA_CHECK(cudaMallocAsync(&tmp, in, s));
-      CCLX_CUDA_CHECK(cudaMemcpyAsync(tmp, a.send, in, cudaMemcpyDeviceToDevice, s));
+      gpures::StreamTemp tmp(in, s);
+      CCLX_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), a.send, in, cudaMemcpyDeviceToDevice, s));
       CollArgs b = a;
-      b.send = tmp;
+      b.send = tmp.get();
       alg->launch(b, ctx_, s);
-      CCLX_CUDA_CHECK(cudaFreeAsync(tmp, s));
+      tmp.free();
     } else {
       alg->launch(a, ctx_, s);
     }

@@ -18,6 +18,7 @@
 #include "gpu/algo.h"
 #include "gpu/nccl/loader.h"
 #include "gpu/peer_mem.h"
+#include "gpu/registry/registry.h"
 #include "gpu/resources.h"
 #include "gpu/runtime.h"
 
@@ -232,9 +233,8 @@ class CudaBackend final : public Backend {
   bool captureValid_ = false;
   gpures::DeviceMem counters_;  // ctx_.counters
   gpures::DeviceMem scratch_;   // 1-element NCCL barrier buffer
-  std::unique_ptr<DeviceAlgo> flat_, lamport_, tree_, barrier_, xchgLL_, xchgPipe_;
-  std::unique_ptr<DeviceAlgo> fp8Ar_, fp8Os_, fp8Ag_, fp8Rs_, fp8A2a_;
-  std::unique_ptr<DeviceAlgo> rmsOne_, rmsTwo_;
+  std::unique_ptr<AlgoTable> algos_;  // one object per registry entry (gpu/registry/registry.h)
+  DeviceAlgo* barrier_ = nullptr;     // algos_'s peer barrier (teardown's quiescence)
   std::mutex runMu_;
   bool finalized_ = false;
   std::atomic<bool> abandoned_{false};  // abandon() was called: teardown leaks instead of freeing

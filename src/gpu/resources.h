@@ -2,7 +2,8 @@
 // throws half-way frees what it made. leak() forgets the object instead (teardown after a
 // failure: a kernel may still use the memory, and freeing it would wait for the whole device or
 // let a later allocation receive a peer's late writes) and reports its size for the log line.
-// Also the attribution of kernel launch errors (LaunchCheck).
+// Also stream-ordered temporaries (StreamTemp) and the attribution of kernel launch errors
+// (LaunchCheck).
 #pragma once
 
 #include <atomic>
@@ -101,6 +102,30 @@ inline void createEvent(Event& e) {
   CCLX_CUDA_CHECK(cudaEventCreateWithFlags(&v, cudaEventDisableTiming));
   e.adopt(v);
 }
+
+/// A stream-ordered temporary (cudaMallocAsync on `s`; legal inside graph capture), freed on `s`
+/// on every exit path: a launch that throws after the allocation frees it too (errors of that
+/// free ignored: the first error is the one that propagates). The free follows, in stream order,
+/// whatever was enqueued on `s` before it.
+class StreamTemp {
+ public:
+  StreamTemp(size_t bytes, cudaStream_t s) : s_(s) { CCLX_CUDA_CHECK(cudaMallocAsync(&p_, bytes, s)); }
+  StreamTemp(const StreamTemp&) = delete;
+  StreamTemp& operator=(const StreamTemp&) = delete;
+  ~StreamTemp() {
+    if (p_ && cudaFreeAsync(p_, s_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  void* get() const { return p_; }
+  /// The normal path: frees now (cudaFreeAsync on the stream), throwing its error.
+  void free() {
+    void* p = std::exchange(p_, nullptr);
+    CCLX_CUDA_CHECK(cudaFreeAsync(p, s_));
+  }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t s_;
+};
 
 }  // namespace gpures
 

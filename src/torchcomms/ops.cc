@@ -5,6 +5,7 @@
 // the call).
 #include "torchcomms/backend.h"
 
+#include "torchcomms/counts.h"
 #include "torchcomms/device.h"
 #include "torchcomms/staging.h"
 #include "torchcomms/work.h"
@@ -19,12 +20,6 @@ void sameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
                                          std::string(c10::toString(b.scalar_type())) +
                                          " differs from the input's " +
                                          std::string(c10::toString(a.scalar_type())));
-}
-
-// Elements of the cclx type per tensor element (2 for complex reductions, the element size for
-// types sent as bytes).
-size_t scaleOf(const Buf& b, const at::Tensor& t) {
-  return t.numel() ? b.count / size_t(t.numel()) : 1;
 }
 
 size_t rowElems(const at::Tensor& t) {
@@ -170,7 +165,7 @@ WorkPtr CclxBackend::all_gather_v(const TensorList& tensor_list, const at::Tenso
     Staging s(device_);
     at::Tensor in = s.in(tensor, "all_gather_v");
     Buf b = dataBuf(in, "all_gather_v");
-    const size_t scale = b.dtype == DataType::u8 ? size_t(in.element_size()) : 1;
+    const size_t scale = elementScale(size_t(in.element_size()), b.dtype);
     std::vector<void*> recvs;
     std::vector<size_t> counts;
     TensorList keep{in};
@@ -244,7 +239,8 @@ WorkPtr CclxBackend::reduce_scatter_v(at::Tensor& output_t, const TensorList& in
     ReduceOp rop;
     Buf ob = reduceBuf(s.out(output_t, "reduce_scatter_v output"), op, &rop,
                        "reduce_scatter_v");
-    const size_t scale = scaleOf(ob, output_t) ? scaleOf(ob, output_t) : 1;
+    // From the types, never from this rank's counts (a rank whose output is empty scales alike).
+    const size_t scale = elementScale(size_t(output_t.element_size()), ob.dtype);
     std::vector<const void*> sends;
     std::vector<size_t> counts;
     TensorList keep{output_t};

@@ -145,20 +145,28 @@ Algo selectAllReduce(const CollArgs& a, const Config& cfg, const Caps& c) {
     if (c.fp8) return Algo::Fp8;
   }
   const size_t bytes = a.bytes();
+  // Where the tree cannot run (on GPUs: its staging failed to allocate on some rank) a call that
+  // would take it runs on NCCL, as the exchanges do; bitwise ops, which NCCL lacks, take a
+  // one-shot kernel that accepts the call, else NCCL refuses them naming why.
+  const Algo flat = c.flat ? Algo::Flat : Algo::Base;
+  const Algo tree = c.tree                   ? Algo::Tree
+                    : bitwise && c.flat      ? Algo::Flat
+                    : bitwise && c.lamport   ? Algo::Lamport
+                                             : Algo::Base;
   if (c.host) {
-    if (want == Want::Flat) return Algo::Flat;
-    if (want == Want::Tree) return Algo::Tree;
-    if (want == Want::Lamport) return c.lamport ? Algo::Lamport : Algo::Tree;
-    return bytes <= cfg.shmFlatMaxBytes ? Algo::Flat : Algo::Tree;
+    if (want == Want::Flat) return c.flat ? Algo::Flat : tree;
+    if (want == Want::Tree) return tree;
+    if (want == Want::Lamport) return c.lamport ? Algo::Lamport : tree;
+    return bytes <= cfg.shmFlatMaxBytes && c.flat ? Algo::Flat : c.tree ? Algo::Tree : flat;
   }
   if (!c.peer || (c.plainNccl && !bitwise)) return Algo::Base;
   const size_t flatMax = c.timed ? ddaFlatMaxBytes(cfg, c.worldSize) : kAlways;
   const size_t lamportMax = c.timed ? ddaLamportMaxBytes(cfg, c.worldSize) : kAlways;
   const size_t treeMax = c.timed ? ddaTreeMaxBytes(cfg, c.worldSize) : kAlways;
   switch (want) {
-    case Want::Flat: return c.flat ? Algo::Flat : Algo::Tree;
-    case Want::Lamport: return c.lamport ? Algo::Lamport : Algo::Tree;
-    case Want::Tree: return Algo::Tree;
+    case Want::Flat: return c.flat ? Algo::Flat : tree;
+    case Want::Lamport: return c.lamport ? Algo::Lamport : tree;
+    case Want::Tree: return tree;
     case Want::Nccl:
       if (!bitwise) return Algo::Base;
       break;
@@ -167,7 +175,7 @@ Algo selectAllReduce(const CollArgs& a, const Config& cfg, const Caps& c) {
   }
   if (bytes <= flatMax && c.flat && c.dataAsFlag) return Algo::Flat;
   if (bytes <= lamportMax && c.lamport && c.dataAsFlag) return Algo::Lamport;
-  if (bytes <= treeMax || bitwise || !c.nccl || want == Want::Dda) return Algo::Tree;
+  if (bytes <= treeMax || bitwise || !c.nccl || want == Want::Dda) return tree;
   return Algo::Base;
 }
 
@@ -175,7 +183,8 @@ Algo selectAllReduce(const CollArgs& a, const Config& cfg, const Caps& c) {
 // algorithm; GPU comms the DDA exchange (LL up to the flat allreduce's size per message where it
 // fits, pipelined above) up to the collective's size, NCCL above. Hint "algo": flat = LL (when it
 // fits), tree = pipelined, dda = either at any size, nccl = NCCL; CCLX_ALLREDUCE_ALGO does not
-// apply. All-to-all-v never runs LL and has no size rule (its sizes differ per rank).
+// apply. All-to-all-v never runs LL and has no size rule (its sizes differ per rank). Where the
+// pipelined exchange cannot run (its staging failed), NCCL.
 Algo selectExchange(const CollArgs& a, const Config& cfg, const Caps& c) {
   const std::string* h = hint(a, "algo");
   const Want want = h ? parseWant(*h) : Want::Auto;  // a bad name fails whatever runs
@@ -183,9 +192,9 @@ Algo selectExchange(const CollArgs& a, const Config& cfg, const Caps& c) {
   if (!c.plainNccl && !bitwise && c.fp8 && lowPrecisionWanted(a, cfg)) return Algo::Fp8;
   if (c.host || !c.peer || (c.plainNccl && !bitwise)) return Algo::Base;
   const bool v = a.type == CollType::AllToAllV;
-  const Algo pipelined = c.tree ? Algo::Tree : Algo::Base;
+  const Algo pipelined = c.pipelined ? Algo::XchgPipe : Algo::Base;
   switch (want) {
-    case Want::Flat: return c.flat && !v ? Algo::Flat : pipelined;
+    case Want::Flat: return c.ll && !v ? Algo::XchgLL : pipelined;
     case Want::Tree: return pipelined;
     case Want::Nccl:
       if (!bitwise) return Algo::Base;
@@ -200,7 +209,7 @@ Algo selectExchange(const CollArgs& a, const Config& cfg, const Caps& c) {
                    measure <= ddaExchangeMaxBytes(cfg, a.type, c.worldSize);
   if (!dda) return Algo::Base;
   const size_t llMax = c.timed ? ddaFlatMaxBytes(cfg, c.worldSize) : kAlways;
-  if (!v && c.flat && c.dataAsFlag && bytes <= llMax) return Algo::Flat;
+  if (!v && c.ll && c.dataAsFlag && bytes <= llMax) return Algo::XchgLL;
   return pipelined;
 }
 
@@ -215,9 +224,9 @@ Algo selectGrouped(const CollArgs& a, const Caps& c) {
   const std::string* h = hint(a, "algo");
   const Want want = h ? parseWant(*h) : Want::Auto;
   if (a.type == CollType::SendRecv && !a.what)
-    return !c.host && c.peer && c.tree && !c.plainNccl && !c.nccl ? Algo::Tree : Algo::Base;
-  if (c.host || !c.peer || !c.tree || c.plainNccl || want == Want::Nccl) return Algo::Base;
-  if (want != Want::Auto || !c.timed || !c.nccl) return Algo::Tree;
+    return !c.host && c.peer && c.pipelined && !c.plainNccl && !c.nccl ? Algo::XchgPipe : Algo::Base;
+  if (c.host || !c.peer || !c.pipelined || c.plainNccl || want == Want::Nccl) return Algo::Base;
+  if (want != Want::Auto || !c.timed || !c.nccl) return Algo::XchgPipe;
   return Algo::Base;
 }
 
@@ -233,6 +242,8 @@ const char* algoName(Algo a) {
     case Algo::Flat: return "flat";
     case Algo::Lamport: return "lamport";
     case Algo::Tree: return "tree";
+    case Algo::XchgLL: return "ll";
+    case Algo::XchgPipe: return "pipelined";
     case Algo::Fp8: return "fp8";
     case Algo::Fp8OneShot: return "fp8_oneshot";
     case Algo::PeerBarrier: return "peer-barrier";
@@ -287,7 +298,44 @@ bool lowPrecisionWanted(const CollArgs& a, const Config& cfg) {
   return enabled && a.bytes() >= cfg.lpMinBytes;
 }
 
-Algo select(const CollArgs& a, const Config& cfg, const Caps& c) {
+bool Caps::can(Algo a) const {
+  switch (a) {
+    case Algo::Base:
+    case Algo::RmsUnfused: return true;
+    case Algo::Flat: return flat;
+    case Algo::Lamport: return lamport;
+    case Algo::Tree: return tree;
+    case Algo::XchgLL: return ll;
+    case Algo::XchgPipe: return pipelined;
+    case Algo::Fp8: return fp8;
+    case Algo::Fp8OneShot: return fp8OneShot;
+    case Algo::PeerBarrier: return peerBarrier;
+    case Algo::RmsOneShot: return rmsOneShot;
+    case Algo::RmsTwoShot: return rmsTwoShot;
+  }
+  return false;
+}
+
+void Caps::allow(Algo a, bool on) {
+  switch (a) {
+    case Algo::Base:
+    case Algo::RmsUnfused: break;
+    case Algo::Flat: flat = on; break;
+    case Algo::Lamport: lamport = on; break;
+    case Algo::Tree: tree = on; break;
+    case Algo::XchgLL: ll = on; break;
+    case Algo::XchgPipe: pipelined = on; break;
+    case Algo::Fp8: fp8 = on; break;
+    case Algo::Fp8OneShot: fp8OneShot = on; break;
+    case Algo::PeerBarrier: peerBarrier = on; break;
+    case Algo::RmsOneShot: rmsOneShot = on; break;
+    case Algo::RmsTwoShot: rmsTwoShot = on; break;
+  }
+}
+
+namespace {
+
+Algo selectFor(const CollArgs& a, const Config& cfg, const Caps& c) {
   switch (a.type) {
     case CollType::AllReduce: return selectAllReduce(a, cfg, c);
     case CollType::AllGather:
@@ -302,6 +350,17 @@ Algo select(const CollArgs& a, const Config& cfg, const Caps& c) {
     case CollType::AllReduceRmsNorm: return selectRmsNorm(a, cfg, c);
     default: return Algo::Base;
   }
+}
+
+}  // namespace
+
+Algo select(const CollArgs& a, const Config& cfg, const Caps& c) {
+  const Algo algo = selectFor(a, cfg, c);
+  // The rules above only pick what their capability allows; a rule that did not would launch a
+  // kernel that cannot run (or whose staging is missing): refused here, before anything runs.
+  CCLX_REQUIRE(c.can(algo), cclxInternalError, "%s: the selection picked '%s', which cannot run "
+               "this call on this comm", collName(a.type), algoName(algo));
+  return algo;
 }
 
 }  // namespace cclx

@@ -16,11 +16,13 @@ namespace cclx {
 
 enum class Algo : uint8_t {
   Base,        // the backend's full-precision path: NCCL on GPUs, the shm algorithm on CPUs
-  Flat,        // allreduce: one step over every rank's copy (DDA flat / shm flat); all-gather,
-               // reduce-scatter, all-to-all: the DDA LL exchange (one shot, LL16 slots)
+  Flat,        // allreduce: one step over every rank's copy (DDA flat / shm flat)
   Lamport,     // allreduce: one shot, the data as its own flag (DDA Lamport / shm twin)
-  Tree,        // allreduce: reduce-scatter + all-gather (DDA tree / shm tree); all-gather,
-               // reduce-scatter, all-to-all(-v): the DDA pipelined exchange (any size)
+  Tree,        // allreduce: reduce-scatter + all-gather (DDA tree / shm tree)
+  XchgLL,      // all-gather, reduce-scatter, all-to-all: the DDA LL exchange (one shot, LL16
+               // slots; hint "algo"="flat" asks for it)
+  XchgPipe,    // all-gather, reduce-scatter, all-to-all(-v), reduce-scatter-v, broadcast, reduce,
+               // the grouped forms: the DDA pipelined exchange, any size (hint "algo"="tree")
   Fp8,         // FP8: two-shot allreduce, or the all-gather / reduce-scatter / all-to-all
   Fp8OneShot,  // FP8 one-shot allreduce (one quantization)
   PeerBarrier, // barrier: the peer-memory barrier kernel (GPU)
@@ -31,7 +33,9 @@ enum class Algo : uint8_t {
 const char* algoName(Algo a);
 
 /// What a backend can run for one call: facts of the comm, then "this algorithm accepts these
-/// arguments" (its canRun) for each candidate.
+/// arguments now" for each candidate (on GPUs: each entry of the algorithm registry,
+/// gpu/registry/registry.h, that accepts the call and whose staging did not fail to allocate).
+/// select() returns Base or an algorithm whose capability is on, never another.
 struct Caps {
   int worldSize = 1;
   bool host = false;       // CPU comm: shm algorithms, no NCCL ("nccl" falls to the size rule)
@@ -40,13 +44,19 @@ struct Caps {
   bool timed = true;       // the size tables apply (false when ranks share a GPU: every size
                            // runs on the peer-memory algorithms)
   bool peer = false;       // the full-precision peer algorithms take this dtype and op
-  bool flat = false, lamport = false, tree = false;  // exchanges: flat = LL, tree = pipelined
+  bool flat = false, lamport = false, tree = false;  // allreduce
+  bool ll = false, pipelined = false;                // the exchanges (XchgLL, XchgPipe)
   bool fp8 = false, fp8OneShot = false;
   bool peerBarrier = false;
   bool rmsOneShot = false, rmsTwoShot = false;  // the fused allreduce + RMSNorm kernels accept
   bool dataAsFlag = true;  // auto may pick the kernels whose data is its own flag (flat, lamport,
                            // fp8_oneshot); false on HIP builds, where that relies on a link
                            // property AMD does not document (forced choices still run them)
+
+  /// The capability of `a` (Base and RmsUnfused: always; they need no peer kernel of their own).
+  bool can(Algo a) const;
+  /// Sets the capability of `a` (Base and RmsUnfused: ignored).
+  void allow(Algo a, bool on);
 };
 
 /// Checks hints (per call or per comm) against the table of every hint key and its values

@@ -35,7 +35,7 @@ Caps gpu(int n) {
   Caps c;
   c.worldSize = n;
   c.nccl = true;
-  c.peer = c.flat = c.lamport = c.tree = c.fp8 = c.fp8OneShot = true;
+  c.peer = c.flat = c.lamport = c.tree = c.ll = c.pipelined = c.fp8 = c.fp8OneShot = true;
   return c;
 }
 
@@ -157,7 +157,7 @@ TEST(Select, LowPrecision) {
   EXPECT_EQ(select(ag, cfg, gpu(2)), Algo::Fp8);
   Caps noFp8 = gpu(2);
   noFp8.fp8 = false;
-  EXPECT_EQ(select(ag, cfg, noFp8), Algo::Flat);  // the DDA exchange, where FP8 cannot run
+  EXPECT_EQ(select(ag, cfg, noFp8), Algo::XchgLL);  // the DDA exchange, where FP8 cannot run
   noFp8.peer = false;
   EXPECT_EQ(select(ag, cfg, noFp8), Algo::Base);
 }
@@ -201,33 +201,33 @@ TEST(Select, ExchangeTablesByCollective) {
   Config cfg;
   const int n = 8;
   // All-gather: 16 MiB of output.
-  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::Flat);
-  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 20), cfg, gpu(n)), Algo::Tree);
-  EXPECT_EQ(select(exchange(CollType::AllGather, 2 << 20), cfg, gpu(n)), Algo::Tree);   // 16 MiB
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::XchgLL);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 20), cfg, gpu(n)), Algo::XchgPipe);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 2 << 20), cfg, gpu(n)), Algo::XchgPipe);   // 16 MiB
   EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 20), cfg, gpu(n)), Algo::Base);   // 32 MiB
   // Reduce-scatter: 8 MiB of input; all-to-all: 2 MiB.
-  EXPECT_EQ(select(exchange(CollType::ReduceScatter, 1 << 20), cfg, gpu(n)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::ReduceScatter, 1 << 20), cfg, gpu(n)), Algo::XchgPipe);
   EXPECT_EQ(select(exchange(CollType::ReduceScatter, 2 << 20), cfg, gpu(n)), Algo::Base);
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(n)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(n)), Algo::XchgPipe);
   EXPECT_EQ(select(exchange(CollType::AllToAll, 512 << 10), cfg, gpu(n)), Algo::Base);
   EXPECT_EQ(ddaExchangeMaxBytes(cfg, CollType::AllGather, 2), size_t(16) << 20);
   EXPECT_EQ(ddaExchangeMaxBytes(cfg, CollType::ReduceScatter, 4), size_t(8) << 20);
   EXPECT_EQ(ddaExchangeMaxBytes(cfg, CollType::AllToAll, 8), size_t(2) << 20);
   // LL follows the flat allreduce's size per message (2 ranks: 512 KiB).
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(2)), Algo::Flat);
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 768 << 10), cfg, gpu(2)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(2)), Algo::XchgLL);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 768 << 10), cfg, gpu(2)), Algo::XchgPipe);
   Caps noLL = gpu(2);
-  noLL.flat = false;  // the block does not fit one LL slot
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 4 << 10), cfg, noLL), Algo::Tree);
+  noLL.ll = false;  // the block does not fit one LL slot
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 4 << 10), cfg, noLL), Algo::XchgPipe);
   // The settings.
   cfg.ddaAllGatherMaxBytes = size_t(64) << 20;
   cfg.ddaReduceScatterMaxBytes = 1 << 20;
   cfg.ddaAllToAllMaxBytes = size_t(1) << 30;
-  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 20), cfg, gpu(n)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 20), cfg, gpu(n)), Algo::XchgPipe);
   EXPECT_EQ(select(exchange(CollType::ReduceScatter, 256 << 10), cfg, gpu(n)), Algo::Base);
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 8 << 20), cfg, gpu(n)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 8 << 20), cfg, gpu(n)), Algo::XchgPipe);
   cfg.ddaFlatMaxBytes = 1 << 10;
-  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::XchgPipe);
 }
 
 // Hints force either side; all-to-all-v has no size rule and never runs LL; bitwise
@@ -237,42 +237,42 @@ TEST(Select, ExchangeHintsAllToAllVAndBitwise) {
   CollArgs a = exchange(CollType::AllGather, 8 << 20);  // 64 MiB at 8 ranks: NCCL by size
   EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Base);
   a.opts.hints["algo"] = "dda";
-  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Tree);
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::XchgPipe);
   a.opts.hints["algo"] = "flat";  // LL when it fits, else pipelined
-  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Flat);
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::XchgLL);
   Caps noLL = gpu(8);
-  noLL.flat = false;
-  EXPECT_EQ(select(a, cfg, noLL), Algo::Tree);
+  noLL.ll = false;
+  EXPECT_EQ(select(a, cfg, noLL), Algo::XchgPipe);
   a.opts.hints["algo"] = "tree";
-  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Tree);
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::XchgPipe);
   CollArgs small = exchange(CollType::ReduceScatter, 1 << 10);
   small.opts.hints["algo"] = "nccl";
   EXPECT_EQ(select(small, cfg, gpu(8)), Algo::Base);
   small.opts.hints["algo"] = "lamport";  // an allreduce name: auto for the exchanges
-  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::Flat);
+  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::XchgLL);
   cfg.allreduceAlgo = "nccl";  // CCLX_ALLREDUCE_ALGO is about allreduce only
   small.opts.hints.clear();
-  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::Flat);
+  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::XchgLL);
   cfg = Config{};
   // All-to-all-v: pipelined whatever the size (the counts differ per rank), NCCL only by hint.
   CollArgs v;
   v.type = CollType::AllToAllV;
   v.dtype = DataType::f32;
   v.sendCounts = v.recvCounts = std::vector<size_t>(4, size_t(64) << 20);
-  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::Tree);
+  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::XchgPipe);
   v.opts.hints["algo"] = "flat";
-  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::Tree);
+  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::XchgPipe);
   v.opts.hints["algo"] = "nccl";
   EXPECT_EQ(select(v, cfg, gpu(4)), Algo::Base);
   Caps noPipe = gpu(4);
-  noPipe.tree = false;  // its staging failed to allocate: NCCL
+  noPipe.pipelined = false;  // its staging failed to allocate: NCCL
   v.opts.hints.clear();
   EXPECT_EQ(select(v, cfg, noPipe), Algo::Base);
   // Bitwise reduce-scatter: DDA at any size, even when asked for NCCL.
   CollArgs bw = exchange(CollType::ReduceScatter, size_t(64) << 20, DataType::i32, RedOpKind::BXOR);
-  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::Tree);
+  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::XchgPipe);
   bw.opts.hints["algo"] = "nccl";
-  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::Tree);
+  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::XchgPipe);
   // Bad names are argument errors for every collective and backend.
   for (CollType t : {CollType::AllGather, CollType::ReduceScatter, CollType::AllToAll,
                      CollType::AllToAllV})
@@ -297,7 +297,7 @@ TEST(Select, ExchangeHintsAllToAllVAndBitwise) {
   // HIP: auto never takes LL (LL16 packets are data as flag); a hint still does.
   Caps hip = gpu(2);
   hip.dataAsFlag = false;
-  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 10), cfg, hip), Algo::Tree);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 10), cfg, hip), Algo::XchgPipe);
 }
 
 // Ranks that share a GPU: every size on DDA (LL where it fits, else pipelined).
@@ -306,10 +306,10 @@ TEST(Select, ExchangeOnASharedGpu) {
   Caps c = gpu(5);
   c.nccl = false;
   c.timed = false;
-  EXPECT_EQ(select(exchange(CollType::AllGather, size_t(256) << 20), cfg, c), Algo::Flat);
-  c.flat = false;
+  EXPECT_EQ(select(exchange(CollType::AllGather, size_t(256) << 20), cfg, c), Algo::XchgLL);
+  c.ll = false;
   for (CollType t : {CollType::AllGather, CollType::ReduceScatter, CollType::AllToAll})
-    EXPECT_EQ(select(exchange(t, size_t(256) << 20), cfg, c), Algo::Tree) << collName(t);
+    EXPECT_EQ(select(exchange(t, size_t(256) << 20), cfg, c), Algo::XchgPipe) << collName(t);
   // FP8 where asked, as on GPUs of their own.
   CollArgs f = exchange(CollType::ReduceScatter, size_t(256) << 20);
   f.opts.hints["low_precision"] = "fp8";
@@ -339,20 +339,20 @@ TEST(Select, GroupedFormsAndReduceScatterV) {
     Caps shared = gpu(4);
     shared.nccl = false;
     shared.timed = false;
-    EXPECT_EQ(select(a, cfg, shared), Algo::Tree) << collName(a.type);
+    EXPECT_EQ(select(a, cfg, shared), Algo::XchgPipe) << collName(a.type);
     Caps noNccl = gpu(4);
     noNccl.nccl = false;
-    EXPECT_EQ(select(a, cfg, noNccl), Algo::Tree) << collName(a.type);
+    EXPECT_EQ(select(a, cfg, noNccl), Algo::XchgPipe) << collName(a.type);
     for (const char* h : {"dda", "tree", "flat", "lamport"}) {
       CollArgs b = a;
       b.opts.hints["algo"] = h;
-      EXPECT_EQ(select(b, cfg, gpu(4)), Algo::Tree) << collName(a.type) << " " << h;
+      EXPECT_EQ(select(b, cfg, gpu(4)), Algo::XchgPipe) << collName(a.type) << " " << h;
     }
     CollArgs n = a;
     n.opts.hints["algo"] = "nccl";
     EXPECT_EQ(select(n, cfg, gpu(4)), Algo::Base);
     Caps noPipe = shared;
-    noPipe.tree = false;  // no plan (a batch) or its staging failed: NCCL, which refuses it
+    noPipe.pipelined = false;  // no plan (a batch) or its staging failed: NCCL, which refuses it
     EXPECT_EQ(select(a, cfg, noPipe), Algo::Base);
     Caps noPeer = shared;
     noPeer.peer = false;
@@ -379,16 +379,16 @@ TEST(Select, PointToPointBatches) {
   Caps shared = gpu(4);
   shared.nccl = false;
   shared.timed = false;
-  EXPECT_EQ(select(b, cfg, shared), Algo::Tree);
+  EXPECT_EQ(select(b, cfg, shared), Algo::XchgPipe);
   EXPECT_EQ(select(b, cfg, gpu(4)), Algo::Base);
   for (const char* h : {"dda", "tree", "flat", "lamport", "nccl"}) {
     CollArgs x = b;
     x.opts.hints["algo"] = h;
     EXPECT_EQ(select(x, cfg, gpu(4)), Algo::Base) << h;
-    EXPECT_EQ(select(x, cfg, shared), Algo::Tree) << h;
+    EXPECT_EQ(select(x, cfg, shared), Algo::XchgPipe) << h;
   }
   Caps noPipe = shared;
-  noPipe.tree = false;
+  noPipe.pipelined = false;
   EXPECT_EQ(select(b, cfg, noPipe), Algo::Base);
   Caps plain = shared;
   plain.plainNccl = true;
@@ -410,4 +410,85 @@ TEST(Select, AllReduceDdaHint) {
   CollArgs s = allreduce(1 << 10);
   s.opts.hints["algo"] = "dda";
   EXPECT_EQ(select(s, cfg, gpu(2)), Algo::Flat);
+}
+
+// Allreduce where the tree cannot run (on GPUs: its staging failed to allocate on some rank, and
+// the call selects again): never the tree. Forced or auto, the call runs on NCCL, as the
+// exchanges do; bitwise ops (no NCCL reduction) take a one-shot kernel that accepts them.
+TEST(Select, AllReduceWithoutTheTree) {
+  Config cfg;
+  Caps c = gpu(2);
+  c.tree = false;
+  EXPECT_EQ(select(allreduce(size_t(32) << 20), cfg, c), Algo::Base);  // auto, tree-sized
+  EXPECT_EQ(select(allreduce(4 << 10), cfg, c), Algo::Flat);  // what fits elsewhere still runs
+  for (const char* h : {"tree", "flat", "lamport", "dda", "auto"}) {
+    CollArgs a = allreduce(size_t(32) << 20);
+    a.opts.hints["algo"] = h;
+    Caps none = c;
+    none.flat = none.lamport = false;  // nothing of the peers fits: NCCL
+    EXPECT_EQ(select(a, cfg, none), Algo::Base) << h;
+  }
+  Caps shared = c;  // ranks share a GPU: no size table, no NCCL
+  shared.nccl = false;
+  shared.timed = false;
+  shared.flat = shared.lamport = false;
+  EXPECT_EQ(select(allreduce(size_t(32) << 20), cfg, shared), Algo::Base);  // "needs NCCL"
+  CollArgs bw = allreduce(size_t(32) << 20, DataType::i32, RedOpKind::BOR);
+  EXPECT_EQ(select(bw, cfg, c), Algo::Flat);
+  Caps onlyLamport = c;
+  onlyLamport.flat = false;
+  EXPECT_EQ(select(bw, cfg, onlyLamport), Algo::Lamport);
+  // The host's twin: its tree and flat take every call, but the rule is the same.
+  Caps h = host(4);
+  h.tree = false;
+  EXPECT_EQ(select(allreduce(size_t(32) << 20), cfg, h), Algo::Flat);
+}
+
+// The invariant behind every rule: select() returns Base, RmsUnfused or an algorithm whose
+// capability is on, for every collective, hint and capability set (sampled).
+TEST(Select, NeverAnAlgorithmThatCannotRun) {
+  Config cfg;
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const CollType types[] = {CollType::AllReduce,     CollType::AllGather, CollType::ReduceScatter,
+                            CollType::AllToAll,      CollType::AllToAllV, CollType::Broadcast,
+                            CollType::Reduce,        CollType::ReduceScatterV, CollType::SendRecv,
+                            CollType::Barrier,       CollType::AllReduceRmsNorm};
+  const char* algos[] = {nullptr, "auto", "flat", "lamport", "tree", "nccl", "dda"};
+  const char* fused[] = {nullptr, "auto", "oneshot", "twoshot", "unfused"};
+  const char* fp8[] = {nullptr, "auto", "oneshot", "twoshot"};
+  const Algo all[] = {Algo::Flat,       Algo::Lamport,     Algo::Tree,        Algo::XchgLL,
+                      Algo::XchgPipe,   Algo::Fp8,         Algo::Fp8OneShot,  Algo::PeerBarrier,
+                      Algo::RmsOneShot, Algo::RmsTwoShot};
+  for (int i = 0; i < 40000; ++i) {
+    const uint64_t r = next();
+    Caps c;
+    c.worldSize = 2 + int(r % 7);
+    c.host = r >> 3 & 1;
+    c.nccl = r >> 4 & 1;
+    c.plainNccl = (r >> 5 & 7) == 0;
+    c.timed = r >> 8 & 1;
+    c.peer = (r >> 9 & 3) != 0;
+    c.dataAsFlag = r >> 11 & 1;
+    for (int k = 0; k < 10; ++k) c.allow(all[k], r >> (12 + k) & 1);
+    CollArgs a;
+    a.type = types[(r >> 24) % 11];
+    a.dtype = (r >> 28 & 3) == 0 ? DataType::i32 : DataType::f32;
+    a.op = a.dtype == DataType::i32 && (r >> 30 & 1) ? RedOpKind::BAND : RedOpKind::SUM;
+    a.count = size_t(1) << (r >> 31) % 28;
+    if (a.type == CollType::AllToAllV) a.sendCounts = a.recvCounts = std::vector<size_t>(2, a.count);
+    if (a.type == CollType::SendRecv && (r >> 36 & 1)) a.what = "Scatter";
+    if (const char* h = algos[(r >> 37) % 7]) a.opts.hints["algo"] = h;
+    if (const char* h = fused[(r >> 40) % 5]) a.opts.hints["fused_algo"] = h;
+    if (const char* h = fp8[(r >> 43) % 4]) a.opts.hints["fp8_algo"] = h;
+    if (r >> 46 & 1) a.opts.hints["low_precision"] = "fp8";
+    Algo got = Algo::Base;
+    ASSERT_NO_THROW(got = select(a, cfg, c)) << collName(a.type) << " draw " << i;
+    ASSERT_TRUE(c.can(got)) << collName(a.type) << " picked " << algoName(got) << " draw " << i;
+  }
 }
