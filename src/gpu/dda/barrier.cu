@@ -32,10 +32,8 @@ class DdaBarrier final : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     dev::PeerPtrs p{};
     for (int r = 0; r < ctx.size; ++r) p.signal[r] = ctx.peer->signalRegion(r, SignalRegion::kBarrier);
-    const gpurt::LaunchCheck launched;
-    ddaBarrierKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(
-        p, ctx.counters + kCounterBarrier, failParams(a, ctx));
-    launched.check("peer barrier");
+    dev::launchKernel("peer barrier", ddaBarrierKernel, 1, 32, stream, p,
+                      ctx.counters + kCounterBarrier, failParams(a, ctx));
   }
 };
 

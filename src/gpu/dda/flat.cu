@@ -135,6 +135,9 @@ class DdaFlat final : public DeviceAlgo {
            flatFits(a.bytes(), ctx);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "DDA flat allreduce";
+    const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &ddaFlatKernel<T>; });
     const size_t bytes = a.bytes();
     FlatParams p{};
     for (int r = 0; r < ctx.size; ++r) p.peers.staging[r] = ctx.peer->region(r, StagingRegion::kFlat);
@@ -143,10 +146,7 @@ class DdaFlat final : public DeviceAlgo {
     p.per = (units + kFlatBlocks - 1) / kFlatBlocks;
     p.slotBytes = llSlotBytes(ctx);
     int threads = int(std::min<size_t>(512, std::max<size_t>(32, (p.per + 31) / 32 * 32)));
-    const gpurt::LaunchCheck launched;
-    auto s = static_cast<cudaStream_t>(stream);
-    dev::dispatchType(a.dtype, [&]<class T>() { ddaFlatKernel<T><<<kFlatBlocks, threads, 0, s>>>(p); });
-    launched.check("DDA flat allreduce");
+    dev::launchKernel(kWhat, kernel, kFlatBlocks, threads, stream, p);
   }
 };
 

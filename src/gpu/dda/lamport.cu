@@ -247,6 +247,9 @@ class DdaLamport final : public DeviceAlgo {
            lamportFits(a.bytes(), a.dtype, ctx);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "DDA Lamport allreduce";
+    const auto kernel = dev::dispatchDtype(dev::LamportTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &ddaLamportKernel<T>; });
     const size_t bytes = a.bytes();
     const int G = ddaTreeBlocks(ctx);
     LamportParams p{};
@@ -259,16 +262,7 @@ class DdaLamport final : public DeviceAlgo {
     int threads = int(std::min<size_t>(512, std::max<size_t>(64, (want + 31) / 32 * 32)));
     p.teams = bytes > kTeamsMinBytes;
     if (p.teams) threads = 512;
-    const gpurt::LaunchCheck launched;
-    auto s = static_cast<cudaStream_t>(stream);
-    auto go = [&]<class T>() { ddaLamportKernel<T><<<G, threads, 0, s>>>(p); };
-    switch (a.dtype) {
-      case DataType::f32: go.template operator()<float>(); break;
-      case DataType::f64: go.template operator()<double>(); break;
-      case DataType::f16: go.template operator()<f16_t>(); break;
-      default: go.template operator()<bf16_t>(); break;
-    }
-    launched.check("DDA Lamport allreduce");
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 

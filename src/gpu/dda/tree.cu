@@ -303,6 +303,9 @@ class DdaTree final : public DeviceAlgo {
            ctx.peer->regionBytes(StagingRegion::kTree) / (2 * size_t(ctx.size - 1) * ddaTreeBlocks(ctx) * 16) > 0;
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "DDA tree allreduce";
+    const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &ddaTreeKernel<T>; });
     const int G = ddaTreeBlocks(ctx);
     TreeParams p{};
     for (int r = 0; r < ctx.size; ++r) {
@@ -316,10 +319,7 @@ class DdaTree final : public DeviceAlgo {
     size_t totalV = (p.bytes + 15) / 16;
     size_t perBlock = std::min(totalV, size_t(ctx.size) * G * p.capV) / (size_t(ctx.size) * G) + 1;
     int threads = int(std::min<size_t>(512, std::max<size_t>(64, (perBlock + 31) / 32 * 32)));
-    const gpurt::LaunchCheck launched;
-    auto s = static_cast<cudaStream_t>(stream);
-    dev::dispatchType(a.dtype, [&]<class T>() { ddaTreeKernel<T><<<G, threads, 0, s>>>(p); });
-    launched.check("DDA tree allreduce");
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 

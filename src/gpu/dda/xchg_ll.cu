@@ -172,6 +172,10 @@ class DdaXchgLL final : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     XchgPlan plan;
     CCLX_REQUIRE(xchgPlan(a, ctx.rank, ctx.size, plan), cclxInternalError, "LL exchange: no plan");
+    constexpr const char* kWhat = "LL exchange";
+    const auto kernel = plan.reduce ? dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+                                                         [&]<class T>() { return &ddaXchgLLKernel<T>; })
+                                    : &ddaXchgLLKernel<void>;
     LLXParams p{};
     for (int r = 0; r < ctx.size; ++r) {
       p.region[r] = ctx.peer->region(r, StagingRegion::kFlat);
@@ -190,12 +194,7 @@ class DdaXchgLL final : public DeviceAlgo {
     p.op = a.op.kind;
     p.factor = a.op.factor;
     const int threads = int(std::min<size_t>(512, std::max<size_t>(32, (p.per + 31) / 32 * 32)));
-    auto s = static_cast<cudaStream_t>(stream);
-    if (plan.reduce)
-      dev::dispatchType(a.dtype, [&]<class T>() { ddaXchgLLKernel<T><<<kFlatBlocks, threads, 0, s>>>(p); });
-    else
-      ddaXchgLLKernel<void><<<kFlatBlocks, threads, 0, s>>>(p);
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    dev::launchKernel(kWhat, kernel, kFlatBlocks, threads, stream, p);
   }
 };
 

@@ -374,6 +374,10 @@ class DdaXchgPipe final : public DeviceAlgo {
   static void launchOne(const CollArgs& a, DeviceCtx& ctx, void* stream) {
     XchgPlan plan;
     CCLX_REQUIRE(xchgPlan(a, ctx.rank, ctx.size, plan), cclxInternalError, "pipelined exchange: no plan");
+    constexpr const char* kWhat = "pipelined exchange";
+    const auto kernel = plan.reduce ? dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+                                                         [&]<class T>() { return &ddaXchgPipeKernel<T>; })
+                                    : &ddaXchgPipeKernel<void>;
     const int G = ddaTreeBlocks(ctx);
     PipeParams p{};
     for (int r = 0; r < ctx.size; ++r) {
@@ -402,12 +406,7 @@ class DdaXchgPipe final : public DeviceAlgo {
     const size_t perBlock = std::min(p.capV, (plan.maxBytes + 15) / 16 / size_t(G) + 1);
     const size_t want = (perBlock + kUnroll - 1) / kUnroll;
     const int threads = int(std::min<size_t>(kThreads, std::max<size_t>(64, (want + 31) / 32 * 32)));
-    auto s = static_cast<cudaStream_t>(stream);
-    if (plan.reduce)
-      dev::dispatchType(a.dtype, [&]<class T>() { ddaXchgPipeKernel<T><<<G, threads, 0, s>>>(p); });
-    else
-      ddaXchgPipeKernel<void><<<G, threads, 0, s>>>(p);
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 

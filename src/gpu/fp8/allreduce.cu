@@ -212,17 +212,6 @@ struct AllReduceNeed {
   }
 };
 
-template <class T>
-void launchT(const Params& p, int grid, int B, cudaStream_t st) {
-  dim3 block(kThreads);
-  switch (B) {
-    case 32: allReduceKernel<T, 32><<<grid, block, 0, st>>>(p); break;
-    case 64: allReduceKernel<T, 64><<<grid, block, 0, st>>>(p); break;
-    case 128: allReduceKernel<T, 128><<<grid, block, 0, st>>>(p); break;
-    default: allReduceKernel<T, 256><<<grid, block, 0, st>>>(p); break;
-  }
-}
-
 class Fp8AllReduce : public DeviceAlgo {
  public:
   const char* name() const override { return "fp8"; }
@@ -236,19 +225,15 @@ class Fp8AllReduce : public DeviceAlgo {
     return makeParams(a, ctx, AllReduceNeed{ctx.size}, p, false);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "fp8 allreduce";
+    const auto kernel = kernelFor(a.dtype, ctx.cfg.fp8BlockSize, kWhat,
+                                  [&]<class T, int B>() { return &allReduceKernel<T, B>; });
     Params p;
     CCLX_REQUIRE(makeParams(a, ctx, AllReduceNeed{ctx.size}, p, false), cclxInternalError,
                  "fp8 allreduce launched without usable peer memory");
     if (p.nTiles == 0) return;
-    const gpurt::LaunchCheck launched;
-    auto st = static_cast<cudaStream_t>(stream);
-    int B = ctx.cfg.fp8BlockSize, grid = gridFor(p, ctx);
-    switch (a.dtype) {
-      case DataType::f32: launchT<float>(p, grid, B, st); break;
-      case DataType::bf16: launchT<bf16_t>(p, grid, B, st); break;
-      default: launchT<f16_t>(p, grid, B, st); break;
-    }
-    launched.check("fp8 allreduce");
+    const int grid = gridFor(p, ctx);
+    dev::launchKernel(kWhat, kernel, grid, kThreads, stream, p);
   }
 };
 

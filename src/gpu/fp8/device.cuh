@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gpu/device/dtype_dispatch.h"
+#include "gpu/device/launch.cuh"
 #include "gpu/device/sync.cuh"
 #include "core/elements/fp8_codec.h"
 #include "gpu/resources.h"
@@ -409,6 +411,22 @@ __device__ __forceinline__ void failCall(const Params& p, uint64_t lastEpoch, bo
   else dev::poisonShare(p.recv, p.outBytes);
   __syncthreads();
   if (threadIdx.x == 0) p.counters[blockIdx.x] = lastEpoch;
+}
+
+/// Host: the kernel instance f.template operator()<T, B>() for the call's element type (f32,
+/// bf16, f16) and FP8 block size B (32, 64, 128, 256); cclxInternalError naming the kernel for
+/// anything else (canRun admits neither).
+template <class F>
+auto kernelFor(DataType t, int B, const char* what, F&& f) {
+  return dev::dispatchDtype(dev::RowTypes{}, t, what, [&]<class T>() {
+    switch (B) {
+      case 32: return f.template operator()<T, 32>();
+      case 64: return f.template operator()<T, 64>();
+      case 128: return f.template operator()<T, 128>();
+      case 256: return f.template operator()<T, 256>();
+      default: CCLX_THROW(cclxInternalError, "%s kernel launched with FP8 block size %d", what, B);
+    }
+  });
 }
 
 /// Most CTAs of a call: kMaxCtas and at most one per SM (co-residency; both ranks must compute

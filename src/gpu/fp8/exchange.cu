@@ -218,17 +218,6 @@ struct ExchangeNeed {
   size_t operator()(size_t tb, size_t B) const { return 2 * size_t(n) * fp8::packedBytes(tb, B); }
 };
 
-template <class T, int M>
-void launchT(const Params& p, int grid, int B, cudaStream_t st) {
-  dim3 block(kThreads);
-  switch (B) {
-    case 32: exchangeKernel<T, 32, M><<<grid, block, 0, st>>>(p); break;
-    case 64: exchangeKernel<T, 64, M><<<grid, block, 0, st>>>(p); break;
-    case 128: exchangeKernel<T, 128, M><<<grid, block, 0, st>>>(p); break;
-    default: exchangeKernel<T, 256, M><<<grid, block, 0, st>>>(p); break;
-  }
-}
-
 template <int M>
 class Fp8Exchange : public DeviceAlgo {
  public:
@@ -247,19 +236,15 @@ class Fp8Exchange : public DeviceAlgo {
     return makeParams(a, ctx, ExchangeNeed{ctx.size}, p, true);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    const std::string what = strFormat("fp8 %s", collName(a.type));
+    const auto kernel = kernelFor(a.dtype, ctx.cfg.fp8BlockSize, what.c_str(),
+                                  [&]<class T, int B>() { return &exchangeKernel<T, B, M>; });
     Params p;
     CCLX_REQUIRE(makeParams(a, ctx, ExchangeNeed{ctx.size}, p, true), cclxInternalError,
                  "fp8 %s launched without usable peer memory", collName(a.type));
     if (p.nTiles == 0) return;
-    const gpurt::LaunchCheck launched;
-    auto st = static_cast<cudaStream_t>(stream);
-    int B = ctx.cfg.fp8BlockSize, grid = gridFor(p, ctx);
-    switch (a.dtype) {
-      case DataType::f32: launchT<float, M>(p, grid, B, st); break;
-      case DataType::bf16: launchT<bf16_t, M>(p, grid, B, st); break;
-      default: launchT<f16_t, M>(p, grid, B, st); break;
-    }
-    launched.check(strFormat("fp8 %s", collName(a.type)).c_str());
+    const int grid = gridFor(p, ctx);
+    dev::launchKernel(what.c_str(), kernel, grid, kThreads, stream, p);
   }
 };
 

@@ -108,11 +108,12 @@ class RmsOneShot final : public DeviceAlgo {
     return fusedEligible(a, ctx) && a.rms.tokens * rowVectors(a) * 16 <= oneShotSlot(ctx);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "fused one-shot allreduce + RMSNorm";
+    const auto kernel = dev::dispatchDtype(dev::RowTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &rmsOneShotKernel<T>; });
     const PeerParams p = peerParams(a, ctx);
     const int G = fusedBlocks(ctx), threads = rowThreads(rowVectors(a));
-    auto s = static_cast<cudaStream_t>(stream);
-    dispatchRowType(a.dtype, [&]<class T>() { rmsOneShotKernel<T><<<G, threads, 0, s>>>(p); });
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 

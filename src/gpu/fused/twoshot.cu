@@ -218,12 +218,13 @@ class RmsTwoShot final : public DeviceAlgo {
            twoShotLayout(a, ctx, nullptr);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "fused two-shot allreduce + RMSNorm";
+    const auto kernel = dev::dispatchDtype(dev::RowTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &rmsTwoShotKernel<T>; });
     PeerParams p = peerParams(a, ctx);
     twoShotLayout(a, ctx, &p);
     const int G = fusedBlocks(ctx), threads = rowThreads(rowVectors(a));
-    auto s = static_cast<cudaStream_t>(stream);
-    dispatchRowType(a.dtype, [&]<class T>() { rmsTwoShotKernel<T><<<G, threads, 0, s>>>(p); });
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 
