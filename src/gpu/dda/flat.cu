@@ -105,18 +105,16 @@ struct FlatRun {
   template <RedOpKind Op> __device__ void operator()() { failed = flatBody<T, Op>(p, e); }
 };
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body flatBody (steps 1-2
+/// above); the block's counter moves from e to e + 1 on every path.
 template <class T>
 __global__ void __launch_bounds__(512) ddaFlatKernel(FlatParams p) {
   const uint64_t epoch = p.counters[blockIdx.x];
-  if (dev::abortedAtEntry(p.fail)) {
-    dev::poisonShare(p.recv, p.bytes);
-  } else {
+  dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1, dev::PoisonBuf{p.recv, p.bytes}, [&] {
     bool failed = false;
     dev::dispatchOp<T>(p.op, FlatRun<T>{p, epoch, failed});
-    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.bytes);
-  }
-  __syncthreads();  // every thread has read the counter
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
+    return failed;
+  });
 }
 
 bool flatFits(size_t bytes, const DeviceCtx& ctx) {

@@ -215,18 +215,17 @@ struct LamportRun {
   }
 };
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh; the call counter of device/lamport.cuh):
+/// poison `recv`; body lamportBody; the block's counter moves from e to e + 1 on every path.
 template <class T>
 __global__ void __launch_bounds__(512) ddaLamportKernel(LamportParams p) {
   __shared__ uint32_t pushed;  // teams: rounds the producers have pushed
   const uint64_t epoch = dev::lamportBegin(p, &pushed);
-  if (dev::abortedAtEntry(p.fail)) {
-    dev::poisonShare(p.recv, p.bytes);
-  } else {
+  dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1, dev::PoisonBuf{p.recv, p.bytes}, [&] {
     bool failed = false;
     dev::dispatchOp<T>(p.op, LamportRun<T>{p, epoch, &pushed, failed});
-    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.bytes);
-  }
-  dev::lamportEnd(p, epoch);
+    return failed;
+  });
 }
 
 size_t lamportSlotBytes(const DeviceCtx& ctx) {

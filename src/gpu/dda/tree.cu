@@ -263,19 +263,17 @@ __device__ __forceinline__ uint64_t treeChunks(const TreeParams& p) {
   return ((p.bytes + 15) / 16 + chunkV - 1) / chunkV;
 }
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body treeBody; the block's
+/// counter moves from seq0 to `next`: seq0 + treeChunks() unless the body set it.
 template <class T>
 __global__ void __launch_bounds__(512) ddaTreeKernel(TreeParams p) {
   const uint64_t seq0 = p.counters[blockIdx.x];
   uint64_t next = seq0 + treeChunks(p);
-  if (dev::abortedAtEntry(p.fail)) {
-    dev::poisonShare(p.recv, p.bytes);
-  } else {
+  dev::peerCall(p.fail, p.counters + blockIdx.x, next, dev::PoisonBuf{p.recv, p.bytes}, [&] {
     bool failed = false;
     dev::dispatchOp<T>(p.op, TreeRun<T>{p, seq0, &next, &failed});
-    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.bytes);
-  }
-  __syncthreads();  // every thread has read the counter
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = next;
+    return failed;
+  });
 }
 
 }  // namespace

@@ -299,7 +299,9 @@ struct PipeRun {
   template <RedOpKind Op> __device__ void operator()() { failed = pipeBody<T, Op, Al>(p, s0, r0); }
 };
 
-/// T = void: the copies; otherwise the reduce-scatter of T.
+/// T = void: the copies; otherwise the reduce-scatter of T. Contract (dev::peerCall,
+/// device/peer_kernel.cuh): poison every output (poisonOutputs); body pipeBody; on every path
+/// thread r (a peer) moves the block's counters of pair r by the pair's chunk counts.
 template <class T>
 __global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
   const int b = blockIdx.x, N = p.size;
@@ -308,9 +310,7 @@ __global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
     s0[r] = p.sent[r * kMaxBlocks + b];
     r0[r] = p.recvd[r * kMaxBlocks + b];
   }
-  if (dev::abortedAtEntry(p.fail)) {
-    poisonOutputs(p, false);
-  } else {
+  auto body = [&] {
     bool failed = false;
     if constexpr (std::is_void_v<T>) {
       failed = p.aligned ? pipeBody<void, RedOpKind::SUM, true>(p, s0, r0)
@@ -320,14 +320,16 @@ __global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
     } else {
       dev::dispatchOp<T>(p.op, PipeRun<T, false>{p, s0, r0, failed});
     }
-    if (dev::syncThreadsOr(failed)) poisonOutputs(p, true);
-  }
-  __syncthreads();  // every thread has read the counters
-  if (threadIdx.x < unsigned(N) && int(threadIdx.x) != p.rank) {
-    const int r = threadIdx.x;
-    p.sent[r * kMaxBlocks + b] = s0[r] + outChunks(p, r);
-    p.recvd[r * kMaxBlocks + b] = r0[r] + inChunks(p, r);
-  }
+    return failed;
+  };
+  auto advance = [&](bool) {
+    if (threadIdx.x < unsigned(N) && int(threadIdx.x) != p.rank) {
+      const int r = threadIdx.x;
+      p.sent[r * kMaxBlocks + b] = s0[r] + outChunks(p, r);
+      p.recvd[r * kMaxBlocks + b] = r0[r] + inChunks(p, r);
+    }
+  };
+  dev::peerCall(p.fail, [&](bool all) { poisonOutputs(p, all); }, body, advance);
 }
 
 size_t inboxBytesOf(const DeviceCtx& ctx) {

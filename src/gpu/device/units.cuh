@@ -10,6 +10,7 @@
 #include "gpu/dda/dda.h"
 #include "gpu/device/dtype_dispatch.h"
 #include "gpu/device/launch.cuh"
+#include "gpu/device/peer_kernel.cuh"
 #include "gpu/device/sync.cuh"
 #include "core/elements/dtype_math.h"
 #include "base/error.h"

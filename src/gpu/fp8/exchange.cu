@@ -183,33 +183,34 @@ __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
   dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
   const size_t S = fp8::packedBytes(p.tileBlocks, B), mo = fp8::metaOffset(p.tileBlocks, B);
   const size_t nIt = (p.nTiles - size_t(cta) + gridDim.x - 1) / gridDim.x;  // tiles of this CTA
-  if (dev::abortedAtEntry(p.fail)) return failCall(p, e0 + nIt, false);
-  if (!beginCall(p, e0, wait)) return failCall(p, e0 + nIt, true);
-  bool ok = true;
-  if (int(threadIdx.x) < p.producerThreads) {
-    const Team tm{1, 0, p.producerThreads};
-    for (size_t i = 0; i < nIt && ok; ++i) {
-      const uint64_t e = e0 + 1 + i;
-      if (i >= 2) ok = teamWait(p, tm, kPhaseConsumed, e - 2, wait);
-      if (!ok) break;
-      exPhaseA<T, B, M>(p, tm, ExTile(p, size_t(cta) + i * gridDim.x), e, S, mo);
-      teamSignal(p, tm, 0, e);
+  auto body = [&] {
+    if (!beginCall(p, e0, wait)) return true;
+    bool ok = true;
+    if (int(threadIdx.x) < p.producerThreads) {
+      const Team tm{1, 0, p.producerThreads};
+      for (size_t i = 0; i < nIt && ok; ++i) {
+        const uint64_t e = e0 + 1 + i;
+        if (i >= 2) ok = teamWait(p, tm, kPhaseConsumed, e - 2, wait);
+        if (!ok) break;
+        exPhaseA<T, B, M>(p, tm, ExTile(p, size_t(cta) + i * gridDim.x), e, S, mo);
+        teamSignal(p, tm, 0, e);
+      }
+    } else {
+      const Team tm{2, p.producerThreads, kThreads - p.producerThreads};
+      for (size_t i = 0; i < nIt && ok; ++i) {
+        const uint64_t e = e0 + 1 + i;
+        const ExTile t(p, size_t(cta) + i * gridDim.x);
+        if constexpr (M == kAllToAll) exOwnSegment<T, B>(p, tm, t);
+        ok = teamWait(p, tm, 0, e, wait);
+        if (!ok) break;
+        exPhaseB<T, B, M>(p, tm, t, e, S, mo);
+        teamSignal(p, tm, kPhaseConsumed, e);
+      }
     }
-  } else {
-    const Team tm{2, p.producerThreads, kThreads - p.producerThreads};
-    for (size_t i = 0; i < nIt && ok; ++i) {
-      const uint64_t e = e0 + 1 + i;
-      const ExTile t(p, size_t(cta) + i * gridDim.x);
-      if constexpr (M == kAllToAll) exOwnSegment<T, B>(p, tm, t);
-      ok = teamWait(p, tm, 0, e, wait);
-      if (!ok) break;
-      exPhaseB<T, B, M>(p, tm, t, e, S, mo);
-      teamSignal(p, tm, kPhaseConsumed, e);
-    }
-  }
-  // A wait stopped (recorded in the error words): no "done"; the output is poisoned.
-  if (dev::syncThreadsOr(!ok)) return failCall(p, e0 + nIt, true);
-  endCall(p, e0 + nIt);
+    return !ok;  // a wait stopped (recorded in the error words)
+  };
+  dev::peerCall(p.fail, dev::PoisonBuf{p.recv, p.outBytes}, body,
+                [&](bool ok) { endCall(p, e0 + nIt, ok); });
 }
 
 /// Staging one CTA needs for a tile of tb blocks: two buffers of one packed run per source.

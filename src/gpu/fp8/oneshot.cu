@@ -208,18 +208,18 @@ struct OneShot {
   }
 };
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh; the call counter of device/lamport.cuh):
+/// poison `recv`; body OneShot::run; the CTA's counter moves from e to e + 1 on every path.
 template <class T, int B>
 __global__ void __launch_bounds__(kThreads) fp8OneShotKernel(OneShotParams p) {
   __shared__ uint32_t pushed;  // rounds the producers have pushed
   const uint64_t epoch = dev::lamportBegin(p, &pushed);
-  if (dev::abortedAtEntry(p.fail)) {
-    dev::poisonShare(p.recv, p.count * sizeof(T));
-  } else {
-    bool failed = false;
-    OneShot<T, B>(p, epoch, failed).run(&pushed);
-    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.count * sizeof(T));
-  }
-  dev::lamportEnd(p, epoch);
+  dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1,
+                dev::PoisonBuf{p.recv, p.count * sizeof(T)}, [&] {
+                  bool failed = false;
+                  OneShot<T, B>(p, epoch, failed).run(&pushed);
+                  return failed;
+                });
 }
 
 size_t slotBytesOf(const DeviceCtx& ctx) {
