@@ -61,6 +61,9 @@ struct ArTile {
   }
 };
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body beginCall, then phases
+/// A, B, C of every tile of this CTA, true once a wait stopped; advance endCall: "done" only when
+/// the call completed, the CTA's counter moves from e0 to e0 + its tiles on every path.
 template <class T, int B>
 __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   constexpr int G = B / kEPT, GPC = kThreads / G;

@@ -175,6 +175,10 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
   }
 }
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body beginCall, then the
+/// producer and consumer teams over this CTA's tiles, true in a thread whose wait stopped;
+/// advance endCall: "done" only when the call completed, the CTA's counter moves from e0 to
+/// e0 + its tiles on every path.
 template <class T, int B, int M>
 __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
   dev::namedBarriersInit();  // the teams' barriers (HIP: emulated in shared memory)
