@@ -10,16 +10,16 @@
 namespace cclx {
 namespace {
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): no output to poison; body one blockBarrier
+/// with sequence number q; the counter moves to q on every path.
 __global__ void ddaBarrierKernel(dev::PeerPtrs peers, uint64_t* counter, FailParams fail) {
   const uint64_t q = *counter + 1;
-  if (!dev::abortedAtEntry(fail)) {
+  dev::peerCall(fail, counter, q, [](bool) {}, [&] {
     uint64_t* rows[kMaxRanks];
     for (int r = 0; r < fail.size; ++r) rows[r] = reinterpret_cast<uint64_t*>(peers.signal[r]);
     dev::Waiter wait(fail, dev::deadlineAfter(fail.timeoutNs));
-    dev::blockBarrier(rows, fail.rank, fail.size, q, wait);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) *counter = q;
+    return !dev::blockBarrier(rows, fail.rank, fail.size, q, wait);
+  });
 }
 
 class DdaBarrier final : public DeviceAlgo {
@@ -32,10 +32,8 @@ class DdaBarrier final : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     dev::PeerPtrs p{};
     for (int r = 0; r < ctx.size; ++r) p.signal[r] = ctx.peer->signalRegion(r, SignalRegion::kBarrier);
-    const gpurt::LaunchCheck launched;
-    ddaBarrierKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(
-        p, ctx.counters + kCounterBarrier, failParams(a, ctx));
-    launched.check("peer barrier");
+    dev::launchKernel("peer barrier", ddaBarrierKernel, 1, 32, stream, p,
+                      ctx.counters + kCounterBarrier, failParams(a, ctx));
   }
 };
 

@@ -105,18 +105,16 @@ struct FlatRun {
   template <RedOpKind Op> __device__ void operator()() { failed = flatBody<T, Op>(p, e); }
 };
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body flatBody (steps 1-2
+/// above); the block's counter moves from e to e + 1 on every path.
 template <class T>
 __global__ void __launch_bounds__(512) ddaFlatKernel(FlatParams p) {
   const uint64_t epoch = p.counters[blockIdx.x];
-  if (dev::abortedAtEntry(p.fail)) {
-    dev::poisonShare(p.recv, p.bytes);
-  } else {
+  dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1, dev::PoisonBuf{p.recv, p.bytes}, [&] {
     bool failed = false;
     dev::dispatchOp<T>(p.op, FlatRun<T>{p, epoch, failed});
-    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.bytes);
-  }
-  __syncthreads();  // every thread has read the counter
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
+    return failed;
+  });
 }
 
 bool flatFits(size_t bytes, const DeviceCtx& ctx) {
@@ -135,6 +133,9 @@ class DdaFlat final : public DeviceAlgo {
            flatFits(a.bytes(), ctx);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "DDA flat allreduce";
+    const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &ddaFlatKernel<T>; });
     const size_t bytes = a.bytes();
     FlatParams p{};
     for (int r = 0; r < ctx.size; ++r) p.peers.staging[r] = ctx.peer->region(r, StagingRegion::kFlat);
@@ -143,10 +144,7 @@ class DdaFlat final : public DeviceAlgo {
     p.per = (units + kFlatBlocks - 1) / kFlatBlocks;
     p.slotBytes = llSlotBytes(ctx);
     int threads = int(std::min<size_t>(512, std::max<size_t>(32, (p.per + 31) / 32 * 32)));
-    const gpurt::LaunchCheck launched;
-    auto s = static_cast<cudaStream_t>(stream);
-    dev::dispatchType(a.dtype, [&]<class T>() { ddaFlatKernel<T><<<kFlatBlocks, threads, 0, s>>>(p); });
-    launched.check("DDA flat allreduce");
+    dev::launchKernel(kWhat, kernel, kFlatBlocks, threads, stream, p);
   }
 };
 

@@ -215,18 +215,17 @@ struct LamportRun {
   }
 };
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh; the call counter of device/lamport.cuh):
+/// poison `recv`; body lamportBody; the block's counter moves from e to e + 1 on every path.
 template <class T>
 __global__ void __launch_bounds__(512) ddaLamportKernel(LamportParams p) {
   __shared__ uint32_t pushed;  // teams: rounds the producers have pushed
   const uint64_t epoch = dev::lamportBegin(p, &pushed);
-  if (dev::abortedAtEntry(p.fail)) {
-    dev::poisonShare(p.recv, p.bytes);
-  } else {
+  dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1, dev::PoisonBuf{p.recv, p.bytes}, [&] {
     bool failed = false;
     dev::dispatchOp<T>(p.op, LamportRun<T>{p, epoch, &pushed, failed});
-    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.bytes);
-  }
-  dev::lamportEnd(p, epoch);
+    return failed;
+  });
 }
 
 size_t lamportSlotBytes(const DeviceCtx& ctx) {
@@ -247,6 +246,9 @@ class DdaLamport final : public DeviceAlgo {
            lamportFits(a.bytes(), a.dtype, ctx);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "DDA Lamport allreduce";
+    const auto kernel = dev::dispatchDtype(dev::LamportTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &ddaLamportKernel<T>; });
     const size_t bytes = a.bytes();
     const int G = ddaTreeBlocks(ctx);
     LamportParams p{};
@@ -259,16 +261,7 @@ class DdaLamport final : public DeviceAlgo {
     int threads = int(std::min<size_t>(512, std::max<size_t>(64, (want + 31) / 32 * 32)));
     p.teams = bytes > kTeamsMinBytes;
     if (p.teams) threads = 512;
-    const gpurt::LaunchCheck launched;
-    auto s = static_cast<cudaStream_t>(stream);
-    auto go = [&]<class T>() { ddaLamportKernel<T><<<G, threads, 0, s>>>(p); };
-    switch (a.dtype) {
-      case DataType::f32: go.template operator()<float>(); break;
-      case DataType::f64: go.template operator()<double>(); break;
-      case DataType::f16: go.template operator()<f16_t>(); break;
-      default: go.template operator()<bf16_t>(); break;
-    }
-    launched.check("DDA Lamport allreduce");
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 

@@ -263,19 +263,17 @@ __device__ __forceinline__ uint64_t treeChunks(const TreeParams& p) {
   return ((p.bytes + 15) / 16 + chunkV - 1) / chunkV;
 }
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body treeBody; the block's
+/// counter moves from seq0 to `next`: seq0 + treeChunks() unless the body set it.
 template <class T>
 __global__ void __launch_bounds__(512) ddaTreeKernel(TreeParams p) {
   const uint64_t seq0 = p.counters[blockIdx.x];
   uint64_t next = seq0 + treeChunks(p);
-  if (dev::abortedAtEntry(p.fail)) {
-    dev::poisonShare(p.recv, p.bytes);
-  } else {
+  dev::peerCall(p.fail, p.counters + blockIdx.x, next, dev::PoisonBuf{p.recv, p.bytes}, [&] {
     bool failed = false;
     dev::dispatchOp<T>(p.op, TreeRun<T>{p, seq0, &next, &failed});
-    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.bytes);
-  }
-  __syncthreads();  // every thread has read the counter
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = next;
+    return failed;
+  });
 }
 
 }  // namespace
@@ -303,6 +301,9 @@ class DdaTree final : public DeviceAlgo {
            ctx.peer->regionBytes(StagingRegion::kTree) / (2 * size_t(ctx.size - 1) * ddaTreeBlocks(ctx) * 16) > 0;
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "DDA tree allreduce";
+    const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &ddaTreeKernel<T>; });
     const int G = ddaTreeBlocks(ctx);
     TreeParams p{};
     for (int r = 0; r < ctx.size; ++r) {
@@ -316,10 +317,7 @@ class DdaTree final : public DeviceAlgo {
     size_t totalV = (p.bytes + 15) / 16;
     size_t perBlock = std::min(totalV, size_t(ctx.size) * G * p.capV) / (size_t(ctx.size) * G) + 1;
     int threads = int(std::min<size_t>(512, std::max<size_t>(64, (perBlock + 31) / 32 * 32)));
-    const gpurt::LaunchCheck launched;
-    auto s = static_cast<cudaStream_t>(stream);
-    dev::dispatchType(a.dtype, [&]<class T>() { ddaTreeKernel<T><<<G, threads, 0, s>>>(p); });
-    launched.check("DDA tree allreduce");
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 

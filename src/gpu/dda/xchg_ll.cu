@@ -138,20 +138,19 @@ struct ReduceRun {
   template <RedOpKind Op> __device__ void operator()() { failed = reduceBody<T, Op>(p, e); }
 };
 
-/// T = void: the copies; otherwise the reduce-scatter of T.
+/// T = void: the copies; otherwise the reduce-scatter of T. Contract (dev::peerCall,
+/// device/peer_kernel.cuh): poison every output (poisonOutputs); body copyBody / reduceBody; the
+/// block's counter moves from e to e + 1 on every path.
 template <class T>
 __global__ void __launch_bounds__(512) ddaXchgLLKernel(LLXParams p) {
   const uint64_t epoch = p.counters[blockIdx.x];
-  if (dev::abortedAtEntry(p.fail)) {
-    poisonOutputs(p, false);
-  } else {
-    bool failed = false;
-    if constexpr (std::is_void_v<T>) failed = copyBody(p, epoch);
-    else dev::dispatchOp<T>(p.op, ReduceRun<T>{p, epoch, failed});
-    if (dev::syncThreadsOr(failed)) poisonOutputs(p, true);
-  }
-  __syncthreads();  // every thread has read the counter
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
+  dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1,
+                [&](bool all) { poisonOutputs(p, all); }, [&] {
+                  bool failed = false;
+                  if constexpr (std::is_void_v<T>) failed = copyBody(p, epoch);
+                  else dev::dispatchOp<T>(p.op, ReduceRun<T>{p, epoch, failed});
+                  return failed;
+                });
 }
 
 size_t unitsPerBlock(size_t bytes) { return ((bytes + 7) / 8 + kFlatBlocks - 1) / kFlatBlocks; }
@@ -172,6 +171,10 @@ class DdaXchgLL final : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     XchgPlan plan;
     CCLX_REQUIRE(xchgPlan(a, ctx.rank, ctx.size, plan), cclxInternalError, "LL exchange: no plan");
+    constexpr const char* kWhat = "LL exchange";
+    const auto kernel = plan.reduce ? dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+                                                         [&]<class T>() { return &ddaXchgLLKernel<T>; })
+                                    : &ddaXchgLLKernel<void>;
     LLXParams p{};
     for (int r = 0; r < ctx.size; ++r) {
       p.region[r] = ctx.peer->region(r, StagingRegion::kFlat);
@@ -190,12 +193,7 @@ class DdaXchgLL final : public DeviceAlgo {
     p.op = a.op.kind;
     p.factor = a.op.factor;
     const int threads = int(std::min<size_t>(512, std::max<size_t>(32, (p.per + 31) / 32 * 32)));
-    auto s = static_cast<cudaStream_t>(stream);
-    if (plan.reduce)
-      dev::dispatchType(a.dtype, [&]<class T>() { ddaXchgLLKernel<T><<<kFlatBlocks, threads, 0, s>>>(p); });
-    else
-      ddaXchgLLKernel<void><<<kFlatBlocks, threads, 0, s>>>(p);
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    dev::launchKernel(kWhat, kernel, kFlatBlocks, threads, stream, p);
   }
 };
 

@@ -299,7 +299,9 @@ struct PipeRun {
   template <RedOpKind Op> __device__ void operator()() { failed = pipeBody<T, Op, Al>(p, s0, r0); }
 };
 
-/// T = void: the copies; otherwise the reduce-scatter of T.
+/// T = void: the copies; otherwise the reduce-scatter of T. Contract (dev::peerCall,
+/// device/peer_kernel.cuh): poison every output (poisonOutputs); body pipeBody; on every path
+/// thread r (a peer) moves the block's counters of pair r by the pair's chunk counts.
 template <class T>
 __global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
   const int b = blockIdx.x, N = p.size;
@@ -308,9 +310,7 @@ __global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
     s0[r] = p.sent[r * kMaxBlocks + b];
     r0[r] = p.recvd[r * kMaxBlocks + b];
   }
-  if (dev::abortedAtEntry(p.fail)) {
-    poisonOutputs(p, false);
-  } else {
+  auto body = [&] {
     bool failed = false;
     if constexpr (std::is_void_v<T>) {
       failed = p.aligned ? pipeBody<void, RedOpKind::SUM, true>(p, s0, r0)
@@ -320,14 +320,16 @@ __global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
     } else {
       dev::dispatchOp<T>(p.op, PipeRun<T, false>{p, s0, r0, failed});
     }
-    if (dev::syncThreadsOr(failed)) poisonOutputs(p, true);
-  }
-  __syncthreads();  // every thread has read the counters
-  if (threadIdx.x < unsigned(N) && int(threadIdx.x) != p.rank) {
-    const int r = threadIdx.x;
-    p.sent[r * kMaxBlocks + b] = s0[r] + outChunks(p, r);
-    p.recvd[r * kMaxBlocks + b] = r0[r] + inChunks(p, r);
-  }
+    return failed;
+  };
+  auto advance = [&](bool) {
+    if (threadIdx.x < unsigned(N) && int(threadIdx.x) != p.rank) {
+      const int r = threadIdx.x;
+      p.sent[r * kMaxBlocks + b] = s0[r] + outChunks(p, r);
+      p.recvd[r * kMaxBlocks + b] = r0[r] + inChunks(p, r);
+    }
+  };
+  dev::peerCall(p.fail, [&](bool all) { poisonOutputs(p, all); }, body, advance);
 }
 
 size_t inboxBytesOf(const DeviceCtx& ctx) {
@@ -374,6 +376,10 @@ class DdaXchgPipe final : public DeviceAlgo {
   static void launchOne(const CollArgs& a, DeviceCtx& ctx, void* stream) {
     XchgPlan plan;
     CCLX_REQUIRE(xchgPlan(a, ctx.rank, ctx.size, plan), cclxInternalError, "pipelined exchange: no plan");
+    constexpr const char* kWhat = "pipelined exchange";
+    const auto kernel = plan.reduce ? dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+                                                         [&]<class T>() { return &ddaXchgPipeKernel<T>; })
+                                    : &ddaXchgPipeKernel<void>;
     const int G = ddaTreeBlocks(ctx);
     PipeParams p{};
     for (int r = 0; r < ctx.size; ++r) {
@@ -402,12 +408,7 @@ class DdaXchgPipe final : public DeviceAlgo {
     const size_t perBlock = std::min(p.capV, (plan.maxBytes + 15) / 16 / size_t(G) + 1);
     const size_t want = (perBlock + kUnroll - 1) / kUnroll;
     const int threads = int(std::min<size_t>(kThreads, std::max<size_t>(64, (want + 31) / 32 * 32)));
-    auto s = static_cast<cudaStream_t>(stream);
-    if (plan.reduce)
-      dev::dispatchType(a.dtype, [&]<class T>() { ddaXchgPipeKernel<T><<<G, threads, 0, s>>>(p); });
-    else
-      ddaXchgPipeKernel<void><<<G, threads, 0, s>>>(p);
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 

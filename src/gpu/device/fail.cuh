@@ -9,7 +9,8 @@
 // abort never hides the timeout that caused it. They are 0 while the comm is healthy and never
 // reset: a new comm gets new memory. "The abort word is raised" means either is non-zero.
 //
-// Contract for a kernel (every block, all threads):
+// Contract for a kernel (every block, all threads; steps 1 and 3 and the counter advance are
+// written once as dev::peerCall, device/peer_kernel.cuh, which every peer kernel runs):
 //  1. At entry, before pushing anything to a peer: `if (dev::abortedAtEntry(p.fail))` (block-uniform)
 //     poison its share of the output, advance its epoch / call counters exactly as a completed call
 //     would, and return.

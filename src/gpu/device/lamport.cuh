@@ -9,8 +9,8 @@
 // every peer with volatile stores; the owner polls its inboxes until nothing in the piece it
 // needs is empty, reads it, and refills it with ones.
 //
-// Calls. Every block of every call reads its call counter e at entry and writes e + 1 at exit
-// (lamportBegin / lamportEnd): the grid is the same for every call, so all blocks of all ranks count the same
+// Calls. Every block of every call reads its call counter e at entry (lamportBegin) and writes
+// e + 1 at exit (the advance of dev::peerCall, device/peer_kernel.cuh, on every path): the grid is the same for every call, so all blocks of all ranks count the same
 // calls and use parity e & 1. Inbox reuse: a peer writes parity p again in call e + 2 only after
 // its call e + 1 read everything this rank pushed in call e + 1, which this rank pushed after its
 // call-e kernel, refills included, had finished (peer kernels are stream-ordered on every rank).
@@ -59,13 +59,6 @@ __device__ __forceinline__ uint64_t lamportBegin(const P& p, uint32_t* pushed) {
   namedBarriersInit();  // teamRounds' producer barrier (HIP: emulated in shared memory)
   __syncthreads();
   return epoch;
-}
-
-/// End of the call: once every thread has returned, the counter moves to e + 1.
-template <class P>
-__device__ __forceinline__ void lamportEnd(const P& p, uint64_t epoch) {
-  __syncthreads();  // every thread has read the counter
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
 }
 
 /// Producer / consumer rounds over `total` units, R per block and round. Threads [0, P) push round

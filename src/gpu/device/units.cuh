@@ -8,6 +8,9 @@
 #include <type_traits>
 
 #include "gpu/dda/dda.h"
+#include "gpu/device/dtype_dispatch.h"
+#include "gpu/device/launch.cuh"
+#include "gpu/device/peer_kernel.cuh"
 #include "gpu/device/sync.cuh"
 #include "core/elements/dtype_math.h"
 #include "base/error.h"
@@ -172,24 +175,6 @@ void fillCallParams(P& p, const CollArgs& a, const DeviceCtx& ctx, int counterBa
 /// Host: both user buffers 16-byte aligned.
 inline bool aligned16(const CollArgs& a) {
   return ((reinterpret_cast<uintptr_t>(a.send) | reinterpret_cast<uintptr_t>(a.recv)) & 15) == 0;
-}
-
-/// Host: calls f.template operator()<T>() for the element type of `t`.
-template <class F>
-void dispatchType(DataType t, F&& f) {
-  switch (t) {
-    case DataType::f32: f.template operator()<float>(); break;
-    case DataType::f64: f.template operator()<double>(); break;
-    case DataType::f16: f.template operator()<f16_t>(); break;
-    case DataType::bf16: f.template operator()<bf16_t>(); break;
-    case DataType::i32: f.template operator()<int32_t>(); break;
-    case DataType::i64: f.template operator()<int64_t>(); break;
-    case DataType::u32: f.template operator()<uint32_t>(); break;
-    case DataType::u64: f.template operator()<uint64_t>(); break;
-    case DataType::i8: f.template operator()<int8_t>(); break;
-    case DataType::u8: f.template operator()<uint8_t>(); break;
-    default: CCLX_THROW(cclxUnsupported, "DDA allreduce does not support dtype %s", dtypeName(t));
-  }
 }
 
 }  // namespace dev

@@ -61,6 +61,9 @@ struct ArTile {
   }
 };
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body beginCall, then phases
+/// A, B, C of every tile of this CTA, true once a wait stopped; advance endCall: "done" only when
+/// the call completed, the CTA's counter moves from e0 to e0 + its tiles on every path.
 template <class T, int B>
 __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   constexpr int G = B / kEPT, GPC = kThreads / G;
@@ -72,136 +75,139 @@ __global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
   const size_t nIt = (p.nTiles - size_t(cta) + gridDim.x - 1) / gridDim.x;  // tiles of this CTA
   const T* send = reinterpret_cast<const T*>(p.send);
   T* recv = reinterpret_cast<T*>(p.recv);
-  if (dev::abortedAtEntry(p.fail)) return failCall(p, e0 + nIt, false);
-  if (!beginCall(p, e0, wait)) return failCall(p, e0 + nIt, true);
-  // A, one round (CTA-uniform u0): quantize units u0 + grp and u0 + GPC + grp of every peer's
-  // shard (both units' loads in flight together) and push shard q to rank q's A-inbox.
-  auto pushA = [&](const ArTile& t, size_t u0) {
-    const size_t ua = u0 + grp, ub = u0 + GPC + grp;
-    for (int k = 1; k < N; ++k) {
-      const int q = (p.rank + k) % N;
-      size_t b0, bl;
-      t.shard(q, b0, bl);
-      const bool actA = ua < bl, actB = ub < bl;
-      float va[kEPT], vb[kEPT];
-      loadBlock16x2<T, B>(send, t.tb0 + b0 + ua, actA ? p.count : 0, t.tb0 + b0 + ub,
-                          actB ? p.count : 0, lane, va, vb);
-      fp8::Meta ma, mb;
-      const uint4 ca = quantize16(va, G, ma);
-      const uint4 cb = quantize16(vb, G, mb);
-      char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + slotOf(p.rank, q) * S;
-      if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
-      if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
-    }
-  };
-  // C, one round: dequantize units u0 + grp and u0 + GPC + grp of every peer's shard from the
-  // local G-inbox into the output (both loaded before either is decoded; no shuffles).
-  auto decodeC = [&](const ArTile& t, size_t u0) {
-    const char* g = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N - 1) * S;
-    for (int k = 1; k < N; ++k) {
-      const int q = (p.rank + k) % N;
-      size_t b0, bl;
-      t.shard(q, b0, bl);
-      const char* src = g + slotOf(q, p.rank) * S;
-      uint4 c[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-      fp8::Meta m[2] = {0, 0};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const size_t u = u0 + grp + size_t(h) * GPC;
-        if (u < bl) getUnit<B>(src, mo, u, lane, c[h], m[h]);
+  auto body = [&] {
+    if (!beginCall(p, e0, wait)) return true;
+    // A, one round (CTA-uniform u0): quantize units u0 + grp and u0 + GPC + grp of every peer's
+    // shard (both units' loads in flight together) and push shard q to rank q's A-inbox.
+    auto pushA = [&](const ArTile& t, size_t u0) {
+      const size_t ua = u0 + grp, ub = u0 + GPC + grp;
+      for (int k = 1; k < N; ++k) {
+        const int q = (p.rank + k) % N;
+        size_t b0, bl;
+        t.shard(q, b0, bl);
+        const bool actA = ua < bl, actB = ub < bl;
+        float va[kEPT], vb[kEPT];
+        loadBlock16x2<T, B>(send, t.tb0 + b0 + ua, actA ? p.count : 0, t.tb0 + b0 + ub,
+                            actB ? p.count : 0, lane, va, vb);
+        fp8::Meta ma, mb;
+        const uint4 ca = quantize16(va, G, ma);
+        const uint4 cb = quantize16(vb, G, mb);
+        char* dst = p.staging[q] + size_t(cta) * p.ctaBytes + slotOf(p.rank, q) * S;
+        if (actA) putUnit<B>(dst, mo, ua, lane, ca, ma);
+        if (actB) putUnit<B>(dst, mo, ub, lane, cb, mb);
       }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const size_t u = u0 + grp + size_t(h) * GPC;
-        if (!(u < bl)) continue;
-        float v[kEPT];
-        dequantize16(c[h], m[h], v);
-        storeBlock16<T, B>(recv, t.tb0 + b0 + u, p.count, lane, v);
+    };
+    // C, one round: dequantize units u0 + grp and u0 + GPC + grp of every peer's shard from the
+    // local G-inbox into the output (both loaded before either is decoded; no shuffles).
+    auto decodeC = [&](const ArTile& t, size_t u0) {
+      const char* g = p.staging[p.rank] + size_t(cta) * p.ctaBytes + size_t(N - 1) * S;
+      for (int k = 1; k < N; ++k) {
+        const int q = (p.rank + k) % N;
+        size_t b0, bl;
+        t.shard(q, b0, bl);
+        const char* src = g + slotOf(q, p.rank) * S;
+        uint4 c[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        fp8::Meta m[2] = {0, 0};
+  #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const size_t u = u0 + grp + size_t(h) * GPC;
+          if (u < bl) getUnit<B>(src, mo, u, lane, c[h], m[h]);
+        }
+  #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const size_t u = u0 + grp + size_t(h) * GPC;
+          if (!(u < bl)) continue;
+          float v[kEPT];
+          dequantize16(c[h], m[h], v);
+          storeBlock16<T, B>(recv, t.tb0 + b0 + u, p.count, lane, v);
+        }
       }
-    }
-  };
-  ArTile cur(p, size_t(cta));
-  for (size_t u0 = 0; u0 < cur.len0; u0 += 2 * size_t(GPC)) pushA(cur, u0);
-  for (size_t i = 0; i < nIt; ++i) {
-    const uint64_t epoch = e0 + 1 + i;
-    signalAll(p, 0, epoch);
-    if (!waitAll(p, 0, epoch, wait)) return failCall(p, e0 + nIt, true);
-    // B: reduce the own shard: the peers' codes come from the local A-inbox, the own codes are
-    // quantized here from `send` exactly as phase A quantizes a shard for a peer (same elements
-    // per lane, same zero fill, same group), so they are the bits a peer would have received.
-    // Sources are added in rank order. The requantized result goes to every peer's G-inbox and,
-    // decoded like phase C decodes it, straight to the own output.
-    {
-      size_t sb0, sl;
-      cur.shard(p.rank, sb0, sl);
-      const char* in = p.staging[p.rank] + size_t(cta) * p.ctaBytes;
-      for (size_t u0 = 0; u0 < sl; u0 += GPC) {
-        const size_t u = u0 + grp;
-        const bool act = u < sl;
-        float vo[kEPT];
-        loadBlock16<T, B>(send, cur.tb0 + sb0 + u, act ? p.count : 0, lane, vo);
-        fp8::Meta mOwn;
-        const uint4 cOwn = quantize16(vo, G, mOwn);  // all lanes (shuffles)
-        float acc[kEPT];
-#pragma unroll
-        for (int j = 0; j < kEPT; ++j) acc[j] = 0.f;
-        if (act) {
-          for (int s0 = 0; s0 < N; s0 += 2) {  // sources in order; two loads in flight
-            const bool two = s0 + 1 < N;
-            uint4 c0 = cOwn, c1 = cOwn;
-            fp8::Meta m0 = mOwn, m1 = mOwn;
-            if (s0 != p.rank) getUnit<B>(in + slotOf(s0, p.rank) * S, mo, u, lane, c0, m0);
-            if (two && s0 + 1 != p.rank)
-              getUnit<B>(in + slotOf(s0 + 1, p.rank) * S, mo, u, lane, c1, m1);
-            float v[kEPT];
-            dequantize16(c0, m0, v);
-#pragma unroll
-            for (int j = 0; j < kEPT; ++j) acc[j] = s0 == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
-            if (two) {
-              dequantize16(c1, m1, v);
-#pragma unroll
-              for (int j = 0; j < kEPT; ++j) acc[j] = __fadd_rn(acc[j], v[j]);
+    };
+    ArTile cur(p, size_t(cta));
+    for (size_t u0 = 0; u0 < cur.len0; u0 += 2 * size_t(GPC)) pushA(cur, u0);
+    for (size_t i = 0; i < nIt; ++i) {
+      const uint64_t epoch = e0 + 1 + i;
+      signalAll(p, 0, epoch);
+      if (!waitAll(p, 0, epoch, wait)) return true;
+      // B: reduce the own shard: the peers' codes come from the local A-inbox, the own codes are
+      // quantized here from `send` exactly as phase A quantizes a shard for a peer (same elements
+      // per lane, same zero fill, same group), so they are the bits a peer would have received.
+      // Sources are added in rank order. The requantized result goes to every peer's G-inbox and,
+      // decoded like phase C decodes it, straight to the own output.
+      {
+        size_t sb0, sl;
+        cur.shard(p.rank, sb0, sl);
+        const char* in = p.staging[p.rank] + size_t(cta) * p.ctaBytes;
+        for (size_t u0 = 0; u0 < sl; u0 += GPC) {
+          const size_t u = u0 + grp;
+          const bool act = u < sl;
+          float vo[kEPT];
+          loadBlock16<T, B>(send, cur.tb0 + sb0 + u, act ? p.count : 0, lane, vo);
+          fp8::Meta mOwn;
+          const uint4 cOwn = quantize16(vo, G, mOwn);  // all lanes (shuffles)
+          float acc[kEPT];
+  #pragma unroll
+          for (int j = 0; j < kEPT; ++j) acc[j] = 0.f;
+          if (act) {
+            for (int s0 = 0; s0 < N; s0 += 2) {  // sources in order; two loads in flight
+              const bool two = s0 + 1 < N;
+              uint4 c0 = cOwn, c1 = cOwn;
+              fp8::Meta m0 = mOwn, m1 = mOwn;
+              if (s0 != p.rank) getUnit<B>(in + slotOf(s0, p.rank) * S, mo, u, lane, c0, m0);
+              if (two && s0 + 1 != p.rank)
+                getUnit<B>(in + slotOf(s0 + 1, p.rank) * S, mo, u, lane, c1, m1);
+              float v[kEPT];
+              dequantize16(c0, m0, v);
+  #pragma unroll
+              for (int j = 0; j < kEPT; ++j) acc[j] = s0 == 0 ? v[j] : __fadd_rn(acc[j], v[j]);
+              if (two) {
+                dequantize16(c1, m1, v);
+  #pragma unroll
+                for (int j = 0; j < kEPT; ++j) acc[j] = __fadd_rn(acc[j], v[j]);
+              }
+            }
+            if (p.avg) {
+  #pragma unroll
+              for (int j = 0; j < kEPT; ++j) acc[j] = __fdiv_rn(acc[j], float(N));
             }
           }
-          if (p.avg) {
-#pragma unroll
-            for (int j = 0; j < kEPT; ++j) acc[j] = __fdiv_rn(acc[j], float(N));
+          fp8::Meta meta;
+          uint4 c = quantize16(acc, G, meta);
+          if (act) {
+            for (int k = 1; k < N; ++k) {
+              const int q = (p.rank + k) % N;
+              putUnit<B>(p.staging[q] + size_t(cta) * p.ctaBytes +
+                             (size_t(N - 1) + slotOf(p.rank, q)) * S,
+                         mo, u, lane, c, meta);
+            }
+            float v[kEPT];
+            dequantize16(c, meta, v);
+            storeBlock16<T, B>(recv, cur.tb0 + sb0 + u, p.count, lane, v);
           }
         }
-        fp8::Meta meta;
-        uint4 c = quantize16(acc, G, meta);
-        if (act) {
-          for (int k = 1; k < N; ++k) {
-            const int q = (p.rank + k) % N;
-            putUnit<B>(p.staging[q] + size_t(cta) * p.ctaBytes +
-                           (size_t(N - 1) + slotOf(p.rank, q)) * S,
-                       mo, u, lane, c, meta);
-          }
-          float v[kEPT];
-          dequantize16(c, meta, v);
-          storeBlock16<T, B>(recv, cur.tb0 + sb0 + u, p.count, lane, v);
+      }
+      signalAll(p, 1, epoch);
+      if (!waitAll(p, 1, epoch, wait)) return true;
+      // C of this tile, interleaved round by round with A of the next one: the next tile's pushes
+      // overlap this tile's local decoding. Legal here: every peer has finished phase B of this
+      // tile (flag[1]), so its A-inbox is free; the peers refill this rank's G-inbox only after
+      // its flag[0] of the next tile, signalled after these rounds.
+      if (i + 1 < nIt) {
+        const ArTile next(p, size_t(cta) + (i + 1) * gridDim.x);
+        const size_t rounds = next.len0 > cur.len0 ? next.len0 : cur.len0;
+        for (size_t u0 = 0; u0 < rounds; u0 += 2 * size_t(GPC)) {
+          if (u0 < next.len0) pushA(next, u0);  // CTA-uniform condition: shuffles stay uniform
+          decodeC(cur, u0);
         }
+        cur = next;
+      } else {
+        for (size_t u0 = 0; u0 < cur.len0; u0 += 2 * size_t(GPC)) decodeC(cur, u0);
       }
     }
-    signalAll(p, 1, epoch);
-    if (!waitAll(p, 1, epoch, wait)) return failCall(p, e0 + nIt, true);
-    // C of this tile, interleaved round by round with A of the next one: the next tile's pushes
-    // overlap this tile's local decoding. Legal here: every peer has finished phase B of this
-    // tile (flag[1]), so its A-inbox is free; the peers refill this rank's G-inbox only after
-    // its flag[0] of the next tile, signalled after these rounds.
-    if (i + 1 < nIt) {
-      const ArTile next(p, size_t(cta) + (i + 1) * gridDim.x);
-      const size_t rounds = next.len0 > cur.len0 ? next.len0 : cur.len0;
-      for (size_t u0 = 0; u0 < rounds; u0 += 2 * size_t(GPC)) {
-        if (u0 < next.len0) pushA(next, u0);  // CTA-uniform condition: shuffles stay uniform
-        decodeC(cur, u0);
-      }
-      cur = next;
-    } else {
-      for (size_t u0 = 0; u0 < cur.len0; u0 += 2 * size_t(GPC)) decodeC(cur, u0);
-    }
-  }
-  endCall(p, e0 + nIt);
+    return false;
+  };
+  dev::peerCall(p.fail, dev::PoisonBuf{p.recv, p.outBytes}, body,
+                [&](bool ok) { endCall(p, e0 + nIt, ok); });
 }
 
 /// Staging one CTA needs for a tile of tb blocks: A-inbox and G-inbox, one shard per peer.
@@ -211,17 +217,6 @@ struct AllReduceNeed {
     return 2 * size_t(n - 1) * fp8::packedBytes((tb + n - 1) / n, B);
   }
 };
-
-template <class T>
-void launchT(const Params& p, int grid, int B, cudaStream_t st) {
-  dim3 block(kThreads);
-  switch (B) {
-    case 32: allReduceKernel<T, 32><<<grid, block, 0, st>>>(p); break;
-    case 64: allReduceKernel<T, 64><<<grid, block, 0, st>>>(p); break;
-    case 128: allReduceKernel<T, 128><<<grid, block, 0, st>>>(p); break;
-    default: allReduceKernel<T, 256><<<grid, block, 0, st>>>(p); break;
-  }
-}
 
 class Fp8AllReduce : public DeviceAlgo {
  public:
@@ -236,19 +231,15 @@ class Fp8AllReduce : public DeviceAlgo {
     return makeParams(a, ctx, AllReduceNeed{ctx.size}, p, false);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "fp8 allreduce";
+    const auto kernel = kernelFor(a.dtype, ctx.cfg.fp8BlockSize, kWhat,
+                                  [&]<class T, int B>() { return &allReduceKernel<T, B>; });
     Params p;
     CCLX_REQUIRE(makeParams(a, ctx, AllReduceNeed{ctx.size}, p, false), cclxInternalError,
                  "fp8 allreduce launched without usable peer memory");
     if (p.nTiles == 0) return;
-    const gpurt::LaunchCheck launched;
-    auto st = static_cast<cudaStream_t>(stream);
-    int B = ctx.cfg.fp8BlockSize, grid = gridFor(p, ctx);
-    switch (a.dtype) {
-      case DataType::f32: launchT<float>(p, grid, B, st); break;
-      case DataType::bf16: launchT<bf16_t>(p, grid, B, st); break;
-      default: launchT<f16_t>(p, grid, B, st); break;
-    }
-    launched.check("fp8 allreduce");
+    const int grid = gridFor(p, ctx);
+    dev::launchKernel(kWhat, kernel, grid, kThreads, stream, p);
   }
 };
 

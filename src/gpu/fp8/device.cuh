@@ -20,6 +20,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gpu/device/dtype_dispatch.h"
+#include "gpu/device/launch.cuh"
+#include "gpu/device/peer_kernel.cuh"
 #include "gpu/device/sync.cuh"
 #include "core/elements/fp8_codec.h"
 #include "gpu/resources.h"
@@ -387,28 +390,37 @@ __device__ __forceinline__ bool teamWait(const Params& p, const Team& tm, int ph
   return !teamAny(tm, failed);
 }
 
-/// Start of a call (all threads): false when the comm is aborted (device/fail.cuh) or a wait
-/// stopped; the caller then ends with failCall (entry: poisonShare). Otherwise, before writing
+/// Start of a call's body (all threads): false when a wait stopped (device/fail.cuh); the body
+/// then returns "stopped" to the peer-kernel skeleton. Otherwise, before writing
 /// into any peer's staging, every peer's same CTA has finished reading everything of its
 /// previous call (phase "done" reached epoch e0).
 __device__ __forceinline__ bool beginCall(const Params& p, uint64_t e0, dev::Waiter& w) {
   return e0 == 0 || waitAll(p, kPhaseDone, e0, w);
 }
 
-/// End of a call: publish "done" (after this CTA's last reads) and advance the epoch counter.
-__device__ __forceinline__ void endCall(const Params& p, uint64_t lastEpoch) {
-  signalAll(p, kPhaseDone, lastEpoch);  // includes the __syncthreads() after the last reads
+/// End of a call, advance() of the peer-kernel skeleton (device/peer_kernel.cuh; all threads,
+/// after its barrier): a completed call (ok) publishes "done" (after this CTA's last reads);
+/// the epoch counter moves to lastEpoch on every path. A failed call publishes no "done": the
+/// comm is aborted and peers stop waiting.
+__device__ __forceinline__ void endCall(const Params& p, uint64_t lastEpoch, bool ok) {
+  if (ok) signalAll(p, kPhaseDone, lastEpoch);
   if (threadIdx.x == 0) p.counters[blockIdx.x] = lastEpoch;
 }
 
-/// End of a failed call (all threads): `all` poisons the whole output (a CTA that stopped
-/// mid-call), else this CTA's share (the comm was aborted at entry); the epoch counter advances
-/// as endCall's would. No "done" is published: the comm is aborted and peers stop waiting.
-__device__ __forceinline__ void failCall(const Params& p, uint64_t lastEpoch, bool all) {
-  if (all) dev::poisonAll(p.recv, p.outBytes);
-  else dev::poisonShare(p.recv, p.outBytes);
-  __syncthreads();
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = lastEpoch;
+/// Host: the kernel instance f.template operator()<T, B>() for the call's element type (f32,
+/// bf16, f16) and FP8 block size B (32, 64, 128, 256); cclxInternalError naming the kernel for
+/// anything else (canRun admits neither).
+template <class F>
+auto kernelFor(DataType t, int B, const char* what, F&& f) {
+  return dev::dispatchDtype(dev::RowTypes{}, t, what, [&]<class T>() {
+    switch (B) {
+      case 32: return f.template operator()<T, 32>();
+      case 64: return f.template operator()<T, 64>();
+      case 128: return f.template operator()<T, 128>();
+      case 256: return f.template operator()<T, 256>();
+      default: CCLX_THROW(cclxInternalError, "%s kernel launched with FP8 block size %d", what, B);
+    }
+  });
 }
 
 /// Most CTAs of a call: kMaxCtas and at most one per SM (co-residency; both ranks must compute

@@ -175,6 +175,10 @@ __device__ void exPhaseB(const Params& p, const Team& tm, const ExTile& t, uint6
   }
 }
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body beginCall, then the
+/// producer and consumer teams over this CTA's tiles, true in a thread whose wait stopped;
+/// advance endCall: "done" only when the call completed, the CTA's counter moves from e0 to
+/// e0 + its tiles on every path.
 template <class T, int B, int M>
 __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
   dev::namedBarriersInit();  // the teams' barriers (HIP: emulated in shared memory)
@@ -183,33 +187,34 @@ __global__ void __launch_bounds__(kThreads, 1) exchangeKernel(Params p) {
   dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
   const size_t S = fp8::packedBytes(p.tileBlocks, B), mo = fp8::metaOffset(p.tileBlocks, B);
   const size_t nIt = (p.nTiles - size_t(cta) + gridDim.x - 1) / gridDim.x;  // tiles of this CTA
-  if (dev::abortedAtEntry(p.fail)) return failCall(p, e0 + nIt, false);
-  if (!beginCall(p, e0, wait)) return failCall(p, e0 + nIt, true);
-  bool ok = true;
-  if (int(threadIdx.x) < p.producerThreads) {
-    const Team tm{1, 0, p.producerThreads};
-    for (size_t i = 0; i < nIt && ok; ++i) {
-      const uint64_t e = e0 + 1 + i;
-      if (i >= 2) ok = teamWait(p, tm, kPhaseConsumed, e - 2, wait);
-      if (!ok) break;
-      exPhaseA<T, B, M>(p, tm, ExTile(p, size_t(cta) + i * gridDim.x), e, S, mo);
-      teamSignal(p, tm, 0, e);
+  auto body = [&] {
+    if (!beginCall(p, e0, wait)) return true;
+    bool ok = true;
+    if (int(threadIdx.x) < p.producerThreads) {
+      const Team tm{1, 0, p.producerThreads};
+      for (size_t i = 0; i < nIt && ok; ++i) {
+        const uint64_t e = e0 + 1 + i;
+        if (i >= 2) ok = teamWait(p, tm, kPhaseConsumed, e - 2, wait);
+        if (!ok) break;
+        exPhaseA<T, B, M>(p, tm, ExTile(p, size_t(cta) + i * gridDim.x), e, S, mo);
+        teamSignal(p, tm, 0, e);
+      }
+    } else {
+      const Team tm{2, p.producerThreads, kThreads - p.producerThreads};
+      for (size_t i = 0; i < nIt && ok; ++i) {
+        const uint64_t e = e0 + 1 + i;
+        const ExTile t(p, size_t(cta) + i * gridDim.x);
+        if constexpr (M == kAllToAll) exOwnSegment<T, B>(p, tm, t);
+        ok = teamWait(p, tm, 0, e, wait);
+        if (!ok) break;
+        exPhaseB<T, B, M>(p, tm, t, e, S, mo);
+        teamSignal(p, tm, kPhaseConsumed, e);
+      }
     }
-  } else {
-    const Team tm{2, p.producerThreads, kThreads - p.producerThreads};
-    for (size_t i = 0; i < nIt && ok; ++i) {
-      const uint64_t e = e0 + 1 + i;
-      const ExTile t(p, size_t(cta) + i * gridDim.x);
-      if constexpr (M == kAllToAll) exOwnSegment<T, B>(p, tm, t);
-      ok = teamWait(p, tm, 0, e, wait);
-      if (!ok) break;
-      exPhaseB<T, B, M>(p, tm, t, e, S, mo);
-      teamSignal(p, tm, kPhaseConsumed, e);
-    }
-  }
-  // A wait stopped (recorded in the error words): no "done"; the output is poisoned.
-  if (dev::syncThreadsOr(!ok)) return failCall(p, e0 + nIt, true);
-  endCall(p, e0 + nIt);
+    return !ok;  // a wait stopped (recorded in the error words)
+  };
+  dev::peerCall(p.fail, dev::PoisonBuf{p.recv, p.outBytes}, body,
+                [&](bool ok) { endCall(p, e0 + nIt, ok); });
 }
 
 /// Staging one CTA needs for a tile of tb blocks: two buffers of one packed run per source.
@@ -217,17 +222,6 @@ struct ExchangeNeed {
   int n;
   size_t operator()(size_t tb, size_t B) const { return 2 * size_t(n) * fp8::packedBytes(tb, B); }
 };
-
-template <class T, int M>
-void launchT(const Params& p, int grid, int B, cudaStream_t st) {
-  dim3 block(kThreads);
-  switch (B) {
-    case 32: exchangeKernel<T, 32, M><<<grid, block, 0, st>>>(p); break;
-    case 64: exchangeKernel<T, 64, M><<<grid, block, 0, st>>>(p); break;
-    case 128: exchangeKernel<T, 128, M><<<grid, block, 0, st>>>(p); break;
-    default: exchangeKernel<T, 256, M><<<grid, block, 0, st>>>(p); break;
-  }
-}
 
 template <int M>
 class Fp8Exchange : public DeviceAlgo {
@@ -247,19 +241,15 @@ class Fp8Exchange : public DeviceAlgo {
     return makeParams(a, ctx, ExchangeNeed{ctx.size}, p, true);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    const std::string what = strFormat("fp8 %s", collName(a.type));
+    const auto kernel = kernelFor(a.dtype, ctx.cfg.fp8BlockSize, what.c_str(),
+                                  [&]<class T, int B>() { return &exchangeKernel<T, B, M>; });
     Params p;
     CCLX_REQUIRE(makeParams(a, ctx, ExchangeNeed{ctx.size}, p, true), cclxInternalError,
                  "fp8 %s launched without usable peer memory", collName(a.type));
     if (p.nTiles == 0) return;
-    const gpurt::LaunchCheck launched;
-    auto st = static_cast<cudaStream_t>(stream);
-    int B = ctx.cfg.fp8BlockSize, grid = gridFor(p, ctx);
-    switch (a.dtype) {
-      case DataType::f32: launchT<float, M>(p, grid, B, st); break;
-      case DataType::bf16: launchT<bf16_t, M>(p, grid, B, st); break;
-      default: launchT<f16_t, M>(p, grid, B, st); break;
-    }
-    launched.check(strFormat("fp8 %s", collName(a.type)).c_str());
+    const int grid = gridFor(p, ctx);
+    dev::launchKernel(what.c_str(), kernel, grid, kThreads, stream, p);
   }
 };
 

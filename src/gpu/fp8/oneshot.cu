@@ -208,18 +208,18 @@ struct OneShot {
   }
 };
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh; the call counter of device/lamport.cuh):
+/// poison `recv`; body OneShot::run; the CTA's counter moves from e to e + 1 on every path.
 template <class T, int B>
 __global__ void __launch_bounds__(kThreads) fp8OneShotKernel(OneShotParams p) {
   __shared__ uint32_t pushed;  // rounds the producers have pushed
   const uint64_t epoch = dev::lamportBegin(p, &pushed);
-  if (dev::abortedAtEntry(p.fail)) {
-    dev::poisonShare(p.recv, p.count * sizeof(T));
-  } else {
-    bool failed = false;
-    OneShot<T, B>(p, epoch, failed).run(&pushed);
-    if (dev::syncThreadsOr(failed)) dev::poisonAll(p.recv, p.count * sizeof(T));
-  }
-  dev::lamportEnd(p, epoch);
+  dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1,
+                dev::PoisonBuf{p.recv, p.count * sizeof(T)}, [&] {
+                  bool failed = false;
+                  OneShot<T, B>(p, epoch, failed).run(&pushed);
+                  return failed;
+                });
 }
 
 size_t slotBytesOf(const DeviceCtx& ctx) {
@@ -231,16 +231,6 @@ size_t inboxNeed(size_t count, int B, size_t& metaOff) {
   const size_t nb = (count + size_t(B) - 1) / size_t(B);
   metaOff = (nb * size_t(B) + 255) & ~size_t(255);
   return metaOff + fp8::align16(nb * 4);
-}
-
-template <class T>
-void launchT(const OneShotParams& p, int grid, int B, cudaStream_t st) {
-  switch (B) {
-    case 32: fp8OneShotKernel<T, 32><<<grid, kThreads, 0, st>>>(p); break;
-    case 64: fp8OneShotKernel<T, 64><<<grid, kThreads, 0, st>>>(p); break;
-    case 128: fp8OneShotKernel<T, 128><<<grid, kThreads, 0, st>>>(p); break;
-    default: fp8OneShotKernel<T, 256><<<grid, kThreads, 0, st>>>(p); break;
-  }
 }
 
 class Fp8OneShotAllReduce : public DeviceAlgo {
@@ -260,6 +250,9 @@ class Fp8OneShotAllReduce : public DeviceAlgo {
     return inboxNeed(a.count, B, metaOff) <= slotBytesOf(ctx);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "fp8 one-shot allreduce";
+    const auto kernel = kernelFor(a.dtype, ctx.cfg.fp8BlockSize, kWhat,
+                                  [&]<class T, int B>() { return &fp8OneShotKernel<T, B>; });
     OneShotParams p{};
     for (int r = 0; r < ctx.size; ++r)
       p.region[r] = ctx.peer->region(r, StagingRegion::kFp8OneShot);
@@ -273,15 +266,8 @@ class Fp8OneShotAllReduce : public DeviceAlgo {
     p.rank = ctx.rank;
     p.size = ctx.size;
     p.avg = a.op.kind == RedOpKind::AVG ? 1 : 0;
-    const gpurt::LaunchCheck launched;
-    auto st = static_cast<cudaStream_t>(stream);
-    const int B = ctx.cfg.fp8BlockSize, grid = ctaCap(ctx);
-    switch (a.dtype) {
-      case DataType::f32: launchT<float>(p, grid, B, st); break;
-      case DataType::bf16: launchT<bf16_t>(p, grid, B, st); break;
-      default: launchT<f16_t>(p, grid, B, st); break;
-    }
-    launched.check("fp8 one-shot allreduce");
+    const int grid = ctaCap(ctx);
+    dev::launchKernel(kWhat, kernel, grid, kThreads, stream, p);
   }
 };
 

@@ -34,6 +34,9 @@ __global__ void __launch_bounds__(512) rmsLocalKernel(RowArgs a, const char* ar)
 }  // namespace
 
 void launchRmsLocal(const CollArgs& a, const void* ar, const DeviceCtx& ctx, void* stream) {
+  constexpr const char* kWhat = "RMSNorm epilogue";
+  const auto kernel = dev::dispatchDtype(dev::RowTypes{}, a.dtype, kWhat,
+                                         [&]<class T>() { return &rmsLocalKernel<T>; });
   const RmsNormArgs& m = a.rms;
   if (m.tokens == 0) return;
   const RowArgs args{static_cast<const char*>(m.x), static_cast<const char*>(m.residual),
@@ -43,10 +46,7 @@ void launchRmsLocal(const CollArgs& a, const void* ar, const DeviceCtx& ctx, voi
   const int threads = rowThreads(rms::rowVecs(m.hidden, dtypeSize(a.dtype)));
   const int sms = ctx.smCount > 0 ? ctx.smCount : 32;
   const int grid = int(std::min<size_t>(m.tokens, size_t(sms) * (2048 / threads)));
-  auto s = static_cast<cudaStream_t>(stream);
-  const char* src = static_cast<const char*>(ar);
-  dispatchRowType(a.dtype, [&]<class T>() { rmsLocalKernel<T><<<grid, threads, 0, s>>>(args, src); });
-  CCLX_CUDA_CHECK(cudaGetLastError());
+  dev::launchKernel(kWhat, kernel, grid, threads, stream, args, static_cast<const char*>(ar));
 }
 
 }  // namespace cclx

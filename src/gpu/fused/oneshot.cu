@@ -54,14 +54,15 @@ size_t oneShotSlot(const DeviceCtx& ctx) {
   return (fusedHalf(ctx) / size_t(ctx.size - 1)) & ~size_t(15);
 }
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison every output of the rows
+/// (rowPoison); body steps 1-2 above, true once the block stopped; the block's counter moves from
+/// e to e + 1 on every path.
 template <class T>
 __global__ void __launch_bounds__(512) rmsOneShotKernel(PeerParams p) {
   __shared__ RowShared sh;
   constexpr int S = int(sizeof(T));
   const uint64_t epoch = p.counters[blockIdx.x];
-  if (dev::abortedAtEntry(p.fail)) {
-    poisonShare(p.row, S);
-  } else {
+  dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1, rowPoison(p.row, S), [&] {
     dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));  // from the kernel's start
     const RowOps<T> ops(p.row);
     const int N = p.size, me = p.rank, par = int(epoch & 1);
@@ -94,10 +95,8 @@ __global__ void __launch_bounds__(512) rmsOneShotKernel(PeerParams p) {
       ops.finishRow(row, acc, sh, [](size_t, const Words&) {}, [](size_t, const uint32_t*) {},
                     [](float) {});
     }
-    if (stopped) poisonAll(p.row, S);
-  }
-  __syncthreads();  // every thread has read the counter
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
+    return stopped;
+  });
 }
 
 class RmsOneShot final : public DeviceAlgo {
@@ -108,11 +107,12 @@ class RmsOneShot final : public DeviceAlgo {
     return fusedEligible(a, ctx) && a.rms.tokens * rowVectors(a) * 16 <= oneShotSlot(ctx);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "fused one-shot allreduce + RMSNorm";
+    const auto kernel = dev::dispatchDtype(dev::RowTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &rmsOneShotKernel<T>; });
     const PeerParams p = peerParams(a, ctx);
     const int G = fusedBlocks(ctx), threads = rowThreads(rowVectors(a));
-    auto s = static_cast<cudaStream_t>(stream);
-    dispatchRowType(a.dtype, [&]<class T>() { rmsOneShotKernel<T><<<G, threads, 0, s>>>(p); });
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 

@@ -253,15 +253,5 @@ inline int rowThreads(size_t vecs) {
   return t;
 }
 
-/// Calls f.template operator()<T>() for the element type of `t` (f32, bf16, f16).
-template <class F>
-void dispatchRowType(DataType t, F&& f) {
-  switch (t) {
-    case DataType::f32: f.template operator()<float>(); break;
-    case DataType::f16: f.template operator()<f16_t>(); break;
-    default: f.template operator()<bf16_t>(); break;
-  }
-}
-
 }  // namespace fused
 }  // namespace cclx

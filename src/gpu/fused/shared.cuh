@@ -72,6 +72,17 @@ __device__ __forceinline__ bool reduceUnit(const RowOps<T>& ops, size_t row, siz
   return true;
 }
 
+/// poison() of the peer-kernel skeleton (device/peer_kernel.cuh): every output of the rows.
+struct RowPoison {
+  const RowArgs& a;
+  size_t esize;
+  __device__ __forceinline__ void operator()(bool all) const {
+    if (all) poisonAll(a, esize);
+    else poisonShare(a, esize);
+  }
+};
+__device__ __forceinline__ RowPoison rowPoison(const RowArgs& a, size_t esize) { return {a, esize}; }
+
 /// Blocks of every fused peer kernel (identical on every rank: the call counters depend on it).
 int fusedBlocks(const DeviceCtx& ctx);
 /// Bytes of one parity half of the region.

@@ -65,14 +65,15 @@ __device__ __forceinline__ bool codesEmpty(uint64_t w, int bytes) {
   return false;
 }
 
+/// Contract (dev::peerCall, device/peer_kernel.cuh): poison every output of the rows
+/// (rowPoison); body steps 1-3 above, true in a thread that stopped or once the block stopped;
+/// the block's counter moves from e to e + 1 on every path.
 template <class T>
 __global__ void __launch_bounds__(512) rmsTwoShotKernel(PeerParams p) {
   __shared__ RowShared sh;
   constexpr int S = int(sizeof(T)), E = 16 / S;
   const uint64_t epoch = p.counters[blockIdx.x];
-  if (dev::abortedAtEntry(p.fail)) {
-    poisonShare(p.row, S);
-  } else {
+  dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1, rowPoison(p.row, S), [&] {
     dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));  // from the kernel's start
     const RowOps<T> ops(p.row);
     const int N = p.size, me = p.rank, par = int(epoch & 1);
@@ -203,10 +204,8 @@ __global__ void __launch_bounds__(512) rmsTwoShotKernel(PeerParams p) {
           p.row.scales[row] = math::bitsF32(uint32_t(x.lo));
       }
     }
-    if (dev::syncThreadsOr(failed) || stopped) poisonAll(p.row, S);
-  }
-  __syncthreads();  // every thread has read the counter
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = epoch + 1;
+    return failed || stopped;
+  });
 }
 
 class RmsTwoShot final : public DeviceAlgo {
@@ -218,12 +217,13 @@ class RmsTwoShot final : public DeviceAlgo {
            twoShotLayout(a, ctx, nullptr);
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
+    constexpr const char* kWhat = "fused two-shot allreduce + RMSNorm";
+    const auto kernel = dev::dispatchDtype(dev::RowTypes{}, a.dtype, kWhat,
+                                           [&]<class T>() { return &rmsTwoShotKernel<T>; });
     PeerParams p = peerParams(a, ctx);
     twoShotLayout(a, ctx, &p);
     const int G = fusedBlocks(ctx), threads = rowThreads(rowVectors(a));
-    auto s = static_cast<cudaStream_t>(stream);
-    dispatchRowType(a.dtype, [&]<class T>() { rmsTwoShotKernel<T><<<G, threads, 0, s>>>(p); });
-    CCLX_CUDA_CHECK(cudaGetLastError());
+    dev::launchKernel(kWhat, kernel, G, threads, stream, p);
   }
 };
 

@@ -3,7 +3,7 @@
 // entry and pushes nothing to a peer once it is raised, and its one spin loop polls through a
 // dev::Waiter.
 #include "gpu/device/sync.cuh"
-#include "gpu/runtime.h"
+#include "gpu/device/launch.cuh"
 #include "gpu/window/window.h"
 
 namespace cclx {
@@ -98,23 +98,19 @@ __global__ void winBaselineKernel(char* slot, int n) {
 }  // namespace
 
 void launchWinPut(const WinPutParams& p, int blocks, void* stream) {
-  winPutKernel<<<blocks, 512, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  CCLX_CUDA_CHECK(cudaGetLastError());
+  dev::launchKernel("window put", winPutKernel, blocks, 512, stream, p);
 }
 
 void launchWinSignal(const WinSignalParams& p, void* stream) {
-  winSignalKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  CCLX_CUDA_CHECK(cudaGetLastError());
+  dev::launchKernel("window signal", winSignalKernel, 1, 32, stream, p);
 }
 
 void launchWinWait(const WinWaitParams& p, void* stream) {
-  winWaitKernel<<<1, 256, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  CCLX_CUDA_CHECK(cudaGetLastError());
+  dev::launchKernel("window wait", winWaitKernel, 1, 256, stream, p);
 }
 
 void launchWinBaseline(char* slot, int n, void* stream) {
-  winBaselineKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(slot, n);
-  CCLX_CUDA_CHECK(cudaGetLastError());
+  dev::launchKernel("window baseline", winBaselineKernel, 1, 32, stream, slot, n);
 }
 
 }  // namespace cclx
