@@ -95,3 +95,24 @@ def test_missing_system_package_without_root_names_the_command(tmp_path):
         "t: missing system packages; run: sudo apt-get install -y cmake (then start again)"], \
         r.stderr
     assert not venv.exists()
+
+
+def test_root_installs_with_apt_get_and_old_cmake_comes_from_pypi(tmp_path):
+    # as root with an old cmake: apt-get is asked for cmake; the distribution's stays too old,
+    # so cmake>=3.25 is the one package the (stamped, pip-less) environment is asked for
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    log = tmp_path / "apt.log"
+    for name, body in (("id", 'echo 0'), ("cmake", 'echo "cmake version 3.22.1"'),
+                       ("apt-get", f'echo "$@" >> {log}')):
+        (fake / name).write_text(f"#!/bin/sh\n{body}\n")
+        (fake / name).chmod(0o755)
+    venv = _venv(tmp_path)
+    reqs = P.requirements(P.load(), ["all"])
+    (venv / ".cclx-installed").write_text("\n".join(reqs) + "\n")
+    r = _source_setup(tmp_path, venv, path=f"{fake}:{os.environ['PATH']}")
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert log.read_text().splitlines() == ["update -qq", "install -y -q cmake"], log.read_text()
+    assert "t: installing system packages cmake with apt-get" in r.stderr, r.stderr
+    line = [x for x in r.stderr.splitlines() if x.startswith("t: installing into")]
+    assert len(line) == 1 and line[0].endswith("): cmake>=3.25"), r.stderr
