@@ -86,6 +86,10 @@ _setup_venv() {
   export VIRTUAL_ENV="${VENV_PY%/bin/python}"
 }
 
+# a cmake from PyPI in the environment (older distributions) counts as installed
+if [ -x "${CCLX_VENV:-.venv}/bin/cmake" ]; then
+  PATH="$(cd "${CCLX_VENV:-.venv}/bin" && pwd):$PATH"
+fi
 _setup_system || exit 1
 _setup_venv || exit 1
 PYTHON="$VENV_PY"

@@ -116,3 +116,11 @@ def test_root_installs_with_apt_get_and_old_cmake_comes_from_pypi(tmp_path):
     assert "t: installing system packages cmake with apt-get" in r.stderr, r.stderr
     line = [x for x in r.stderr.splitlines() if x.startswith("t: installing into")]
     assert len(line) == 1 and line[0].endswith("): cmake>=3.25"), r.stderr
+    # once the environment has its cmake, nothing is installed again
+    (venv / "bin" / "cmake").write_text('#!/bin/sh\necho "cmake version 3.31.6"\n')
+    (venv / "bin" / "cmake").chmod(0o755)
+    with open(venv / ".cclx-installed", "a") as f:
+        f.write("cmake>=3.25\n")
+    r = _source_setup(tmp_path, venv, path=f"{fake}:{os.environ['PATH']}")
+    assert r.returncode == 0 and "installing" not in r.stderr, r.stdout + r.stderr
+    assert len(log.read_text().splitlines()) == 2, log.read_text()
