@@ -76,7 +76,9 @@ _setup_venv() {
   if [ -n "$missing" ]; then
     setup_say "installing into $venv (pyproject.toml: build requirements, dependencies," \
               "extras: ${extras:-none}): $(echo $missing)"
-    setup_say "pip prints each download; torch and its CUDA libraries are a few GB the first time"
+    if printf '%s\n' "$missing" | grep -qx 'torch'; then
+      setup_say "pip prints each download; torch with its CUDA libraries is about 3 GB (minutes)"
+    fi
     # shellcheck disable=SC2086
     "$VENV_PY" -m pip install --disable-pip-version-check $missing ||
       { setup_say "pip install failed (network? a package name in pyproject.toml?)"; return 1; }

@@ -12,7 +12,7 @@ SETUP_EXTRAS="all"
 t0=$(date +%s)
 source scripts/setup_env.sh
 if [ "$have_python" != 1 ]; then
-  echo "test.sh: $PYTHON cannot import nanobind: building without the Python extension" >&2
+  echo "test.sh: $PYTHON cannot import nanobind after the set-up; delete .venv and start again" >&2
   exit 1
 fi
 t1=$(date +%s)
