@@ -40,6 +40,8 @@ def np_dtype(name: str) -> np.dtype:
              "u64": np.uint64}
     if name in table:
         return np.dtype(table[name])
+    if ml_dtypes is None:
+        raise RuntimeError(f"{name} needs ml_dtypes: pip install ml-dtypes")
     return np.dtype({"bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
                      "fp8_e5m2": ml_dtypes.float8_e5m2}[name])
 

@@ -1,7 +1,8 @@
-# Sourced by scripts/run.sh and scripts/test.sh: the CMake arguments for a build of cclx with
-# the Python extension (when nanobind is importable) and the CUDA parts (when a GPU is visible;
-# they cannot run without one, and compiling the kernels dominates the build on small machines).
-# CCLX_ENABLE_CUDA=ON|OFF|AUTO overrides.
+# Sourced by scripts/setup_env.sh (for scripts/run.sh and scripts/test.sh) with PYTHON set to the
+# .venv interpreter: the CMake arguments for a build of cclx with the Python extension (when
+# nanobind is importable; ctest's pytest entries use this interpreter) and the CUDA parts (when a
+# GPU is visible; they cannot run without one, and compiling the kernels dominates the build on
+# small machines). CCLX_ENABLE_CUDA=ON|OFF|AUTO overrides.
 BUILD_DIR="${BUILD_DIR:-build}"
 PYTHON="${PYTHON:-python3}"
 if [ -z "${CCLX_ENABLE_CUDA:-}" ]; then

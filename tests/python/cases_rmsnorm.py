@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 import cclx
-from refs import ml_dtypes
+from refs import e4m3_decode, ml_dtypes
 
 try:
     import torch  # type: ignore[import-not-found]
@@ -85,8 +85,7 @@ def check_fp8(q, s, y, what, static=None):
 # ----------------------------------------------------------------------------- numpy
 def _numpy(ctx, dtype, tokens, hidden, seed):
     t = np_type(dtype)
-    if t is None:
-        return  # bf16 needs ml_dtypes
+    assert t is not None, "bf16 needs ml_dtypes (test_rmsnorm.py skips this case without it)"
     xs, res, w = inputs(ctx, tokens, hidden, seed)
     xs = [x.astype(t) for x in xs]
     res, w = res.astype(t), w.astype(t)
@@ -104,7 +103,9 @@ def _numpy(ctx, dtype, tokens, hidden, seed):
     q, s, r3 = ctx.comm.all_reduce_rmsnorm(xs[ctx.rank], res, w, eps, quant="fp8")
     assert s.shape == (tokens, 1) and s.dtype == np.float32
     assert r3.tobytes() == r.tobytes()
-    check_fp8(q.astype(np.float32) if ml_dtypes else q, s, y.astype(np.float64), f"{dtype} fp8")
+    # float8_e4m3fn with ml_dtypes, else the uint8 codes
+    assert q.dtype == (np.dtype(ml_dtypes.float8_e4m3fn) if ml_dtypes else np.uint8), q.dtype
+    check_fp8(e4m3_decode(q), s, y.astype(np.float64), f"{dtype} fp8")
 
 
 def case_numpy_f32(ctx): _numpy(ctx, "f32", 9, 1000, 1)

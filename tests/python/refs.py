@@ -35,6 +35,17 @@ def np_dtype(name: str):
                      "fp8_e5m2": ml_dtypes.float8_e5m2}[name])
 
 
+def e4m3_decode(codes) -> np.ndarray:
+    """float64 values of float8_e4m3fn codes (uint8: sign, 4 exponent bits with bias 7, 3
+    mantissa bits; exponent 0 is subnormal; 0x7f / 0xff are NaN, there is no infinity), so FP8
+    results are checked the same with or without ml_dtypes."""
+    c = np.asarray(codes).view(np.uint8).astype(np.int64)
+    e, m = (c >> 3) & 0xF, c & 7
+    mag = np.where(e == 0, np.ldexp(m / 8.0, -6), np.ldexp(1.0 + m / 8.0, e - 7))
+    mag = np.where((c & 0x7F) == 0x7F, np.nan, mag)
+    return np.where(c & 0x80, -mag, mag)
+
+
 def gen(dtype: str, shape, rank: int, seed: int) -> np.ndarray:
     """Random non-zero values, exactly representable in `dtype`, different per rank."""
     rng = np.random.default_rng([seed, rank, 7919])

@@ -428,6 +428,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             import torch  # type: ignore[import-not-found,no-redef]
         except ImportError:
             torch = None
+    asked = args.device
     _resolve(args, torch)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         if os.environ.get("RANK") == "0":
@@ -441,6 +442,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise SystemExit(f"cclx-perf: {n} ranks but only {torch.cuda.device_count()} GPU(s): "
                          "ranks sharing a GPU time-slice, so times would mean nothing")
     _check_plan(args, n)
+    print(R.plan_line(args, n, torch, asked), flush=True)
     return _launch(argv, n)
 
 

@@ -75,6 +75,25 @@ def _baseline_line(name: str, f: Dict[str, Any]) -> str:
     return f"# baseline {name}"
 
 
+def _size(b: int) -> str:
+    for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << k and b % (1 << k) == 0:
+            return f"{b >> k} {unit}"
+    return f"{b} B"
+
+
+def plan_line(args: Any, n: int, torch: Any, asked: str) -> str:
+    """The first line of a run: what it measures and on what, e.g. "cclx-perf: allreduce 1 KiB..64
+    MiB, f32, 4 CPU processes over host shared memory (no GPU found)"."""
+    what = f"{','.join(args.colls)} {_size(args.minbytes)}..{_size(args.maxbytes)}, {args.dtype}"
+    if args.cuda:
+        name = torch.cuda.get_device_name(0) if torch is not None else "GPU"
+        return f"cclx-perf: {what}, {n} processes on {n} GPUs ({name})"
+    why = ("--device cpu" if asked == "cpu" else
+           "no GPU found" if torch is not None else "no GPU used: torch is not installed")
+    return f"cclx-perf: {what}, {n} CPU processes over host shared memory ({why})"
+
+
 def header(args: Any, n: int, libs: List[str], facts: Dict[str, Any]) -> str:
     where = "cpu" if not args.cuda else (
         f"cuda ({facts.get('gpu_models', ['?'])[0]} x{facts.get('gpu_count', '?')})")

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import harness
 
 ARGS = ["--device", "cpu", "-N", "2", "-b", "8", "-e", "4K", "-f", "8", "-C", "all",
@@ -17,9 +19,12 @@ def _run(extra, tmp_path):
 
 
 def test_perf_cpu_all_collectives(tmp_path):
-    j, p = tmp_path / "r.json", tmp_path / "r.png"
-    r = _run(["--json", str(j), "--plot", str(p)], tmp_path)
+    j = tmp_path / "r.json"
+    r = _run(["--json", str(j)], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[0] == (
+        "cclx-perf: all_reduce,all_gather,reduce_scatter,all_to_all,all_to_all_v,broadcast,reduce "
+        "8 B..4 KiB, f32, 2 CPU processes over host shared memory (--device cpu)"), r.stdout
     assert "size(B)" in r.stdout and "busbw" in r.stdout
     assert "cclx-perf summary" in r.stdout and "PASSED" in r.stdout
     data = json.loads(j.read_text())
@@ -36,7 +41,29 @@ def test_perf_cpu_all_collectives(tmp_path):
     ag = [r for r in data["results"] if r["coll"] == "all_gather"][-1]
     assert abs(ag["cclx"]["busbw"] - ag["cclx"]["algbw"] / 2) < 1e-9
     assert data["machine"]["cclx_version"] and data["summary"]["passed"]
-    assert p.exists() and p.stat().st_size > 1000
+
+
+def test_plan_line_says_what_and_where():
+    import types
+
+    from cclx.perf import report as R
+
+    a = types.SimpleNamespace(colls=["all_reduce"], minbytes=1024, maxbytes=64 << 20,
+                              dtype="f32", cuda=False)
+    assert R.plan_line(a, 4, object(), "auto") == (
+        "cclx-perf: all_reduce 1 KiB..64 MiB, f32, 4 CPU processes over host shared memory "
+        "(no GPU found)")
+    assert R.plan_line(a, 4, None, "auto").endswith("(no GPU used: torch is not installed)")
+    a.minbytes, a.maxbytes = 1000, 3 << 30
+    assert "1000 B..3 GiB" in R.plan_line(a, 2, None, "cpu")
+
+
+def test_perf_cpu_plot(tmp_path):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
+    p = tmp_path / "r.png"
+    r = _run(["-C", "all_reduce", "--plot", str(p)], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASSED" in r.stdout and p.exists() and p.stat().st_size > 1000
 
 
 def test_perf_alltoallv_rows(tmp_path):

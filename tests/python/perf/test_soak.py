@@ -15,6 +15,10 @@ BENCH = os.path.join(harness.ROOT, "bench")
 sys.path.insert(0, BENCH)
 import soak_ref as R  # noqa: E402
 
+# bench/soak.py draws bf16 calls (ml_dtypes gives numpy its bfloat16)
+NEEDS_ML_DTYPES = pytest.mark.skipif(R.ml_dtypes is None, reason="needs ml_dtypes (bf16 in numpy)")
+BF16 = pytest.param("bf16", marks=NEEDS_ML_DTYPES)
+
 
 def run_soak(tmp_path, *args):
     out = str(tmp_path / "soak.json")
@@ -25,6 +29,7 @@ def run_soak(tmp_path, *args):
     return r, res
 
 
+@NEEDS_ML_DTYPES
 def test_soak_smoke(tmp_path):
     r, res = run_soak(tmp_path, "--seed", "7")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -51,6 +56,7 @@ def test_soak_workers_that_cannot_start_are_not_ok(tmp_path):
     assert "FAILED" in r.stdout, r.stdout
 
 
+@NEEDS_ML_DTYPES
 def test_soak_late_rank_smoke(tmp_path):
     r, res = run_soak(tmp_path, "--seed", "3", "--late-every", "150", "--timeout", "1")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -62,6 +68,7 @@ def test_soak_late_rank_smoke(tmp_path):
     assert res["wrong_elements"] == 0 and res["errors"] == 0, res
 
 
+@NEEDS_ML_DTYPES
 def test_soak_segments_join(tmp_path):
     """A run split at a fixed item (--stop-item, then --start-item there) runs exactly the calls
     of the whole run, and --combine adds the segments up; a gap between segments is refused."""
@@ -129,7 +136,7 @@ def test_reference_rules():
     assert R.reduce_exact(xs, "PREMUL_SUM", "i32", 1.25).tolist() == [12, -1]
 
 
-@pytest.mark.parametrize("dtype", ["f32", "bf16", "i32"])
+@pytest.mark.parametrize("dtype", ["f32", BF16, "i32"])
 def test_checks_find_wrong_values(dtype):
     pool = R.Pool(5, 1 << 16)
     xs = [pool.input(dtype, 1001, 17, r) for r in range(4)]
@@ -163,7 +170,7 @@ def test_fp8_norm_scales():
     assert R.rmsnorm_fp8_wrong(r, w, 1e-6, q, s0) == 1
 
 
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("dtype", ["f32", BF16])
 def test_fp8_call_of_a_failed_item(dtype):
     # An item fails when one of its calls does; an FP8 call issued before the failing one may
     # have completed. Its output passes when each element is within the FP8 bound or poison;
