@@ -158,7 +158,8 @@ const std::vector<std::string>& knownEnvNames() {
       "CCLX_TORCHCOMMS_ROUTE", "CCLX_TEST_SETUP_FAIL",
       // Read by the Python package, the build and test scripts and the tests.
       "CCLX_EXT_DIR", "CCLX_DROPIN_LIB", "CCLX_GIT_COMMIT", "CCLX_ENABLE_CUDA", "CCLX_CUDA_ARCH",
-      "CCLX_TEST_ONLY", "CCLX_TEST_RANKS", "CCLX_TEST_PG_PORT"};
+      "CCLX_TEST_ONLY", "CCLX_TEST_RANKS", "CCLX_TEST_PG_PORT", "CCLX_TEST_TIME_SCALE",
+      "CCLX_TEST_WINDOW_ROUNDS"};
   return names;
 }
 
