@@ -28,8 +28,9 @@ struct MpResult {
   bool ok() const;
 };
 
-/// `afterFork` (optional) runs in the parent once every rank is forked, before the wait (a test
-/// may start threads there: none exist while the harness forks).
+/// `afterFork` (optional) runs in the parent once every rank is forked and the store server
+/// started, before the wait (a test may start threads there). The harness forks before it starts
+/// the server's thread: the caller should have no threads running either when it calls runRanks.
 MpResult runRanks(int n, const std::function<void(int rank, int size, std::shared_ptr<Store>)>& fn,
                   std::chrono::seconds timeout = std::chrono::seconds(300),
                   const std::function<void()>& afterFork = {});
