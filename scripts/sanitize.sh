@@ -25,6 +25,24 @@ timing=()
 
 log() { echo "sanitize.sh: $*"; }
 
+# Every report goes to a file in REPORTS as well as failing its process: a report in a rank or
+# subprocess whose failure a test expects (a killed peer, an aborting rank) still fails the run.
+REPORTS="${SANITIZE_REPORTS:-$(mktemp -d /tmp/cclx-sanitize.XXXXXX)}"
+mkdir -p "$REPORTS"
+check_reports() {  # check_reports <stage>
+  local f n=0
+  for f in "$REPORTS"/*; do
+    [ -s "$f" ] || continue
+    n=$((n + 1))
+    echo "sanitize.sh: $1: report in $f:" >&2
+    head -60 "$f" >&2
+  done
+  if [ $n -gt 0 ]; then
+    log "$1: $n sanitizer report(s) (in $REPORTS)"
+    exit 1
+  fi
+}
+
 configure() {  # configure <dir> <sanitizers> [extra cmake args]
   local dir=$1 san=$2
   shift 2
@@ -50,7 +68,7 @@ tests_in() {  # tests_in <exclude regex> <folder>...
 }
 
 stage_asan() {
-  local dir=build-asan t0 t1 t2 t3
+  local dir=build-asan t0 t1 t2 t3 crc=0 prc=0
   t0=$(date +%s)
   local py_args=()
   if "$PYTHON" -c "import nanobind" >/dev/null 2>&1; then
@@ -72,33 +90,41 @@ stage_asan() {
   cmake --build "$dir" -j"$JOBS" --target $targets
   t1=$(date +%s)
   log "asan: C++ tests (ctest)"
-  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1" \
+  ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1:log_path=$REPORTS/asan" \
   LSAN_OPTIONS="suppressions=$SUPP/lsan.supp:print_suppressions=0" \
-  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-    ctest --test-dir "$dir" --output-on-failure -j"$JOBS" -L cpp -E '^cpp\.test_gpu'
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$REPORTS/ubsan" \
+    ctest --test-dir "$dir" --output-on-failure -j"$JOBS" -L cpp -E '^cpp\.test_gpu' || crc=$?
   t2=$(date +%s)
+  check_reports "asan ctest"
+  [ "$crc" -eq 0 ] || { log "asan: ctest failed"; exit 1; }
   if [ ${#py_args[@]} -gt 0 ]; then
     log "asan: Python tests (pytest tests/python, libasan preloaded)"
-    local libasan
-    libasan="$("$CXX_SAN" -print-file-name=libasan.so)"
+    # libasan first (its interceptors must be in place before anything allocates), then
+    # libstdc++: Python itself does not link it, and ASan resolves the real __cxa_throw when it
+    # starts, so without it the first C++ exception thrown by the extension stops the process.
+    local preload
+    preload="$("$CXX_SAN" -print-file-name=libasan.so) $("$CXX_SAN" -print-file-name=libstdc++.so)"
     # detect_leaks=0: CPython keeps interned objects and module state alive until exit by design,
     # and LeakSanitizer would report those at every interpreter exit; leaks in the library are
     # checked by the C++ tests above. Stack-use-after-return stays off: CPython switches stacks
     # in its generators' frames, which that check misreads.
     # shellcheck disable=SC2086
-    LD_PRELOAD="$libasan" \
-    ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:suppressions=$SUPP/asan.supp" \
-    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$SUPP/ubsan.supp" \
+    LD_PRELOAD="$preload" \
+    ASAN_OPTIONS="detect_leaks=0:suppressions=$SUPP/asan.supp:log_path=$REPORTS/asan" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$SUPP/ubsan.supp:log_path=$REPORTS/ubsan" \
     CCLX_EXT_DIR="$PWD/$dir/python/cclx" PYTHONPATH="$PWD/python" PYTHONMALLOC=malloc \
     CCLX_ABORT_ON_ERROR=0 \
-      "$PYTHON" -m pytest -q -x -rs -p no:cacheprovider tests/python ${SANITIZE_PYTEST_ARGS:-}
+      "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/python ${SANITIZE_PYTEST_ARGS:-} ||
+      prc=$?
+    check_reports "asan pytest"
+    [ "$prc" -eq 0 ] || { log "asan: pytest failed"; exit 1; }
   fi
   t3=$(date +%s)
   timing+=("asan build $((t1 - t0)) s, ctest $((t2 - t1)) s, pytest $((t3 - t2)) s")
 }
 
 stage_tsan() {
-  local dir=build-tsan t0 t1 t2
+  local dir=build-tsan t0 t1 t2 crc=0
   t0=$(date +%s)
   configure "$dir" thread -DCCLX_BUILD_PYTHON=OFF
   # The threaded parts: store server/client threads, the watchdog (core: failure, timeout,
@@ -123,9 +149,11 @@ stage_tsan() {
   # multi-threaded process and then starts threads. The child here only runs code that does not
   # depend on the parent's threads (it talks to the server over TCP), so the fork is safe; TSan
   # keeps checking in every child.
-  TSAN_OPTIONS="die_after_fork=0:halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$SUPP/tsan.supp" \
-    ctest --test-dir "$dir" --output-on-failure -j"$JOBS" -R "$regex"
+  TSAN_OPTIONS="die_after_fork=0:halt_on_error=1:second_deadlock_stack=1:suppressions=$SUPP/tsan.supp:log_path=$REPORTS/tsan" \
+    ctest --test-dir "$dir" --output-on-failure -j"$JOBS" -R "$regex" || crc=$?
   t2=$(date +%s)
+  check_reports "tsan ctest"
+  [ "$crc" -eq 0 ] || { log "tsan: ctest failed"; exit 1; }
   timing+=("tsan build $((t1 - t0)) s, ctest $((t2 - t1)) s")
 }
 
