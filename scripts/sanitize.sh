@@ -161,4 +161,6 @@ for s in $STAGES; do
   log "stage $s"
   "stage_$s"
 done
-log "done: ${timing[*]/%/;} total $(($(date +%s) - t_start)) s"
+summary=""
+for t in "${timing[@]}"; do summary+="$t; "; done
+log "done: ${summary}total $(($(date +%s) - t_start)) s"
