@@ -9,7 +9,7 @@
 # Any report ends the process with an error, so the test fails and this script exits non-zero.
 #   SANITIZE_STAGES="tsan" bash scripts/sanitize.sh     # one stage only (default: asan tsan)
 #   SANITIZE_PYTEST_ARGS="-k window" ...                 # narrows the Python tests
-# Suppressions (tests/sanitizers/*.supp) cover third-party code only. Sanitized code runs several
+# Suppressions (tests/sanitizers/*.supp) cover third-party code only. Docs: docs/SANITIZERS.md. Sanitized code runs several
 # times slower: CCLX_TEST_TIME_SCALE (read by the test harnesses) stretches their deadlines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -144,12 +144,12 @@ stage_tsan() {
   log "tsan: $targets"
   local regex
   regex="^cpp\\.($(echo "$targets" | tr ' ' '|'))\$"
-  # die_after_fork=0: the multi-process harness (tests/cpp/helpers/mp.cc) forks the ranks while
-  # the parent's store server thread runs; TSan by default ends a child that was forked from a
-  # multi-threaded process and then starts threads. The child here only runs code that does not
-  # depend on the parent's threads (it talks to the server over TCP), so the fork is safe; TSan
-  # keeps checking in every child.
-  TSAN_OPTIONS="die_after_fork=0:halt_on_error=1:second_deadlock_stack=1:suppressions=$SUPP/tsan.supp:log_path=$REPORTS/tsan" \
+  # Fork and threads: the multi-process harness (tests/cpp/helpers/mp.cc) forks every rank before
+  # it starts the store server's thread, so no rank is forked from a process with threads (a
+  # child would inherit locks held by threads it does not have, and TSan's record of them). TSan's
+  # default die_after_fork=1 stays on: a test that forks with threads running and then starts
+  # threads in the child fails here instead of hanging somewhere else.
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$SUPP/tsan.supp:log_path=$REPORTS/tsan" \
     ctest --test-dir "$dir" --output-on-failure -j"$JOBS" -R "$regex" || crc=$?
   t2=$(date +%s)
   check_reports "tsan ctest"
