@@ -9,8 +9,9 @@
 # Any report ends the process with an error, so the test fails and this script exits non-zero.
 #   SANITIZE_STAGES="tsan" bash scripts/sanitize.sh     # one stage only (default: asan tsan)
 #   SANITIZE_PYTEST_ARGS="-k window" ...                 # narrows the Python tests
-# Suppressions (tests/sanitizers/*.supp) cover third-party code only. Docs: docs/SANITIZERS.md. Sanitized code runs several
+# Suppressions (tests/sanitizers/*.supp) cover third-party code only. Sanitized code runs several
 # times slower: CCLX_TEST_TIME_SCALE (read by the test harnesses) stretches their deadlines.
+# Docs: docs/SANITIZERS.md. The GPU suites under compute-sanitizer: scripts/gpu_sanitize.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGES="${SANITIZE_STAGES:-asan tsan}"
