@@ -261,6 +261,13 @@ const Entry kOutside[] = {
                  "GPU Python tests: the port of the reference process group"),
     CCLX_OUTSIDE("CCLX_TEST_WINDOW_ROUNDS", "10000",
                  "GPU window tests: back-to-back rounds of the window stress case"),
+    CCLX_OUTSIDE("CCLX_TEST_TIME_SCALE", "1",
+                 "Tests: a factor stretching the test harnesses' deadlines (sanitized runs)"),
+    CCLX_OUTSIDE("CCLX_EXTRAS", "every extra",
+                 "scripts/test.sh, run.sh: the pyproject extras installed into the virtual "
+                 "environment, space-separated"),
+    CCLX_OUTSIDE("CCLX_VENV", "`.venv`",
+                 "scripts/test.sh, run.sh: the folder of the project's virtual environment"),
     CCLX_OUTSIDE("CCLX_TEST_EXCHANGE_SIZES", "2..8",
                  "Host exchange tests: the world sizes to run (e.g. `\"2 5\"`)"),
 };

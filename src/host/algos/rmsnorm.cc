@@ -12,6 +12,7 @@
 // residualOut == residual works because a row's residual is read before its residual output is
 // written, by the rank that writes it.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -26,18 +27,52 @@ namespace cclx {
 namespace {
 
 template <class T>
+bool alignedFor(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % alignof(T) == 0;
+}
+
+template <class T>
 void rowsTyped(const RmsNormArgs& r, const char* ar, size_t row0, size_t rows) {
   const size_t H = r.hidden;
   std::vector<float> tmp(H);
+  // The caller's buffers may start at any byte (a [tokens, hidden] view into a byte buffer): when
+  // one is not aligned for T, every row goes through aligned copies, so that rowHost's typed
+  // loads and stores are aligned (an unaligned one is undefined behaviour, and vectorized code
+  // may rely on the alignment).
+  const bool direct = alignedFor<T>(ar) && alignedFor<T>(r.residual) &&
+                      alignedFor<T>(r.weight) && alignedFor<T>(r.residualOut) &&
+                      (!r.out || alignedFor<T>(r.out));
+  const size_t rowBytes = H * sizeof(T);
+  std::vector<T> a, res, w, rOut, y;
+  if (!direct) {
+    a.resize(H);
+    res.resize(H);
+    w.resize(H);
+    rOut.resize(H);
+    if (r.out) y.resize(H);
+    std::memcpy(w.data(), r.weight, rowBytes);
+  }
   for (size_t k = 0; k < rows; ++k) {
     const size_t i = row0 + k;
     const size_t off = i * H;
-    rms::rowHost<T>(reinterpret_cast<const T*>(ar) + k * H,
-                    static_cast<const T*>(r.residual) + off, static_cast<const T*>(r.weight), H,
-                    r.eps, static_cast<T*>(r.residualOut) + off,
-                    r.out ? static_cast<T*>(r.out) + off : nullptr,
-                    r.fp8Out ? static_cast<uint8_t*>(r.fp8Out) + off : nullptr,
-                    r.fp8Out ? r.scales + i : nullptr, r.staticScale, tmp.data());
+    uint8_t* q = r.fp8Out ? static_cast<uint8_t*>(r.fp8Out) + off : nullptr;
+    float* scale = r.fp8Out ? r.scales + i : nullptr;
+    if (direct) {
+      rms::rowHost<T>(reinterpret_cast<const T*>(ar) + k * H,
+                      static_cast<const T*>(r.residual) + off, static_cast<const T*>(r.weight),
+                      H, r.eps, static_cast<T*>(r.residualOut) + off,
+                      r.out ? static_cast<T*>(r.out) + off : nullptr, q, scale, r.staticScale,
+                      tmp.data());
+      continue;
+    }
+    // Inputs are read in full before any output is written: the aliasing rowHost allows
+    // (residualOut == residual, out == the allreduce result) holds for the copies too.
+    std::memcpy(a.data(), ar + k * rowBytes, rowBytes);
+    std::memcpy(res.data(), static_cast<const char*>(r.residual) + off * sizeof(T), rowBytes);
+    rms::rowHost<T>(a.data(), res.data(), w.data(), H, r.eps, rOut.data(),
+                    r.out ? y.data() : nullptr, q, scale, r.staticScale, tmp.data());
+    std::memcpy(static_cast<char*>(r.residualOut) + off * sizeof(T), rOut.data(), rowBytes);
+    if (r.out) std::memcpy(static_cast<char*>(r.out) + off * sizeof(T), y.data(), rowBytes);
   }
 }
 

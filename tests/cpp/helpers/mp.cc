@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace cclx::test {
@@ -20,12 +21,20 @@ namespace {
 int gRank = -1;
 std::atomic<int> gRunCount{0};
 
-void childMain(int rank, int n, int port, const std::string& jobId, int outFd,
+// The store server's port comes from the parent through `portFd` once every rank is forked (EOF:
+// the parent could not start the server).
+void childMain(int rank, int n, int portFd, const std::string& jobId, int outFd,
                const std::function<void(int, int, std::shared_ptr<Store>)>& fn) {
   gRank = rank;
   if (dup2(outFd, STDOUT_FILENO) < 0 || dup2(outFd, STDERR_FILENO) < 0) _exit(3);
   close(outFd);
   setvbuf(stdout, nullptr, _IOLBF, 0);
+  int port = 0;
+  ssize_t got;
+  while ((got = read(portFd, &port, sizeof(port))) < 0 && errno == EINTR) {
+  }
+  close(portFd);
+  if (got != ssize_t(sizeof(port))) _exit(3);
   int code = 0;
   try {
     auto store = TcpStore::create("127.0.0.1", port, false, jobId, std::chrono::seconds(60));
@@ -58,6 +67,12 @@ void drainLines(std::string& buf, int rank, std::string& log, bool flushAll) {
   }
 }
 }  // namespace
+
+int timeScale() {
+  const char* v = std::getenv("CCLX_TEST_TIME_SCALE");
+  const int s = v ? std::atoi(v) : 1;
+  return s > 1 ? s : 1;
+}
 
 bool MpResult::ok() const {
   if (exitCodes.empty()) return false;
@@ -104,38 +119,64 @@ MpResult runRanks(int n, const std::function<void(int, int, std::shared_ptr<Stor
     return res;
   }
   std::string jobId = "mp-" + std::to_string(getpid()) + "-" + std::to_string(gRunCount++);
-  auto server = TcpStore::create("127.0.0.1", 0, true, jobId, std::chrono::seconds(60));
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids(size_t(n), -1);
   std::vector<int> fds(size_t(n), -1);
+  std::vector<int> portFds(size_t(n), -1);
   std::vector<std::string> bufs(static_cast<size_t>(n));
   res.exitCodes.assign(size_t(n), -1);
+  // The ranks are forked before the store server (and its thread) starts: a fork while another
+  // thread holds a lock (the allocator's, e.g. when the server serves an earlier rank) would
+  // leave that lock held forever in the child. The ranks learn the port through a pipe.
   for (int r = 0; r < n; ++r) {
-    int p[2];
+    int p[2], q[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
       res.log += std::string("pipe2 failed: ") + std::strerror(errno) + "\n";
+      break;
+    }
+    if (pipe2(q, O_CLOEXEC) != 0) {
+      res.log += std::string("pipe2 failed: ") + std::strerror(errno) + "\n";
+      close(p[0]);
+      close(p[1]);
       break;
     }
     pid_t pid = fork();
     if (pid < 0) {
       res.log += std::string("fork failed: ") + std::strerror(errno) + "\n";
-      close(p[0]);
-      close(p[1]);
+      for (int f : {p[0], p[1], q[0], q[1]}) close(f);
       break;
     }
     if (pid == 0) {
       close(p[0]);
-      childMain(r, n, server->port(), jobId, p[1], fn);
+      close(q[1]);
+      for (int k = 0; k < r; ++k) close(portFds[size_t(k)]);  // the earlier ranks' pipes
+      childMain(r, n, q[0], jobId, p[1], fn);
     }
     close(p[1]);
+    close(q[0]);
     fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
     pids[size_t(r)] = pid;
     fds[size_t(r)] = p[0];
+    portFds[size_t(r)] = q[1];
+  }
+  std::shared_ptr<TcpStore> server;
+  try {
+    server = TcpStore::create("127.0.0.1", 0, true, jobId, std::chrono::seconds(60));
+  } catch (const std::exception& e) {
+    res.log += std::string("[harness] the store server did not start: ") + e.what() + "\n";
+  }
+  const int port = server ? server->port() : 0;
+  for (int& f : portFds) {
+    if (f < 0) continue;
+    if (server && write(f, &port, sizeof(port)) != ssize_t(sizeof(port)))
+      res.log += std::string("[harness] cannot pass the port: ") + std::strerror(errno) + "\n";
+    close(f);  // without a server: EOF, the rank exits with code 3
+    f = -1;
   }
   if (afterFork) afterFork();
 
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto deadline = std::chrono::steady_clock::now() + timeout * timeScale();
   int running = 0;
   for (pid_t p : pids) running += p > 0;
   std::vector<bool> done(size_t(n), false);

@@ -28,14 +28,19 @@ struct MpResult {
   bool ok() const;
 };
 
-/// `afterFork` (optional) runs in the parent once every rank is forked, before the wait (a test
-/// may start threads there: none exist while the harness forks).
+/// `afterFork` (optional) runs in the parent once every rank is forked and the store server
+/// started, before the wait (a test may start threads there). The harness forks before it starts
+/// the server's thread: the caller should have no threads running either when it calls runRanks.
 MpResult runRanks(int n, const std::function<void(int rank, int size, std::shared_ptr<Store>)>& fn,
                   std::chrono::seconds timeout = std::chrono::seconds(300),
                   const std::function<void()>& afterFork = {});
 
 std::shared_ptr<Comm> makeCpuComm(int rank, int size, std::shared_ptr<Store> store,
                                   Options opts = {});
+
+/// CCLX_TEST_TIME_SCALE (an integer, default 1): the factor by which runRanks stretches its
+/// deadline; sanitized builds, several times slower, set it (scripts/sanitize.sh).
+int timeScale();
 
 /// Rank of this process inside runRanks (-1 in the parent).
 int mpRank();

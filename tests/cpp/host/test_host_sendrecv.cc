@@ -260,7 +260,7 @@ TEST(HostSendRecv, LoweredCollectives) {
             Buf single = poisoned(N * bytes + 4);
             const void* in = mine.data();
             if (rank == root) {
-              std::memcpy(single.data() + size_t(rank) * bytes, mine.data(), bytes);
+              if (bytes) std::memcpy(single.data() + size_t(rank) * bytes, mine.data(), bytes);
               in = single.data() + size_t(rank) * bytes;
             }
             comm.gatherSingle(in, single.data(), count, t, root);

@@ -4,6 +4,7 @@
 // real job of 4 ranks from forming (and running an allreduce checked against a reference).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -259,8 +260,14 @@ void badClient(int port, int kind, const std::atomic<bool>& stop, std::atomic<ui
 }
 
 TEST(StoreLimits, TwoHundredBadClientsDoNotStopARealJob) {
-  auto server = TcpStore::create("127.0.0.1", 0, true, "flood-job", 60s, kToken);
-  const int port = server->port();
+  // The ranks are forked before the server (and its thread) starts: they learn its port through
+  // a shared page that the parent fills once every rank exists (forking a process with threads
+  // leaves the children with the state of threads they do not have).
+  void* page = mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  int* sharedPort = static_cast<int*>(page);
+  *sharedPort = 0;
+  std::shared_ptr<TcpStore> server;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> rounds{0}, leaks{0};
   std::vector<std::thread> bad;
@@ -271,8 +278,11 @@ TEST(StoreLimits, TwoHundredBadClientsDoNotStopARealJob) {
   auto t0 = Clock::now();
   auto res = cclx::test::runRanks(
       4,
-      [port](int rank, int size, std::shared_ptr<cclx::Store>) {
+      [sharedPort](int rank, int size, std::shared_ptr<cclx::Store>) {
         std::this_thread::sleep_for(1500ms);  // the flood is in full swing by then
+        int port = 0;
+        while ((port = __atomic_load_n(sharedPort, __ATOMIC_ACQUIRE)) == 0)
+          std::this_thread::sleep_for(10ms);
         auto start = Clock::now();
         auto base = TcpStore::create("127.0.0.1", port, false, "flood-job", 60s, kToken);
         auto store = cclx::prefixStore(base, "flood/");
@@ -299,6 +309,9 @@ TEST(StoreLimits, TwoHundredBadClientsDoNotStopARealJob) {
       },
       120s,
       [&] {
+        server = TcpStore::create("127.0.0.1", 0, true, "flood-job", 60s, kToken);
+        const int port = server->port();
+        __atomic_store_n(sharedPort, port, __ATOMIC_RELEASE);
         for (int i = 0; i < 200; ++i)
           bad.emplace_back(badClient, port, i, std::cref(stop), std::ref(rounds), std::ref(leaks));
         watch = std::thread([&] {
@@ -328,6 +341,7 @@ TEST(StoreLimits, TwoHundredBadClientsDoNotStopARealJob) {
   EXPECT_LE(size_t(maxPending.load()), defaults.maxPending);
   EXPECT_LE(maxBytes.load(), defaults.maxPending * (4 + st::kMaxHandshakeFrame));
   EXPECT_EQ(server->get("flood/rank-3", 1s), "here");
+  munmap(page, sizeof(int));
 }
 
 }  // namespace
