@@ -51,11 +51,16 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
   const auto recorded = [&](int word) {
     return errHost[word] ? (long long)errHost[word] : (long long)timeout.count();
   };
-  if (errHost[kErrCode] == kErrTimeout) {
-    const long long ms = recorded(kErrTimeoutMs);
+  // The ranks the kernel named in the error words (missing, or sending the wrong size).
+  const auto named = [&] {
     uint32_t mask = 0;
     for (int r = 0; r < size && r < kMaxRanks; ++r)
       if (errHost[kErrMissing + r]) mask |= 1u << r;
+    return mask;
+  };
+  if (errHost[kErrCode] == kErrTimeout) {
+    const long long ms = recorded(kErrTimeoutMs);
+    const uint32_t mask = named();
     return {cclxTimeout,
             strFormat("rank %d: a collective or window wait_signal on comm '%s' (cuda:%d) timed "
                       "out after %lld ms waiting for rank(s) %s; its output is NaN and the comm "
@@ -63,9 +68,7 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
                       rank, name.c_str(), device, ms, rankList(mask).c_str())};
   }
   if (errHost[kErrCode] == kErrMismatch) {
-    uint32_t mask = 0;
-    for (int r = 0; r < size && r < kMaxRanks; ++r)
-      if (errHost[kErrMissing + r]) mask |= 1u << r;
+    const uint32_t mask = named();
     return {cclxInvalidUsage,
             strFormat("rank %d: on comm '%s' (cuda:%d) rank(s) %s sent a message of another size "
                       "than this rank expected (all-to-all-v counts disagree); its output is NaN "

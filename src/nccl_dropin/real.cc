@@ -194,19 +194,7 @@ ncclResult_t missing(const char* name) {
               strFormat("%s is not in the loaded NCCL %d (%s)", name, L.version, L.path.c_str()));
 }
 
-const char* errorName(ncclResult_t r) {
-  switch (r) {
-    case nccl::ncclSuccess: return "no error";
-    case nccl::ncclUnhandledCudaError: return "unhandled cuda error";
-    case nccl::ncclSystemError: return "unhandled system error";
-    case nccl::ncclInternalError: return "internal error";
-    case nccl::ncclInvalidArgument: return "invalid argument";
-    case nccl::ncclInvalidUsage: return "invalid usage";
-    case nccl::ncclRemoteError: return "remote process exited or there was a network error";
-    case nccl::ncclInProgress: return "NCCL operation in progress";
-  }
-  return "unknown result code";
-}
+const char* errorName(ncclResult_t r) { return nccl::resultName(r); }
 
 }  // namespace dropin
 }  // namespace cclx

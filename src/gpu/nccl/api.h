@@ -27,6 +27,21 @@ typedef enum : int {
   ncclInProgress = 7,
 } ncclResult_t;
 
+/// NCCL's own text for a result code (as its ncclGetErrorString), for where no library says it.
+inline const char* resultName(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+  }
+  return "unknown result code";
+}
+
 typedef enum : int {
   ncclInt8 = 0,
   ncclUint8 = 1,

@@ -14,19 +14,6 @@ namespace {
 
 std::atomic<const NcclLib*> gInstalled{nullptr};
 
-const char* codeName(nccl::ncclResult_t r) {
-  switch (r) {
-    case nccl::ncclSuccess: return "no error";
-    case nccl::ncclUnhandledCudaError: return "unhandled cuda error";
-    case nccl::ncclSystemError: return "unhandled system error";
-    case nccl::ncclInternalError: return "internal error";
-    case nccl::ncclInvalidArgument: return "invalid argument";
-    case nccl::ncclInvalidUsage: return "invalid usage";
-    case nccl::ncclRemoteError: return "remote process exited or there was a network error";
-    case nccl::ncclInProgress: return "NCCL operation in progress";
-  }
-  return "unknown result code";
-}
 
 }  // namespace
 
@@ -43,7 +30,7 @@ void ncclCheck(nccl::ncclResult_t r, const char* what, nccl::ncclComm_t comm) {
   const char* str = l.getErrorString ? l.getErrorString(r) : nullptr;
   const char* last = (comm && l.getLastError) ? l.getLastError(comm) : nullptr;
   CCLX_THROW(cclxNcclError, "%s failed: NCCL error %d (%s)%s%s", what, int(r),
-             str && *str ? str : codeName(r), last && *last ? ": " : "",
+             str && *str ? str : nccl::resultName(r), last && *last ? ": " : "",
              last && *last ? last : "");
 }
 
