@@ -1,6 +1,6 @@
 // CCLX_TEST_GROW_FAIL (core/failure/grow_fault.h): the parsing, which growth of which rank fails,
 // and that the variable is a known setting (no "unknown variable" warning). The growth itself
-// runs on a GPU: tests/cpp/gpu/test_gpu_grow_faults.cc.
+// runs on a GPU: tests/cpp/gpu/failure/test_gpu_grow_faults.cc.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

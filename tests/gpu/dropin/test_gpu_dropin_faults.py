@@ -7,7 +7,7 @@ captured on forked streams replay exactly; destroy after async calls leaks nothi
 Needs two GPUs: several ranks on one GPU cannot run NCCL (it refuses two ranks on one device),
 so the drop-in cannot be tested at two ranks on a one-GPU machine (skipped, with that reason).
 The same setup sequence runs without a GPU in tests/cpp/core/test_setup.cc and, for cclx comms with
-ranks sharing one GPU, in tests/cpp/gpu/test_gpu_faults.cc."""
+ranks sharing one GPU, in tests/cpp/gpu/failure/test_gpu_faults.cc."""
 import os
 import subprocess
 import sys
