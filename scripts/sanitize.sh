@@ -88,7 +88,13 @@ stage_asan() {
   configure "$dir" address,undefined "${py_args[@]}"
   # The GPU suites skip without a GPU (scripts/gpu_sanitize.sh runs them on one).
   local targets
-  targets=$(tests_in '^test_gpu' core dropin host store)
+  # every CPU test folder of tests/cpp (all but gpu/ and helpers/), so a new folder is included
+  local folders
+  folders=$(cd tests/cpp && for d in */; do
+    d=${d%/}
+    [ "$d" = gpu ] || [ "$d" = helpers ] || echo "$d"
+  done)
+  targets=$(tests_in '^test_gpu' $folders)
   [ ${#py_args[@]} -eq 0 ] || targets+=" _C"
   log "asan: building $(echo "$targets" | wc -w) targets in $dir"
   # shellcheck disable=SC2086
