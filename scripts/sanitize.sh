@@ -94,7 +94,7 @@ stage_asan() {
     d=${d%/}
     [ "$d" = gpu ] || [ "$d" = helpers ] || echo "$d"
   done)
-  targets=$(tests_in '^test_gpu' $folders)
+  targets="$(tests_in '^test_gpu' $folders) cclx_settings_doc"  # the doc check (docs.settings)
   [ ${#py_args[@]} -eq 0 ] || targets+=" _C"
   log "asan: building $(echo "$targets" | wc -w) targets in $dir"
   # shellcheck disable=SC2086
