@@ -17,6 +17,9 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>  // __host__, __device__, __forceinline__ (nvcc predefines them)
+#endif
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define CCLX_HD __host__ __device__ __forceinline__
 #else
