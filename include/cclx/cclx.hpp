@@ -295,6 +295,26 @@ class Comm : public std::enable_shared_from_this<Comm> {
   std::shared_ptr<Work> allToAllV(const void* send, const std::vector<size_t>& sendCounts,
                                   void* recv, const std::vector<size_t>& recvCounts,
                                   DataType dtype, const CollOptions& o = {});
+  /// All-to-all-v whose split sizes live where the data does (device memory on CUDA comms, host
+  /// memory on CPU comms), in rows of `rowElems` elements (torchcomms' device_alltoallv_single):
+  /// sendRows[p] rows of send go to rank p, packed in rank order (displacements are the exclusive
+  /// prefix sums of sendRows, computed where the counts are); recvRows[p] rows from rank p land
+  /// packed in rank order in recv. No host synchronization on CUDA comms (the counts are read by
+  /// the device at run time, so a CUDA graph replays it with counts that change between replays).
+  /// sendCapRows / recvCapRows: the rows send and recv hold; a sum of splits beyond them, or a
+  /// recvRows[p] that differs from rank p's sendRows[rank], fails the operation (an error naming
+  /// the ranks, recv poisoned) instead of writing out of bounds.
+  std::shared_ptr<Work> allToAllVDevice(const void* send, void* recv, const int64_t* sendRows,
+                                        const int64_t* recvRows, size_t rowElems, DataType dtype,
+                                        size_t sendCapRows, size_t recvCapRows,
+                                        const CollOptions& o = {});
+  /// NCCLX's reduce_scatter_quantized: f32 send (size() * count) and recv (count); the
+  /// contributions travel as bf16 rounded stochastically (a counter-based hash of `seed`, the
+  /// element index and the rank: the same seed gives the same result), accumulate in f32. op SUM
+  /// or AVG. `seed` is one int64 where the data lives (device memory on CUDA comms).
+  std::shared_ptr<Work> reduceScatterQuantized(const float* send, float* recv, size_t count,
+                                               ReduceOp op, const int64_t* seed,
+                                               const CollOptions& o = {});
   std::shared_ptr<Work> send(const void* buf, size_t count, DataType dtype, int peer,
                              const CollOptions& o = {});
   std::shared_ptr<Work> recv(void* buf, size_t count, DataType dtype, int peer,
@@ -350,6 +370,12 @@ class Comm : public std::enable_shared_from_this<Comm> {
   void setHints(const std::map<std::string, std::string>& hints);
   /// "cclx <version>", plus the NCCL version a CUDA comm runs on ("... NCCL 2.28.9").
   std::string backendVersion() const;
+  /// This comm's state for hang debugging (NCCLX's comm_dump): flat key -> value text, among them
+  /// "rank", "size", "backend", "ops_issued", "ops_completed", "last_op", "last_completed_op",
+  /// "in_flight" (the operations issued and not known complete), "failure" (the failure word and
+  /// the rank it names, "none" when healthy), "aborted", and "algo.<collective>" for the algorithm
+  /// the last call of each collective ran. Local; never blocks on peers; works on an aborted comm.
+  std::map<std::string, std::string> dump() const;
 
   /// Collective over all ranks of this comm: those listed in `ranks` get a new comm (ranks
   /// renumbered in list order); the others get nullptr.

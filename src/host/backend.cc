@@ -169,6 +169,9 @@ class HostBackend final : public Backend {
         return algo == Algo::RmsOneShot   ? rmsOneShot_.get()
                : algo == Algo::RmsTwoShot ? rmsTwoShot_.get()
                                           : nullptr;
+      case CollType::AllToAllVDevice:
+      case CollType::ReduceScatterQuantized:
+        CCLX_THROW(cclxUnsupported, "host backend: %s is not implemented yet", collName(a.type));
     }
     CCLX_THROW(cclxInternalError, "host backend: unknown collective %d", int(a.type));
   }

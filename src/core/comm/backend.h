@@ -34,6 +34,8 @@ enum class CollType : int {
                    // all-to-all (lists) are lowered onto it by Comm (`what` names them)
   ReduceScatterV,  // sendList (size() entries of recvCounts[r] elements); recv gets recvCounts[rank]
   AllReduceRmsNorm,  // fused allreduce + residual add + RMSNorm (+ FP8): CollArgs::rms
+  AllToAllVDevice,   // split sizes in rows where the data is (CollArgs::rows)
+  ReduceScatterQuantized,  // f32 in/out, bf16 stochastic rounding on the wire (CollArgs::seed)
 };
 const char* collName(CollType t);
 struct CollArgs;
@@ -62,6 +64,14 @@ struct CollArgs {
   CollOptions opts;                   // async, stream, timeout (resolved: never 0), hints
   RmsNormArgs rms;                    // AllReduceRmsNorm (send = rms.x, recv = rms.out,
                                       // count = tokens * hidden)
+  struct DeviceRows {                 // AllToAllVDevice (count = 0; dtype = the rows' elements)
+    const int64_t* send = nullptr;    // size() split sizes in rows (device memory on CUDA comms)
+    const int64_t* recv = nullptr;    // size() split sizes in rows
+    size_t rowElems = 0;              // elements per row
+    size_t sendCap = 0;               // rows that send holds
+    size_t recvCap = 0;               // rows that recv holds
+  } rows;
+  const int64_t* seed = nullptr;      // ReduceScatterQuantized: one int64 (where the data is)
   size_t bytes() const { return count * dtypeSize(dtype); }
   bool inPlace() const { return send == recv; }
 };

@@ -32,6 +32,8 @@ const char* apiName(CollType t) {
     case CollType::SendRecv: return "batch";
     case CollType::ReduceScatterV: return "reduce_scatter_v";
     case CollType::AllReduceRmsNorm: return "all_reduce_rmsnorm";
+    case CollType::AllToAllVDevice: return "all_to_all_v_device";
+    case CollType::ReduceScatterQuantized: return "reduce_scatter_quantized";
   }
   return "collective";
 }
@@ -41,7 +43,7 @@ const char* apiLabel(const CollArgs& a) { return a.what ? a.what : apiName(a.typ
 
 bool isReduction(CollType t) {
   return t == CollType::AllReduce || t == CollType::Reduce || t == CollType::ReduceScatter ||
-         t == CollType::ReduceScatterV;
+         t == CollType::ReduceScatterV || t == CollType::ReduceScatterQuantized;
 }
 
 void checkDtype(DataType dtype) {
@@ -204,6 +206,24 @@ void validate(const CollArgs& a, int rank, int size) {
       break;
     case CollType::AllReduceRmsNorm:
       validateRms(a.rms, true);
+      break;
+    case CollType::AllToAllVDevice:
+      CCLX_ARG_CHECK(a.rows.send && a.rows.recv, "%s: split sizes are null", name);
+      CCLX_ARG_CHECK(a.rows.rowElems > 0, "%s: rows of 0 elements", name);
+      checkCount(a.rows.rowElems, a.dtype, 1);
+      CCLX_ARG_CHECK(a.rows.sendCap <= SIZE_MAX / a.rows.rowElems &&
+                         a.rows.recvCap <= SIZE_MAX / a.rows.rowElems,
+                     "%s: capacity overflows", name);
+      checkBuf(a.send, a.rows.sendCap * a.rows.rowElems, "send");
+      checkBuf(a.recv, a.rows.recvCap * a.rows.rowElems, "recv");
+      break;
+    case CollType::ReduceScatterQuantized:
+      CCLX_ARG_CHECK(a.dtype == DataType::f32, "%s: f32 only (got %s)", name, dtypeName(a.dtype));
+      CCLX_ARG_CHECK(a.op.kind == RedOpKind::SUM || a.op.kind == RedOpKind::AVG,
+                     "%s: op %s (SUM or AVG only)", name, opName(a.op.kind));
+      CCLX_ARG_CHECK(a.seed != nullptr, "%s: seed is null", name);
+      checkBuf(a.send, a.count, "send");
+      checkBuf(a.recv, a.count, "recv");
       break;
   }
 }
@@ -418,6 +438,28 @@ std::shared_ptr<Work> Comm::allToAllV(const void* send, const std::vector<size_t
   CollArgs a = baseArgs(*st_, CollType::AllToAllV, send, recv, 0, dtype, o);
   a.sendCounts = sendCounts;
   a.recvCounts = recvCounts;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::allToAllVDevice(const void* send, void* recv, const int64_t* sendRows,
+                                            const int64_t* recvRows, size_t rowElems,
+                                            DataType dtype, size_t sendCapRows,
+                                            size_t recvCapRows, const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::AllToAllVDevice, send, recv, 0, dtype, o);
+  a.rows.send = sendRows;
+  a.rows.recv = recvRows;
+  a.rows.rowElems = rowElems;
+  a.rows.sendCap = sendCapRows;
+  a.rows.recvCap = recvCapRows;
+  return dispatch(*st_, a);
+}
+
+std::shared_ptr<Work> Comm::reduceScatterQuantized(const float* send, float* recv, size_t count,
+                                                   ReduceOp op, const int64_t* seed,
+                                                   const CollOptions& o) {
+  CollArgs a = baseArgs(*st_, CollType::ReduceScatterQuantized, send, recv, count, DataType::f32, o);
+  a.op = op;
+  a.seed = seed;
   return dispatch(*st_, a);
 }
 

@@ -100,6 +100,8 @@ const char* collName(CollType t) {
     case CollType::SendRecv: return "SendRecv";
     case CollType::ReduceScatterV: return "ReduceScatterV";
     case CollType::AllReduceRmsNorm: return "AllReduceRmsNorm";
+    case CollType::AllToAllVDevice: return "AllToAllVDevice";
+    case CollType::ReduceScatterQuantized: return "ReduceScatterQuantized";
   }
   return "Unknown";
 }

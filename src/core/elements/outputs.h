@@ -39,6 +39,8 @@ inline std::vector<std::pair<void*, size_t>> outputSpans(const CollArgs& a, int 
       for (const P2PRecv& m : a.recvs) add(m.buf, m.count * es);
       break;
     case CollType::ReduceScatterV: add(a.recv, a.outCount * es); break;
+    case CollType::AllToAllVDevice: add(a.recv, a.rows.recvCap * a.rows.rowElems * es); break;
+    case CollType::ReduceScatterQuantized: add(a.recv, a.count * es); break;
     case CollType::AllReduceRmsNorm:
       add(a.rms.residualOut, a.count * es);
       add(a.rms.out, a.count * es);

@@ -252,6 +252,8 @@ void ncclRunCollective(const CollArgs& a, ncclComm_t c, int rank, int size, nccl
       return;
     }
     case CollType::Barrier:
+    case CollType::AllToAllVDevice:         // lowered by the backend before NCCL runs it
+    case CollType::ReduceScatterQuantized:  // lowered by the backend before NCCL runs it
     case CollType::AllReduceRmsNorm:  // the backend runs NCCL's allreduce + a norm kernel
       break;
   }
