@@ -43,6 +43,9 @@ enum : int {
 ///                         raise the abort word on every rank
 ///   [kErrTimeoutMs]       the timeout (ms) of this rank's call that hit its deadline (kErrTimeout)
 ///   [kErrOriginTimeoutMs] the origin's timeout (ms) when the abort word is a timeout; 0: unknown
+///   [kErrWaitingFor + r]  1: a kernel of this rank was waiting for rank r when it found the abort
+///                         word raised (a peer that timed out waiting for this rank was in fact
+///                         waiting behind rank r: the messages name r too)
 /// Kernels never trap; they record, stop, poison their output and return (device/fail.cuh).
 enum : uint32_t { kErrNone = 0, kErrTimeout = 1, kErrPeerAbort = 2, kErrMismatch = 3 };
 enum : int {
@@ -53,7 +56,8 @@ enum : int {
   kErrHostAbort = 3 + kMaxRanks,
   kErrTimeoutMs = 4 + kMaxRanks,
   kErrOriginTimeoutMs = 5 + kMaxRanks,
-  kErrorWords = 6 + kMaxRanks,
+  kErrWaitingFor = 6 + kMaxRanks,
+  kErrorWords = 6 + 2 * kMaxRanks,
 };
 /// Reasons carried in the abort word (bits 16..23; bits 0..15 hold origin rank + 1).
 enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2, kAbortMismatch = 3 };

@@ -85,12 +85,22 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
                       "from then on have NaN outputs and the comm is unusable",
                       rank, name.c_str(), origin, rankList(errHost[kErrOriginMissing]).c_str())};
   const long long ms = recorded(kErrOriginTimeoutMs);
-  if (reason == kAbortTimeout)
+  if (reason == kAbortTimeout) {
+    // The origin waited for this rank while this rank waited behind others: name those too.
+    uint32_t behind = 0;
+    for (int r = 0; r < size && r < kMaxRanks; ++r)
+      if (errHost[kErrWaitingFor + r] && r != rank) behind |= 1u << r;
+    const std::string chain =
+        (errHost[kErrOriginMissing] >> rank & 1u) && behind
+            ? strFormat(" (this rank was waiting for rank(s) %s)", rankList(behind).c_str())
+            : std::string();
     return {cclxTimeout,
             strFormat("rank %d: comm '%s' failed: rank %d timed out after %lld ms waiting for "
-                      "rank(s) %s; collectives from then on have NaN outputs and the comm is "
+                      "rank(s) %s%s; collectives from then on have NaN outputs and the comm is "
                       "unusable",
-                      rank, name.c_str(), origin, ms, rankList(errHost[kErrOriginMissing]).c_str())};
+                      rank, name.c_str(), origin, ms, rankList(errHost[kErrOriginMissing]).c_str(),
+                      chain.c_str())};
+  }
   if (origin == rank || origin < 0)
     return {cclxAborted, strFormat("rank %d: comm '%s' was aborted; collectives from then on have "
                                    "NaN outputs",

@@ -64,13 +64,14 @@ __device__ __forceinline__ void noteAbort(const FailParams& f) {
 }
 
 /// Raises the abort word on every rank (this one first): reason kAbortTimeout (with `missing`, a
-/// rank mask, and this call's timeout in kCtlTimeoutMs) or kAbortHost.
+/// rank mask OR-ed into every rank's kCtlMissing, so blocks or ranks that time out waiting for
+/// different peers name them all, and this call's timeout in kCtlTimeoutMs) or kAbortHost.
 __device__ __forceinline__ void raiseAbort(const FailParams& f, uint32_t reason, uint32_t missing) {
   const uint32_t word = reason << 16 | uint32_t(f.rank + 1);
   const int slot = reason == kAbortTimeout ? kCtlTimeout : kCtlHost;
   for (int i = 0; i < f.size; ++i) {
     const int r = (f.rank + i) % f.size;
-    if (missing) stVolatile4(ctlWord(f, r, kCtlMissing), missing);
+    if (missing) atomOrRelaxedSys4(reinterpret_cast<uint32_t*>(ctlWord(f, r, kCtlMissing)), missing);
     if (reason == kAbortTimeout) stVolatile4(ctlWord(f, r, kCtlTimeoutMs), f.timeoutMs);
     fenceSystem();
     stVolatile4(ctlWord(f, r, slot), word);
@@ -127,6 +128,7 @@ struct Waiter {
   __device__ __forceinline__ bool again(int peer) {
     if ((++spins & 255u) != 0) return true;
     if (abortWord(f) != 0u) {
+      static_cast<volatile uint32_t*>(f.err)[kErrWaitingFor + peer] = 1u;  // named in messages
       noteAbort(f);
       return false;
     }

@@ -90,6 +90,10 @@ __device__ __forceinline__ uint64_t ldRelaxedSys(const uint64_t* p) {
 __device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+/// Atomic *p |= v at system scope, relaxed (masks several ranks or blocks add bits to).
+__device__ __forceinline__ void atomOrRelaxedSys4(uint32_t* p, uint32_t v) {
+  asm volatile("red.relaxed.sys.global.or.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 
 // ---- LL16 packets: 16 bytes = {data0, flag, data1, flag} ----
 
@@ -262,6 +266,9 @@ __device__ __forceinline__ uint64_t ldRelaxedSys(const uint64_t* p) {
 }
 __device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
   (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ void atomOrRelaxedSys4(uint32_t* p, uint32_t v) {
+  (void)__hip_atomic_fetch_or(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
 }
 
 // ---- LL16 packets: 16 bytes = {data0, flag, data1, flag} ----
