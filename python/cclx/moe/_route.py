@@ -114,7 +114,7 @@ def combine_impl(comm: Any, expert_out: Any, send_counts: Any, recv_counts: Any,
     T = comb_idx.shape[0]
     H = expert_out.shape[1]
     dev = expert_out.device
-    nan = torch.tensor(float("nan"), dtype=torch.float32, device=dev)
+    nan = torch.full((), float("nan"), dtype=torch.float32, device=dev)  # fills: capturable
     zero = torch.zeros((), dtype=torch.float32, device=dev)
     partial = torch.where(flags[0], nan, zero).expand(R, H).clone()
     if expert_out.shape[0]:

@@ -36,11 +36,13 @@ def one(ctx, seed, H, k, L, dtype, kind, fp8, Ts=None, bound=None, mode="auto"):
     x, ids, w = data[r]
     et, h = moe.dispatch(ctx.comm, x, ids, w, E, fp8=fp8, max_tokens_per_rank=bound, mode=mode)
     what = f"{kind} H={H} k={k} L={L} {dtype} fp8={fp8} T={Ts}"
-    assert et.dtype == x.dtype and et.shape[1] == H, what
+    # Both exchanges first, the checks after: a failing check on one rank must not leave the
+    # others waiting in a collective (the following cases would see a desynchronized comm).
+    y = moe.combine(ctx.comm, apply_experts(et, h.expert_counts, h.expert_offsets, r, L), h)
     try:
+        assert et.dtype == x.dtype and et.shape[1] == H, "expert_tokens dtype / shape"
         check_dispatch(et, h.expert_counts, h.expert_offsets, data, r, L, fp8, DT[dtype])
-        y = moe.combine(ctx.comm, apply_experts(et, h.expert_counts, h.expert_offsets, r, L), h)
-        assert y.shape == x.shape and y.dtype == x.dtype, what
+        assert y.shape == x.shape and y.dtype == x.dtype, "combine dtype / shape"
         check_combine(y, x, ids, w, fp8, DT[dtype])
     except AssertionError as e:
         raise AssertionError(f"{what}: {e}") from None
