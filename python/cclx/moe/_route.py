@@ -62,7 +62,8 @@ def dispatch_impl(comm: Any, tokens: Any, topk_ids: Any, topk_weights: Any, E: i
     slot_tok.scatter_(0, pos.flatten(), torch.arange(T, **i64).repeat_interleave(N))
     # An expert repeated in a token's top-k travels once, with the weights of its slots summed
     # (in slot order), so a token is at most once in each expert's block.
-    earlier = torch.ones(k, k, dtype=torch.bool, device=dev).tril(-1)  # [j, j']: j' < j
+    slot = torch.arange(k, device=dev)
+    earlier = slot.unsqueeze(1) > slot.unsqueeze(0)  # [j, j']: j' < j
     same_id = (ids.unsqueeze(2) == ids.unsqueeze(1)) & ok.unsqueeze(2)
     w_sum = (same_id * topk_weights.float().unsqueeze(1)).sum(-1)
     lead = ok & ~(same_id & earlier).any(-1)
