@@ -111,7 +111,7 @@ class Env:
             self.torch.cuda.synchronize()
 
     def max(self, v: float) -> float:
-        t = self.torch.tensor([v], dtype=self.torch.float64, device=self.device)
+        t = self.torch.tensor([v], dtype=self.torch.float32, device=self.device)
         self.comm.all_reduce(t, self.cclx.ReduceOp.MAX)
         return float(t.item())
 

@@ -111,7 +111,8 @@ def dispatch(comm: Any, tokens: Any, topk_ids: Any, topk_weights: Any, num_exper
 
     expert_tokens [C, H] in tokens' dtype, C = N * bound * min(k, L): local expert l's tokens
     are rows handle.expert_offsets[l] .. + handle.expert_counts[l], ordered by source rank, then
-    the source's token order; rows past expert_offsets[L] are zeros.
+    the source's token order; rows past expert_offsets[L] are zeros. An expert repeated in a
+    token's top-k gets the token once, with the weights of its slots summed.
 
     fp8=True: rows travel as float8_e4m3fn with one float32 scale per 128 values (cclx's FP8
     block codec) and are dequantized on the receiver to tokens' dtype.
