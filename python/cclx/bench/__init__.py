@@ -4,9 +4,11 @@
     torchrun --nproc-per-node 8 -m cclx.bench tp --preset llama3-70b
 
     cclx-bench accuracy                         # FP8 collectives on trained models (CPU)
+    torchrun --nproc-per-node 8 -m cclx.bench moe  # expert-parallel dispatch / combine
 
 Subcommands: tp (decode and prefill of a tensor-parallel Llama-shaped model), accuracy (what
-FP8 collectives cost a trained model's outputs, tensor parallel on CPU processes).
+FP8 collectives cost a trained model's outputs, tensor parallel on CPU processes), moe
+(expert-parallel dispatch and combine: cclx.moe next to the all-to-all a user writes).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import List, Optional
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import accuracy, tp
+    from . import accuracy, moe, tp
 
     p = argparse.ArgumentParser(prog="cclx-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -26,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     accuracy.build_parser(sub.add_parser(
         "accuracy", help="FP8 collectives on trained models",
         description=accuracy.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    moe.build_parser(sub.add_parser("moe", help="expert-parallel dispatch and combine"))
     return p
 
 
@@ -36,6 +39,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from . import tp
 
         return tp.main(args=args)
+    if args.command == "moe":
+        from . import moe
+
+        return moe.main(args=args)
     if args.command == "accuracy":
         from . import accuracy
 
