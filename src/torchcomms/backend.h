@@ -13,7 +13,14 @@
 namespace cclx::tc {
 
 class Staging;
-struct PersistentAllGather;
+
+/// One all_gather_p_init handle (ext/methods.cc): the output, kept referenced, and the defaults
+/// of its executions.
+struct PersistentAllGather {
+  at::Tensor output;
+  std::unordered_map<std::string, std::string> hints;
+  std::chrono::milliseconds timeout{0};
+};
 
 using tcx::TorchWork;
 using WorkPtr = c10::intrusive_ptr<TorchWork>;

@@ -12,13 +12,6 @@
 
 namespace cclx::tc {
 
-/// One all_gather_p_init handle: the output (kept referenced) and the defaults of its executions.
-struct PersistentAllGather {
-  at::Tensor output;
-  std::unordered_map<std::string, std::string> hints;
-  std::chrono::milliseconds timeout{0};
-};
-
 namespace {
 
 void requireOnDevice(const at::Tensor& t, const at::Device& dev, const char* what) {
