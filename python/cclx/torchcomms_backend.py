@@ -82,15 +82,17 @@ def _ext() -> Any:
     route's library), or None when it is absent or does not load."""
     global _ext_mod
     if _ext_mod is None:
+        global _ext_error
         try:
             from . import _cclx_torchcomms as mod  # type: ignore[attr-defined]
-        except ImportError:
-            mod = False
+        except ImportError as e:
+            mod, _ext_error = False, str(e)
         _ext_mod = mod
     return _ext_mod or None
 
 
 _ext_mod: Any = None
+_ext_error = ""
 
 
 def _trace(backend: "CclxBackend", name: str, rank: int, inputs: List[Any],
@@ -431,7 +433,13 @@ def _select_route() -> str:
         os.environ[LIB_ENV] = path  # torchcomms' factory reads it (getenv) on new_comm
         # Binds the C++ CclxBackend for Python (NCCLX's extra methods on get_backend_impl());
         # the route works without it, those methods then missing.
-        _ext()
+        if _ext() is None and os.path.isfile(os.path.join(os.path.dirname(path),
+                                                          "libcclx_torchcomms.so")):
+            import warnings
+
+            warnings.warn(f"cclx torchcomms backend: cclx._cclx_torchcomms does not load "
+                          f"({_ext_error or 'not built'}): get_backend_impl() lacks comm_dump, "
+                          f"device_alltoallv_single and reduce_scatter_quantized")
         return "cxx"
     if want == "cxx" or given:
         raise _C.CclxUnsupportedError(
