@@ -338,7 +338,8 @@ class CclxBackend(torchcomms.TorchCommBackend):
 
     # ------------------------------------------------------------------ beyond the generic API
     # torchcomms routes none of these to Python backends: they are reached as
-    # torchcomm.get_backend_impl().<method> (as NCCLX's are), with cclx.Comm's arguments.
+    # torchcomm.get_backend_impl().<method> (as NCCLX's are), with cclx.Comm's arguments, and
+    # return cclx's Work (always: the caller, not torchcomms, waits on it).
     def comm_dump(self) -> Dict[str, str]:
         """The communicator's state for hang debugging (cclx.Comm.comm_dump; NCCLX's comm_dump
         returns the same type, dict[str, str])."""
@@ -350,8 +351,7 @@ class CclxBackend(torchcomms.TorchCommBackend):
 
     def all_gather_p_exec(self, handle, input, async_op=False, hints=None, timeout=None):
         with _trace(self, "all_gather_p_exec", self._rank(), [input], []):
-            return _result(self._c().all_gather_p_exec(handle, input, async_op, hints, timeout),
-                           async_op)
+            return self._c().all_gather_p_exec(handle, input, async_op, hints, timeout)
 
     def all_gather_p_free(self, handle) -> None:
         self._c().all_gather_p_free(handle)
@@ -360,16 +360,15 @@ class CclxBackend(torchcomms.TorchCommBackend):
                                 async_op=False, hints=None, timeout=None):
         """All-to-all-v with split sizes in device tensors (cclx.Comm.device_alltoallv_single)."""
         with _trace(self, "device_alltoallv_single", self._rank(), [input], [output]):
-            return _result(_method(self._c(), "device_alltoallv_single")(
-                output, input, output_split_sizes, input_split_sizes, async_op, hints, timeout),
-                async_op)
+            return _method(self._c(), "device_alltoallv_single")(
+                output, input, output_split_sizes, input_split_sizes, async_op, hints, timeout)
 
     def reduce_scatter_quantized(self, output, input, op, seed, async_op=False, hints=None,
                                  timeout=None):
         """f32 reduce-scatter over bf16 stochastic rounding (cclx.Comm.reduce_scatter_quantized)."""
         with _trace(self, "reduce_scatter_quantized", self._rank(), [input], [output]):
-            return _result(_method(self._c(), "reduce_scatter_quantized")(
-                output, input, _op(op), seed, async_op, hints, timeout), async_op)
+            return _method(self._c(), "reduce_scatter_quantized")(
+                output, input, _op(op), seed, async_op, hints, timeout)
 
 
 def _method(comm: Comm, name: str) -> Any:
