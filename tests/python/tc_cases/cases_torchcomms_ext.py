@@ -205,5 +205,6 @@ def case_torchcomms_profiler_test_base(ctx):
             super().__init__(*args, backend="cclx", device=torch.device("cpu"),
                              validation_func=_validate, **kwargs)
 
-    result = unittest.TextTestRunner(verbosity=0).run(CclxProfilerTest("test_all_operations"))
+    result = unittest.TextTestRunner(verbosity=0).run(
+        CclxProfilerTest(methodName="test_all_operations"))
     assert result.wasSuccessful(), [str(f[1]) for f in result.failures + result.errors]
