@@ -6,7 +6,7 @@ file: backend, ranks, device, file, result (pass / fail / timeout), pytest's cou
 
     python3 bench/torchcomms_suite.py --tc-src /path/to/torchcomms --backend cclx --ranks 2 \
         --device cpu --out bench/results/DATE-torchcomms-cpu/cclx-2.json [--files A.py,B.py]
-        [--jobs 4] [--logs DIR]
+        [--jobs 4] [--logs DIR] [--tests-dir comms/torchcomms/ncclx/tests/integration/py]
 
 torchcomms must be importable by the python that runs this (and cclx too for --backend cclx).
 A file passes when pytest exits 0 on every rank (skipped tests count as passing, as in
@@ -82,6 +82,9 @@ def main() -> int:
     ap.add_argument("--cclx-commit", default="", help="cclx commit, recorded in each row "
                     "(default: this checkout's HEAD, where git can tell)")
     ap.add_argument("--machine", default="", help="device kind, recorded in each row")
+    ap.add_argument("--tests-dir", default="comms/torchcomms/tests/integration/py",
+                    help="the files' folder in the torchcomms tree (NCCLX's own tests: "
+                         "comms/torchcomms/ncclx/tests/integration/py)")
     a = ap.parse_args()
 
     if not a.cclx_commit:
@@ -91,7 +94,7 @@ def main() -> int:
                 capture_output=True, text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             a.cclx_commit = ""
-    d = os.path.join(a.tc_src, "comms/torchcomms/tests/integration/py")
+    d = os.path.join(a.tc_src, a.tests_dir)
     files = sorted(f for f in os.listdir(d) if f.endswith("Test.py"))
     if a.files:
         want = {f.strip() for f in a.files.split(",") if f.strip()}

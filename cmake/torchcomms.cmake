@@ -42,6 +42,9 @@ print(os.path.dirname(torch.__file__))
 print(os.path.dirname(torchcomms.__file__))
 print(md.version("torchcomms"))
 print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
+import sysconfig
+print(sysconfig.get_paths()["include"])
+print(sysconfig.get_config_var("EXT_SUFFIX"))
 ]=] OUTPUT_VARIABLE out RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT rc EQUAL 0)
     string(REGEX REPLACE "\n$" "" err "${err}")
@@ -54,6 +57,8 @@ print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
   list(GET out 1 tc_dir)
   list(GET out 2 tc_version)
   list(GET out 3 cxx11_abi)
+  list(GET out 4 py_include)
+  list(GET out 5 py_ext_suffix)
   find_library(CCLX_LIBTORCHCOMMS torchcomms PATHS "${tc_dir}" NO_DEFAULT_PATH)
   if(NOT CCLX_LIBTORCHCOMMS)
     cclx_torchcomms_skip("no libtorchcomms.so in ${tc_dir}")
@@ -74,6 +79,7 @@ print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
                  "(${CCLX_TORCHCOMMS_SRC}, ${CCLX_LIBTORCHCOMMS})")
 
   file(GLOB srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/torchcomms/*.cc)
+  list(APPEND srcs ${PROJECT_SOURCE_DIR}/src/torchcomms/ext/methods.cc)
   add_library(cclx_torchcomms SHARED ${srcs})
   target_include_directories(cclx_torchcomms PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_include_directories(cclx_torchcomms SYSTEM PRIVATE "${CCLX_TORCHCOMMS_SRC}"
@@ -85,17 +91,37 @@ print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
     _GLIBCXX_USE_CXX11_ABI=${cxx11_abi} CCLX_TORCHCOMMS_VERSION="${tc_version}")
   target_compile_options(cclx_torchcomms PRIVATE -Wall -Wextra -Wno-unused-parameter)
   target_link_libraries(cclx_torchcomms PRIVATE cclx "${CCLX_LIBTORCHCOMMS}" ${torch_libs})
-  # Only create_dynamic_loader_cclx and cclx_torchcomms_build_info are exported.
+  # Exported: create_dynamic_loader_cclx, cclx_torchcomms_build_info and the class CclxBackend
+  # (for the Python module below).
   set_target_properties(cclx_torchcomms PROPERTIES CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   if(TARGET _C)  # next to cclx._C, where the Python package looks for it
     set_target_properties(cclx_torchcomms PROPERTIES
       LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/python/cclx)
   endif()
+  # cclx._cclx_torchcomms (src/torchcomms/ext/module.cc): CclxBackend as a pybind11 subclass of
+  # torchcomms' TorchCommBackend (get_backend_impl() then has NCCLX's extra methods) and the
+  # profiler guard of the Python route. pybind11 is torch's copy, as torchcomms' own modules use.
+  add_library(cclx_torchcomms_py MODULE ${PROJECT_SOURCE_DIR}/src/torchcomms/ext/module.cc)
+  target_include_directories(cclx_torchcomms_py PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_include_directories(cclx_torchcomms_py SYSTEM PRIVATE "${CCLX_TORCHCOMMS_SRC}"
+    "${torch_dir}/include" "${torch_dir}/include/torch/csrc/api/include" "${py_include}")
+  if(CCLX_HAVE_CUDA)
+    target_include_directories(cclx_torchcomms_py SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  endif()
+  target_compile_definitions(cclx_torchcomms_py PRIVATE _GLIBCXX_USE_CXX11_ABI=${cxx11_abi})
+  target_link_libraries(cclx_torchcomms_py PRIVATE cclx_torchcomms cclx "${CCLX_LIBTORCHCOMMS}"
+    ${torch_libs} "${torch_dir}/lib/libtorch_python.so")
+  set_target_properties(cclx_torchcomms_py PROPERTIES PREFIX "" OUTPUT_NAME "_cclx_torchcomms"
+    SUFFIX "${py_ext_suffix}" CXX_VISIBILITY_PRESET hidden)
+  if(TARGET _C)
+    set_target_properties(cclx_torchcomms_py PROPERTIES
+      LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/python/cclx)
+  endif()
   if(SKBUILD)
     # In the wheel: cclx/ next to libcclx, torch/ and torchcomms/ beside cclx/ in site-packages.
-    set_target_properties(cclx_torchcomms PROPERTIES
+    set_target_properties(cclx_torchcomms cclx_torchcomms_py PROPERTIES
       INSTALL_RPATH "$ORIGIN;$ORIGIN/../torch/lib;$ORIGIN/../torchcomms")
-    install(TARGETS cclx_torchcomms LIBRARY DESTINATION cclx)
+    install(TARGETS cclx_torchcomms cclx_torchcomms_py LIBRARY DESTINATION cclx)
   endif()
 endfunction()

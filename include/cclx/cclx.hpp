@@ -370,11 +370,16 @@ class Comm : public std::enable_shared_from_this<Comm> {
   void setHints(const std::map<std::string, std::string>& hints);
   /// "cclx <version>", plus the NCCL version a CUDA comm runs on ("... NCCL 2.28.9").
   std::string backendVersion() const;
-  /// This comm's state for hang debugging (NCCLX's comm_dump): flat key -> value text, among them
-  /// "rank", "size", "backend", "ops_issued", "ops_completed", "last_op", "last_completed_op",
-  /// "in_flight" (the operations issued and not known complete), "failure" (the failure word and
-  /// the rank it names, "none" when healthy), "aborted", and "algo.<collective>" for the algorithm
-  /// the last call of each collective ran. Local; never blocks on peers; works on an aborted comm.
+  /// This comm's state for hang debugging (NCCLX's comm_dump): flat key -> value text: "name",
+  /// "rank", "size", "local_rank", "hosts", "backend" ("cclx" / "nccl"), "transport" (the backend
+  /// that runs it), "device", "timeout_ms", "ops_issued", "ops_completed", "ops_failed",
+  /// "in_flight" (issued and not known complete: issued - completed - failed), "in_flight_ops"
+  /// (the oldest 16 of them, "<op> #<seq>"), "last_op", "last_completed_op", "failure" ("none"
+  /// when healthy, else the code, the operation and the message of what broke the comm),
+  /// "failure_ranks" (the ranks that failure names, "1,3"), "aborted", "finalized", and
+  /// "algo.<collective>" for the algorithm the last call of each collective ran. Counts cover the
+  /// collective and point-to-point calls (not window operations). Local; never blocks on peers;
+  /// works after finalize() and abort() (their pending operations then stay listed).
   std::map<std::string, std::string> dump() const;
 
   /// Collective over all ranks of this comm: those listed in `ranks` get a new comm (ranks

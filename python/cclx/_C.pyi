@@ -2,7 +2,7 @@
 
 from collections.abc import Mapping, Sequence
 import enum
-from typing import Annotated
+from typing import Annotated, Dict
 
 from numpy.typing import NDArray
 
@@ -351,6 +351,9 @@ class Comm:
 
     def backend_version(self) -> str:
         """'cclx <version>' (plus ' NCCL <version>' for CUDA comms)."""
+
+    def comm_dump(self) -> Dict[str, str]:
+        """This comm's state for hang debugging (Comm::dump)."""
 
     def split(self, ranks: Sequence[int], name: str) -> Comm:
         """

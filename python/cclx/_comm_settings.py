@@ -1,5 +1,5 @@
 """cclx.Comm's options and state beyond its calls: rank, size, get_options (CommOptions),
-get_backend_version, is_aborted, set_timeout, set_hints; the pre, post and abort hooks'
+get_backend_version, comm_dump, is_aborted, set_timeout, set_hints; the pre, post and abort hooks'
 registration (the hooks themselves: _hooks.py); memory (get_mem_allocator, tensor_register /
 tensor_deregister). CommSettings is a base class of cclx.Comm."""
 from __future__ import annotations
@@ -60,6 +60,15 @@ class CommSettings:
     def get_backend_version(self) -> str:
         """'cclx <version>', plus ' NCCL <version>' for CUDA communicators."""
         return self._c.backend_version()
+
+    def comm_dump(self) -> Dict[str, str]:
+        """This communicator's state for hang debugging (NCCLX's comm_dump), as text values:
+        rank, size, backend, ops_issued / ops_completed / ops_failed / in_flight (operations
+        issued and not known to be complete) and in_flight_ops (the oldest 16), last_op,
+        last_completed_op, failure ("none", else what broke the comm) and failure_ranks (the
+        ranks it names), aborted, finalized, and algo.<collective> (the algorithm its last call
+        ran). Local: never waits for peers; works after finalize() and abort()."""
+        return dict(self._c.comm_dump())
 
     def is_abort_supported(self) -> bool:
         """Always True: every cclx communicator can abort."""

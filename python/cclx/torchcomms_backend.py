@@ -77,6 +77,39 @@ def _result(w: Any, async_op: bool) -> Optional[_Work]:
     return work
 
 
+def _ext() -> Any:
+    """cclx._cclx_torchcomms (built where torchcomms' C++ headers were at hand, beside the C++
+    route's library), or None when it is absent or does not load."""
+    global _ext_mod
+    if _ext_mod is None:
+        global _ext_error
+        try:
+            from . import _cclx_torchcomms as mod  # type: ignore[attr-defined]
+        except ImportError as e:
+            mod, _ext_error = False, str(e)
+        _ext_mod = mod
+    return _ext_mod or None
+
+
+_ext_mod: Any = None
+_ext_error = ""
+
+
+def _trace(backend: "CclxBackend", name: str, rank: int, inputs: List[Any],
+           outputs: List[Any]) -> Any:
+    """torchcomms' profiler event for one operation ("record_param_comms", as its own backends
+    emit it): with cclx._cclx_torchcomms, torchcomms' TracingGuard itself (the collective's name,
+    group, sizes and dtype in the event's args); without it, torch.profiler.record_function with
+    the same name (an event without those args: Python cannot attach them)."""
+    ext = _ext()
+    if ext is not None:
+        return ext.trace(backend._name, backend._c().get_size(), name, rank, list(inputs),
+                         list(outputs))
+    import torch
+
+    return torch.profiler.record_function("record_param_comms", name)
+
+
 _OPS = {getattr(torchcomms.RedOpType, n): getattr(_C.ReduceOp, n) for n in _RED_OPS}
 
 
@@ -212,6 +245,9 @@ class CclxBackend(torchcomms.TorchCommBackend):
     def get_rank(self) -> int:
         return self._c().get_rank()
 
+    def _rank(self) -> int:
+        return self._c().get_rank()
+
     def get_size(self) -> int:
         return self._c().get_size()
 
@@ -223,65 +259,124 @@ class CclxBackend(torchcomms.TorchCommBackend):
 
     # ------------------------------------------------------------------ point-to-point
     def send(self, tensor, dst, async_op):
-        return _result(self._c().send(tensor, dst, async_op), async_op)
+        with _trace(self, "send", dst, [tensor], [tensor]):
+            return _result(self._c().send(tensor, dst, async_op), async_op)
 
     def recv(self, tensor, src, async_op):
-        return _result(self._c().recv(tensor, src, async_op), async_op)
+        with _trace(self, "recv", src, [tensor], [tensor]):
+            return _result(self._c().recv(tensor, src, async_op), async_op)
 
     # ------------------------------------------------------------------ collectives
     def broadcast(self, tensor, root, async_op):
-        return _result(self._c().broadcast(tensor, root, async_op), async_op)
+        with _trace(self, "broadcast", self._rank(), [tensor], [tensor]):
+            return _result(self._c().broadcast(tensor, root, async_op), async_op)
 
     def all_reduce(self, tensor, op, async_op):
-        return _result(self._c().all_reduce(tensor, _op(op), async_op), async_op)
+        with _trace(self, "all_reduce", self._rank(), [tensor], [tensor]):
+            return _result(self._c().all_reduce(tensor, _op(op), async_op), async_op)
 
     def reduce(self, tensor, root, op, async_op):
-        return _result(self._c().reduce(tensor, root, _op(op), async_op), async_op)
+        with _trace(self, "reduce", root, [tensor], [tensor]):
+            return _result(self._c().reduce(tensor, root, _op(op), async_op), async_op)
 
     def all_gather(self, tensor_list, tensor, async_op):
-        return _result(self._c().all_gather(list(tensor_list), tensor, async_op), async_op)
+        with _trace(self, "all_gather", self._rank(), list(tensor_list), [tensor]):
+            return _result(self._c().all_gather(list(tensor_list), tensor, async_op), async_op)
 
     def all_gather_v(self, tensor_list, tensor, async_op):
-        return _result(self._c().all_gather_v(list(tensor_list), tensor, async_op), async_op)
+        with _trace(self, "all_gather_v", self._rank(), list(tensor_list), [tensor]):
+            return _result(self._c().all_gather_v(list(tensor_list), tensor, async_op), async_op)
 
     def all_gather_single(self, output, input, async_op):
-        return _result(self._c().all_gather_single(output, input, async_op), async_op)
+        with _trace(self, "all_gather_single", self._rank(), [input], [output]):
+            return _result(self._c().all_gather_single(output, input, async_op), async_op)
 
     def reduce_scatter(self, output, input_list, op, async_op):
-        return _result(self._c().reduce_scatter(output, list(input_list), _op(op), async_op),
-                       async_op)
+        with _trace(self, "reduce_scatter", self._rank(), list(input_list), [output]):
+            return _result(self._c().reduce_scatter(output, list(input_list), _op(op), async_op),
+                           async_op)
 
     def reduce_scatter_v(self, output, input_list, op, async_op):
-        return _result(self._c().reduce_scatter_v(output, list(input_list), _op(op), async_op),
-                       async_op)
+        with _trace(self, "reduce_scatter_v", self._rank(), list(input_list), [output]):
+            return _result(self._c().reduce_scatter_v(output, list(input_list), _op(op), async_op),
+                           async_op)
 
     def reduce_scatter_single(self, output, input, op, async_op):
-        return _result(self._c().reduce_scatter_single(output, input, _op(op), async_op),
-                       async_op)
+        with _trace(self, "reduce_scatter_single", self._rank(), [input], [output]):
+            return _result(self._c().reduce_scatter_single(output, input, _op(op), async_op),
+                           async_op)
 
     def all_to_all_single(self, output, input, async_op):
-        return _result(self._c().all_to_all_single(output, input, async_op), async_op)
+        with _trace(self, "all_to_all_single", self._rank(), [input], [output]):
+            return _result(self._c().all_to_all_single(output, input, async_op), async_op)
 
     def all_to_all_v_single(self, output, input, output_split_sizes, input_split_sizes,
                             async_op):
-        return _result(self._c().all_to_all_v_single(output, input, list(output_split_sizes),
-                                                     list(input_split_sizes), async_op),
-                       async_op)
+        with _trace(self, "all_to_all_v_single", self._rank(), [input], [output]):
+            return _result(self._c().all_to_all_v_single(output, input, list(output_split_sizes),
+                                                         list(input_split_sizes), async_op),
+                           async_op)
 
     def all_to_all(self, output_tensor_list, input_tensor_list, async_op):
-        return _result(self._c().all_to_all(list(output_tensor_list), list(input_tensor_list),
-                                            async_op), async_op)
+        with _trace(self, "all_to_all", self._rank(), list(input_tensor_list), list(output_tensor_list)):
+            return _result(self._c().all_to_all(list(output_tensor_list), list(input_tensor_list),
+                                                async_op), async_op)
 
     def barrier(self, async_op):
-        return _result(self._c().barrier(async_op), async_op)
+        with _trace(self, "barrier", self._rank(), [], []):
+            return _result(self._c().barrier(async_op), async_op)
 
     def scatter(self, output_tensor, input_tensor_list, root, async_op):
-        return _result(self._c().scatter(output_tensor, list(input_tensor_list), root,
-                                         async_op), async_op)
+        with _trace(self, "scatter", root, list(input_tensor_list), [output_tensor]):
+            return _result(self._c().scatter(output_tensor, list(input_tensor_list), root,
+                                             async_op), async_op)
 
     def gather(self, output_tensor_list, input_tensor, root, async_op):
-        return _result(self._c().gather(list(output_tensor_list), input_tensor, root,
-                                        async_op), async_op)
+        with _trace(self, "gather", root, [input_tensor], list(output_tensor_list)):
+            return _result(self._c().gather(list(output_tensor_list), input_tensor, root,
+                                            async_op), async_op)
+
+    # ------------------------------------------------------------------ beyond the generic API
+    # torchcomms routes none of these to Python backends: they are reached as
+    # torchcomm.get_backend_impl().<method> (as NCCLX's are), with cclx.Comm's arguments, and
+    # return cclx's Work (always: the caller, not torchcomms, waits on it).
+    def comm_dump(self) -> Dict[str, str]:
+        """The communicator's state for hang debugging (cclx.Comm.comm_dump; NCCLX's comm_dump
+        returns the same type, dict[str, str])."""
+        return self._c().comm_dump()
+
+    def all_gather_p_init(self, output, hints=None, timeout=None):
+        """Persistent all-gather into `output` (cclx.Comm.all_gather_p_init): a handle."""
+        return self._c().all_gather_p_init(output, hints, timeout)
+
+    def all_gather_p_exec(self, handle, input, async_op=False, hints=None, timeout=None):
+        with _trace(self, "all_gather_p_exec", self._rank(), [input], []):
+            return self._c().all_gather_p_exec(handle, input, async_op, hints, timeout)
+
+    def all_gather_p_free(self, handle) -> None:
+        self._c().all_gather_p_free(handle)
+
+    def device_alltoallv_single(self, output, input, output_split_sizes, input_split_sizes,
+                                async_op=False, hints=None, timeout=None):
+        """All-to-all-v with split sizes in device tensors (cclx.Comm.device_alltoallv_single)."""
+        with _trace(self, "device_alltoallv_single", self._rank(), [input], [output]):
+            return _method(self._c(), "device_alltoallv_single")(
+                output, input, output_split_sizes, input_split_sizes, async_op, hints, timeout)
+
+    def reduce_scatter_quantized(self, output, input, op, seed, async_op=False, hints=None,
+                                 timeout=None):
+        """f32 reduce-scatter over bf16 stochastic rounding (cclx.Comm.reduce_scatter_quantized)."""
+        with _trace(self, "reduce_scatter_quantized", self._rank(), [input], [output]):
+            return _method(self._c(), "reduce_scatter_quantized")(
+                output, input, _op(op), seed, async_op, hints, timeout)
+
+
+def _method(comm: Comm, name: str) -> Any:
+    fn = getattr(comm, name, None)
+    if fn is None:
+        raise _C.CclxUnsupportedError(f"cclx torchcomms backend: {name} is not available in "
+                                      f"this cclx build")
+    return fn
 
 
 def register() -> None:
@@ -335,6 +430,15 @@ def _select_route() -> str:
     problem = cxx_problem(path)
     if problem is None:
         os.environ[LIB_ENV] = path  # torchcomms' factory reads it (getenv) on new_comm
+        # Binds the C++ CclxBackend for Python (NCCLX's extra methods on get_backend_impl());
+        # the route works without it, those methods then missing.
+        if _ext() is None and os.path.isfile(os.path.join(os.path.dirname(path),
+                                                          "libcclx_torchcomms.so")):
+            import warnings
+
+            warnings.warn(f"cclx torchcomms backend: cclx._cclx_torchcomms does not load "
+                          f"({_ext_error or 'not built'}): get_backend_impl() lacks comm_dump, "
+                          f"device_alltoallv_single and reduce_scatter_quantized")
         return "cxx"
     if want == "cxx" or given:
         raise _C.CclxUnsupportedError(

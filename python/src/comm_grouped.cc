@@ -1,6 +1,6 @@
 // Comm grouped calls: batched point to point (send_recv), scatter, gather, gather_single,
 // all_gather_v, all_to_all (lists), reduce_scatter_v; and the settings a comm changes after
-// creation (set_timeout, set_hints) and its backend_version.
+// creation (set_timeout, set_hints), its backend_version and comm_dump.
 #include "bindings.h"
 
 #include <nanobind/stl/map.h>
@@ -178,7 +178,10 @@ void bindGrouped(CommClass& c) {
        nb::arg("timeout"), "The comm's default timeout (seconds) for later calls.")
       .def("set_hints", &Comm::setHints, nb::arg("hints"), "Replaces the comm's hints.")
       .def("backend_version", &Comm::backendVersion,
-           "'cclx <version>' (plus ' NCCL <version>' for CUDA comms).");
+           "'cclx <version>' (plus ' NCCL <version>' for CUDA comms).")
+      .def("comm_dump", &Comm::dump, nb::call_guard<nb::gil_scoped_release>(),
+           "This comm's state for hang debugging, dict[str, str] (Comm::dump, "
+           "docs/API.md): local, never blocks on peers, works after abort.");
 }
 
 }  // namespace cclx::py

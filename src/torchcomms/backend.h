@@ -5,18 +5,30 @@
 
 #include "torchcomms/convert.h"
 
+#include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 namespace cclx::tc {
 
 class Staging;
 
+/// One all_gather_p_init handle (ext/methods.cc): the output, kept referenced, and the defaults
+/// of its executions.
+struct PersistentAllGather {
+  at::Tensor output;
+  std::unordered_map<std::string, std::string> hints;
+  std::chrono::milliseconds timeout{0};
+};
+
 using tcx::TorchWork;
 using WorkPtr = c10::intrusive_ptr<TorchWork>;
 using TensorList = std::vector<at::Tensor>;
 
-class CclxBackend : public tcx::TorchCommBackend {
+// Exported (default visibility), with its type information: the Python module _cclx_torchcomms
+// (ext/module.cc) binds its methods, and pybind11 finds its type behind get_backend_impl().
+class __attribute__((visibility("default"))) CclxBackend : public tcx::TorchCommBackend {
  public:
   CclxBackend() = default;
   ~CclxBackend() override;
@@ -94,6 +106,32 @@ class CclxBackend : public tcx::TorchCommBackend {
   std::shared_ptr<tcx::TorchCommWindow> new_window(
       const std::optional<at::Tensor>& tensor = std::nullopt) override;
 
+  /// Persistent all-gather (ext/methods.cc): init checks the output once and keeps it; each exec
+  /// fills its first size() x input's elements with every rank's input in rank order (an
+  /// all-gather underneath); free ends the handle. An unknown or freed handle is an error.
+  AllGatherPHandle all_gather_p_init(at::Tensor& output,
+                                     const tcx::AllGatherPInitOptions& options = {}) override;
+  WorkPtr all_gather_p_exec(AllGatherPHandle handle, const at::Tensor& input, bool async_op,
+                            const tcx::AllGatherPExecOptions& options = {}) override;
+  void all_gather_p_free(AllGatherPHandle handle) override;
+
+  // NCCLX's backend-specific methods (ext/methods.cc), reached from Python through
+  // torchcomm.get_backend_impl() once cclx.torchcomms_backend imported _cclx_torchcomms.
+  /// Comm::dump() as a map (NCCLX's comm_dump returns dict[str, str]).
+  std::unordered_map<std::string, std::string> comm_dump();
+  /// All-to-all-v whose split sizes (int64, rows of dim 0, one per rank) are tensors on the
+  /// comm's device: Comm::allToAllVDevice.
+  WorkPtr device_alltoallv_single(at::Tensor& output, const at::Tensor& input,
+                                  const at::Tensor& output_split_sizes,
+                                  const at::Tensor& input_split_sizes, bool async_op,
+                                  const tcx::AllToAllvSingleOptions& options = {});
+  /// f32 reduce-scatter with bf16 stochastically rounded transport (seed: one int64 on the
+  /// comm's device): Comm::reduceScatterQuantized.
+  WorkPtr reduce_scatter_quantized(at::Tensor& output, const at::Tensor& input,
+                                   const tcx::ReduceOp& op, const at::Tensor& seed,
+                                   bool async_op,
+                                   const tcx::ReduceScatterSingleOptions& options = {});
+
   bool supportsReconfigure() const override { return true; }
   bool isInitialized() const override { return comm_ != nullptr; }
   tcx::InitHandle getInitHandle() const override;
@@ -110,6 +148,9 @@ class CclxBackend : public tcx::TorchCommBackend {
                std::chrono::milliseconds timeout, Staging& s) const;
   void adopt(std::shared_ptr<Comm> c, const at::Device& dev, const std::string& name,
              const tcx::CommOptions& options);
+  /// The profiler events' group size and rank (0 / -1 before init).
+  int traceSize() const { return comm_ ? comm_->size() : 0; }
+  int traceRank() const { return comm_ ? comm_->rank() : -1; }
 
   std::shared_ptr<Comm> comm_;
   at::Device device_{at::kCPU};
@@ -119,6 +160,7 @@ class CclxBackend : public tcx::TorchCommBackend {
   std::map<int64_t, int> abortHandles_;  // torchcomms' hook id -> cclx's
   int reconfigured_ = 0;                 // reconfigure() calls so far (the store namespace)
   std::string initHandle_;
+  std::map<const void*, std::unique_ptr<PersistentAllGather>> persistent_;  // live handles
 };
 
 }  // namespace cclx::tc

@@ -2,8 +2,11 @@
 // cclx::Comm call of the same meaning. Inputs that are not contiguous travel as contiguous
 // copies; outputs must be contiguous. Every tensor must be on the comm's device, except CPU
 // tensors on a CUDA comm, which go through device twins (staging.h: such a call completes inside
-// the call).
+// the call). Each emits torchcomms' profiler event (TracingGuard: "record_param_comms" with the
+// collective's name, tensors and sizes), as torchcomms' own backends do.
 #include "torchcomms/backend.h"
+
+#include <comms/torchcomms/utils/TracingGuard.hpp>
 
 #include "torchcomms/counts.h"
 #include "torchcomms/device.h"
@@ -40,20 +43,35 @@ CollOptions CclxBackend::callOpts(bool async_op, const O& o, const Staging& s) c
   return c;
 }
 
+// Instantiated here for the extension methods (ext/methods.cc).
+template CollOptions CclxBackend::callOpts(bool, const tcx::AllGatherPExecOptions&,
+                                           const Staging&) const;
+template CollOptions CclxBackend::callOpts(bool, const tcx::AllToAllvSingleOptions&,
+                                           const Staging&) const;
+template CollOptions CclxBackend::callOpts(bool, const tcx::ReduceScatterSingleOptions&,
+                                           const Staging&) const;
+
 WorkPtr CclxBackend::done(bool async_op, std::shared_ptr<Work> w, TensorList keep,
                           std::chrono::milliseconds timeout, Staging& s) const {
   if (s.staged()) {
     s.complete(w.get(), timeout);
-    return makeWork(false, nullptr, {}, timeout.count() > 0 ? timeout : comm_->options().timeout);
+    WorkPtr work =
+        makeWork(false, nullptr, {}, timeout.count() > 0 ? timeout : comm_->options().timeout);
+    static_cast<CclxWork*>(work.get())->traceWaitAs(name_, traceSize(), traceRank());
+    return work;
   }
   const bool cudaAsync = async_op && device_.type() == at::kCUDA;
   if (timeout.count() <= 0) timeout = comm_->options().timeout;
-  return makeWork(cudaAsync, std::move(w), cudaAsync ? std::move(keep) : TensorList{}, timeout);
+  WorkPtr work =
+      makeWork(cudaAsync, std::move(w), cudaAsync ? std::move(keep) : TensorList{}, timeout);
+  static_cast<CclxWork*>(work.get())->traceWaitAs(name_, traceSize(), traceRank());
+  return work;
 }
 
 WorkPtr CclxBackend::send(const at::Tensor& tensor, int dst, bool async_op,
                           const tcx::SendOptions& options) {
   return guarded("send", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "send", dst, tensor, tensor);
     Staging s(device_);
     at::Tensor t = s.in(tensor, "send");
     Buf b = dataBuf(t, "send");
@@ -65,6 +83,7 @@ WorkPtr CclxBackend::send(const at::Tensor& tensor, int dst, bool async_op,
 WorkPtr CclxBackend::recv(at::Tensor& tensor, int src, bool async_op,
                           const tcx::RecvOptions& options) {
   return guarded("recv", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "recv", src, tensor, tensor);
     Staging s(device_);
     Buf b = dataBuf(s.out(tensor, "recv"), "recv");
     auto o = callOpts(async_op, options, s);
@@ -76,6 +95,10 @@ WorkPtr CclxBackend::recv(at::Tensor& tensor, int src, bool async_op,
 WorkPtr CclxBackend::batch_op_issue(const std::vector<tcx::BatchSendRecv::P2POp>& ops,
                                     bool async_op, const tcx::BatchP2POptions& options) {
   return guarded("batch_op_issue", [&] {
+    TensorList sent, received;  // the profiler's view: every message, sends as inputs
+    for (const auto& op : ops)
+      (op.type == tcx::BatchSendRecv::P2POp::OpType::SEND ? sent : received).push_back(op.tensor);
+    tcx::TracingGuard trace(name_, traceSize(), "batch_op_issue", traceRank(), sent, received);
     Staging s(device_);
     // One grouped operation; every message travels as bytes, so one batch may mix dtypes.
     std::vector<P2PSend> sends;
@@ -101,6 +124,7 @@ WorkPtr CclxBackend::batch_op_issue(const std::vector<tcx::BatchSendRecv::P2POp>
 WorkPtr CclxBackend::broadcast(at::Tensor& tensor, int root, bool async_op,
                                const tcx::BroadcastOptions& options) {
   return guarded("broadcast", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "broadcast", traceRank(), tensor, tensor);
     Staging s(device_);
     Buf b = dataBuf(s.out(tensor, "broadcast"), "broadcast");
     auto o = callOpts(async_op, options, s);
@@ -112,6 +136,7 @@ WorkPtr CclxBackend::broadcast(at::Tensor& tensor, int root, bool async_op,
 WorkPtr CclxBackend::all_reduce(at::Tensor& tensor, const tcx::ReduceOp& op, bool async_op,
                                 const tcx::AllReduceOptions& options) {
   return guarded("all_reduce", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "all_reduce", traceRank(), tensor, tensor);
     Staging s(device_);
     ReduceOp rop;
     Buf b = reduceBuf(s.out(tensor, "all_reduce"), op, &rop, "all_reduce");
@@ -124,6 +149,7 @@ WorkPtr CclxBackend::all_reduce(at::Tensor& tensor, const tcx::ReduceOp& op, boo
 WorkPtr CclxBackend::reduce(const at::Tensor& tensor, int root, const tcx::ReduceOp& op,
                             bool async_op, const tcx::ReduceOptions& options) {
   return guarded("reduce", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "reduce", root, tensor, tensor);
     Staging s(device_);
     ReduceOp rop;
     Buf b = reduceBuf(s.out(tensor, "reduce"), op, &rop, "reduce");
@@ -138,6 +164,7 @@ WorkPtr CclxBackend::reduce(const at::Tensor& tensor, int root, const tcx::Reduc
 WorkPtr CclxBackend::all_gather(const TensorList& tensor_list, const at::Tensor& tensor,
                                 bool async_op, const tcx::AllGatherOptions& options) {
   return guarded("all_gather", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "all_gather", traceRank(), tensor_list, TensorList{tensor});
     Staging s(device_);
     at::Tensor in = s.in(tensor, "all_gather");
     Buf b = dataBuf(in, "all_gather");
@@ -162,6 +189,7 @@ WorkPtr CclxBackend::all_gather(const TensorList& tensor_list, const at::Tensor&
 WorkPtr CclxBackend::all_gather_v(const TensorList& tensor_list, const at::Tensor& tensor,
                                   bool async_op, const tcx::AllGatherOptions& options) {
   return guarded("all_gather_v", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "all_gather_v", traceRank(), tensor_list, TensorList{tensor});
     Staging s(device_);
     at::Tensor in = s.in(tensor, "all_gather_v");
     Buf b = dataBuf(in, "all_gather_v");
@@ -186,6 +214,7 @@ WorkPtr CclxBackend::all_gather_single(at::Tensor& output_t, const at::Tensor& i
                                        bool async_op,
                                        const tcx::AllGatherSingleOptions& options) {
   return guarded("all_gather_single", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "all_gather_single", traceRank(), input_t, output_t);
     Staging s(device_);
     at::Tensor in = s.in(input_t, "all_gather_single");
     at::Tensor out = s.out(output_t, "all_gather_single output");
@@ -207,6 +236,7 @@ WorkPtr CclxBackend::reduce_scatter(at::Tensor& output_t, const TensorList& inpu
                                     const tcx::ReduceOp& op, bool async_op,
                                     const tcx::ReduceScatterOptions& options) {
   return guarded("reduce_scatter", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "reduce_scatter", traceRank(), input_list, TensorList{output_t});
     Staging s(device_);
     ReduceOp rop;
     Buf ob = reduceBuf(s.out(output_t, "reduce_scatter output"), op, &rop,
@@ -235,6 +265,7 @@ WorkPtr CclxBackend::reduce_scatter_v(at::Tensor& output_t, const TensorList& in
                                       const tcx::ReduceOp& op, bool async_op,
                                       const tcx::ReduceScatterOptions& options) {
   return guarded("reduce_scatter_v", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "reduce_scatter_v", traceRank(), input_list, TensorList{output_t});
     Staging s(device_);
     ReduceOp rop;
     Buf ob = reduceBuf(s.out(output_t, "reduce_scatter_v output"), op, &rop,
@@ -262,6 +293,7 @@ WorkPtr CclxBackend::reduce_scatter_single(at::Tensor& output_t, const at::Tenso
                                            const tcx::ReduceOp& op, bool async_op,
                                            const tcx::ReduceScatterSingleOptions& options) {
   return guarded("reduce_scatter_single", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "reduce_scatter_single", traceRank(), input_t, output_t);
     Staging s(device_);
     at::Tensor in = s.in(input_t, "reduce_scatter_single");
     at::Tensor out = s.out(output_t, "reduce_scatter_single output");
@@ -284,6 +316,7 @@ WorkPtr CclxBackend::all_to_all_single(at::Tensor& output_t, const at::Tensor& i
                                        bool async_op,
                                        const tcx::AllToAllSingleOptions& options) {
   return guarded("all_to_all_single", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "all_to_all_single", traceRank(), input_t, output_t);
     Staging s(device_);
     at::Tensor in = s.in(input_t, "all_to_all_single");
     at::Tensor out = s.out(output_t, "all_to_all_single output");
@@ -309,6 +342,7 @@ WorkPtr CclxBackend::all_to_all_v_single(at::Tensor& output_t, const at::Tensor&
                                          bool async_op,
                                          const tcx::AllToAllvSingleOptions& options) {
   return guarded("all_to_all_v_single", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "all_to_all_v_single", traceRank(), input_t, output_t);
     Staging s(device_);
     at::Tensor in = s.in(input_t, "all_to_all_v_single");
     at::Tensor out = s.out(output_t, "all_to_all_v_single output");
@@ -333,6 +367,7 @@ WorkPtr CclxBackend::all_to_all(const TensorList& output_tensor_list,
                                 const TensorList& input_tensor_list, bool async_op,
                                 const tcx::AllToAllOptions& options) {
   return guarded("all_to_all", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "all_to_all", traceRank(), input_tensor_list, output_tensor_list);
     Staging s(device_);
     if (input_tensor_list.empty() || output_tensor_list.size() != input_tensor_list.size())
       throw Error(cclxInvalidArgument, "all_to_all: the input and output lists must have one "
@@ -367,6 +402,7 @@ WorkPtr CclxBackend::all_to_all(const TensorList& output_tensor_list,
 
 WorkPtr CclxBackend::barrier(bool async_op, const tcx::BarrierOptions& options) {
   return guarded("barrier", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "barrier", traceRank());
     Staging s(device_);
     auto o = callOpts(async_op, options, s);
     return done(async_op, comm("barrier").barrier(o), {}, o.timeout, s);
@@ -376,6 +412,7 @@ WorkPtr CclxBackend::barrier(bool async_op, const tcx::BarrierOptions& options) 
 WorkPtr CclxBackend::scatter(at::Tensor& output_tensor, const TensorList& input_tensor_list,
                              int root, bool async_op, const tcx::ScatterOptions& options) {
   return guarded("scatter", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "scatter", root, input_tensor_list, TensorList{output_tensor});
     Staging s(device_);
     Buf ob = dataBuf(s.out(output_tensor, "scatter output"), "scatter");
     Comm& c = comm("scatter");
@@ -407,6 +444,7 @@ WorkPtr CclxBackend::scatter(at::Tensor& output_tensor, const TensorList& input_
 WorkPtr CclxBackend::gather(const TensorList& output_tensor_list, const at::Tensor& input_tensor,
                             int root, bool async_op, const tcx::GatherOptions& options) {
   return guarded("gather", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "gather", root, TensorList{input_tensor}, output_tensor_list);
     Staging s(device_);
     at::Tensor in = s.in(input_tensor, "gather");
     Buf b = dataBuf(in, "gather");
@@ -439,6 +477,7 @@ WorkPtr CclxBackend::gather(const TensorList& output_tensor_list, const at::Tens
 WorkPtr CclxBackend::gather_single(at::Tensor& output_t, const at::Tensor& input_t, int root,
                                    bool async_op, const tcx::GatherSingleOptions& options) {
   return guarded("gather_single", [&] {
+    tcx::TracingGuard trace(name_, traceSize(), "gather_single", root, input_t, output_t);
     Staging s(device_);
     at::Tensor in = s.in(input_t, "gather_single");
     Buf b = dataBuf(in, "gather_single");

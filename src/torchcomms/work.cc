@@ -1,7 +1,10 @@
 // The backend's TorchWork and the poller of asynchronous CUDA works (work.h).
 #include "torchcomms/work.h"
 
+#include <comms/torchcomms/utils/TracingGuard.hpp>
+
 #include <condition_variable>
+#include <optional>
 #include <deque>
 #include <thread>
 
@@ -95,7 +98,15 @@ bool CclxWork::poll() {
   return true;
 }
 
+void CclxWork::traceWaitAs(std::string comm, int size, int rank) {
+  traceComm_ = std::move(comm);
+  traceSize_ = size;
+  traceRank_ = rank;
+}
+
 void CclxWork::wait() {
+  std::optional<tcx::TracingGuard> trace;
+  if (traceSize_ > 0) trace.emplace(traceComm_, traceSize_, "wait", traceRank_);
   runWaitPreHooks();
   {
     std::lock_guard<std::mutex> lock(mu_);

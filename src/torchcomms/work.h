@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace cclx::tc {
@@ -38,6 +39,8 @@ class CclxWork : public torch::comms::TorchWork {
 
   /// Poller: true once the status is final.
   bool poll();
+  /// wait() emits torchcomms' "wait" profiler event for this comm (as NCCLX's works do).
+  void traceWaitAs(std::string comm, int size, int rank);
 
  private:
   void fail(const std::exception& e);
@@ -49,6 +52,8 @@ class CclxWork : public torch::comms::TorchWork {
   std::chrono::milliseconds timeout_{std::chrono::milliseconds::max()};
   std::function<void()> after_;
   std::string error_;
+  std::string traceComm_;  // traceWaitAs
+  int traceSize_ = 0, traceRank_ = -1;
 };
 
 /// `w` complete (CPU / synchronous) or in flight (CUDA async).

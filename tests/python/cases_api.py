@@ -215,3 +215,56 @@ def case_tensor_register(ctx):
         assert "finalized" in str(e)
     else:
         raise AssertionError("tensor_register after finalize")
+
+
+def case_comm_dump(ctx):
+    """comm_dump(): counts, last ops, algorithms, a failure naming the missing rank, and the dump
+    of an aborted comm; a refused call changes nothing."""
+    c = cclx.new_comm("cclx", "cpu", name="dmp", timeout=30)
+    d = c.comm_dump()
+    assert d["rank"] == str(ctx.rank) and d["size"] == str(ctx.size), d
+    assert d["name"] == "dmp" and d["backend"] == "cclx" and d["transport"] == "shm", d
+    assert d["device"] == "cpu", d
+    assert d["ops_issued"] == "0" and d["in_flight"] == "0" and d["last_op"] == "none", d
+    assert d["failure"] == "none" and d["failure_ranks"] == "" and d["aborted"] == "false", d
+    assert not any(k.startswith("algo.") for k in d), d
+    rng = np.random.default_rng(7 + ctx.rank)
+    x = rng.standard_normal(1001).astype(np.float32)
+    want = sum(np.random.default_rng(7 + r).standard_normal(1001) for r in range(ctx.size))
+    c.all_reduce(x)
+    assert np.allclose(x, want, rtol=1e-5, atol=1e-5)
+    out = np.full(ctx.size * 5, np.nan, np.float32)
+    c.all_gather_single(out, np.full(5, ctx.rank, np.float32))
+    assert (out == np.repeat(np.arange(ctx.size, dtype=np.float32), 5)).all(), out
+    c.barrier()
+    d = c.comm_dump()
+    assert (d["ops_issued"], d["ops_completed"], d["ops_failed"], d["in_flight"]) == \
+        ("3", "3", "0", "0"), d
+    assert d["last_op"] == "barrier #3" and d["last_completed_op"] == "barrier #3", d
+    assert d["in_flight_ops"] == "", d
+    assert d["algo.all_reduce"] in ("flat", "lamport", "tree", "fp8", "fp8_oneshot"), d
+    assert d["algo.all_gather"] in ("base", "fp8"), d
+    try:  # refused before it runs: not counted
+        c.all_reduce(np.zeros(4, np.float32), timeout=-1)
+    except cclx.CclxError:
+        pass
+    else:
+        raise AssertionError("a negative timeout was accepted")
+    assert c.comm_dump()["ops_issued"] == "3"
+    if ctx.rank != 0:  # rank 0 skips this barrier: the others time out naming it
+        try:
+            c.barrier(timeout=2)
+        except TimeoutError:
+            pass
+        else:
+            raise AssertionError("barrier without rank 0 did not time out")
+        d = c.comm_dump()
+        assert d["failure"].startswith("cclxTimeout") and "barrier #4" in d["failure"], d
+        assert d["failure_ranks"] == "0", d
+        assert (d["ops_issued"], d["ops_failed"], d["in_flight"]) == ("4", "1", "0"), d
+        assert d["last_op"] == "barrier #4" and d["last_completed_op"] == "barrier #3", d
+    ctx.comm.barrier()
+    c.abort()
+    d = c.comm_dump()
+    assert d["aborted"] == "true" and d["rank"] == str(ctx.rank), d
+    ctx.comm.barrier()

@@ -108,7 +108,8 @@ def run(path: str, nranks: int, timeout: float = 240.0,
 
 
 def check(results: Dict[str, list], case: str) -> None:
-    """Fails (AssertionError) unless `case` passed on every rank."""
+    """Fails (AssertionError) unless `case` passed on every rank; skips (pytest) when a rank's
+    case returned "skipped: <why>"."""
     per_rank = results[case]
     bad = []
     for r, res in enumerate(per_rank):
@@ -121,6 +122,11 @@ def check(results: Dict[str, list], case: str) -> None:
         raise AssertionError(f"case {case} failed:\n" + "\n".join(bad) +
                              ("\nworker logs:\n" + logs if any("no result" in b for b in bad)
                               else ""))
+    skips = sorted({res.get("skip", "") for res in per_rank} - {""})
+    if skips:  # a case returns "skipped: <why>" where it cannot run here
+        import pytest
+
+        pytest.skip("; ".join(skips))
 
 
 def _worker(path: str, out: str) -> int:
@@ -150,8 +156,9 @@ def _worker(path: str, out: str) -> int:
         k, fn = "case_" + name, getattr(mod, "case_" + name)
         t0 = time.time()
         try:
-            fn(ctx)
-            results[k[5:]] = {"ok": True, "error": "", "s": time.time() - t0}
+            ret = fn(ctx)
+            skip = ret if isinstance(ret, str) and ret.startswith("skipped:") else ""
+            results[k[5:]] = {"ok": True, "error": "", "s": time.time() - t0, "skip": skip}
         except (Exception, SystemExit):  # noqa: BLE001 - e.g. an example program's exit(1)
             results[k[5:]] = {"ok": False, "error": traceback.format_exc()[-3000:]}
         save()

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -127,6 +128,23 @@ std::unique_ptr<Backend> makeHostBackend(const BootstrapInfo& info);
 /// Returns nullptr-free backend or throws cclxUnsupported when built without CUDA / no GPU.
 std::unique_ptr<Backend> makeCudaBackend(const BootstrapInfo& info);
 
+/// Comm::dump()'s bookkeeping (comm_dump.cc): what dispatch() issued, which of it is known to
+/// have completed, the comm's failure and the algorithm each collective last ran. Guarded by mu.
+struct OpTrack {
+  struct Pending {
+    uint64_t seq;
+    std::string label;
+    std::shared_ptr<Work> work;
+  };
+  std::mutex mu;
+  uint64_t issued = 0, completed = 0, failed = 0;
+  std::deque<Pending> pending;  // issued, not yet seen complete (oldest first)
+  std::string lastOp, lastCompleted;
+  std::map<std::string, std::string> algo;  // collective -> algorithm of its last call
+  cclxResult_t failCode = cclxSuccess;      // the first failure that broke the comm
+  std::string failMsg, failOp;
+};
+
 struct CommState {
   BootstrapInfo info;
   std::unique_ptr<Backend> backend;
@@ -140,6 +158,7 @@ struct CommState {
   std::atomic<uint64_t> opSeq{0};    // collectives dispatched so far
   std::atomic<int> lastOp{-1};       // CollType of the last one (failure messages)
   std::atomic<bool> failureHandled{false};  // the watchdog reported this comm's failure
+  OpTrack track;                                 // Comm::dump()
   std::mutex regMu;                              // registered (Comm::registerMemory)
   std::map<uintptr_t, std::pair<size_t, void*>> registered;  // start -> (bytes, handle)
   std::mutex hookMu;

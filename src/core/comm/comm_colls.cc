@@ -362,13 +362,21 @@ std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a) {
                           (a.type != CollType::SendRecv || a.what != nullptr);
   const uint64_t seq = ++st.opSeq;
   st.lastOp.store(int(a.type));
+  trackIssued(st, apiLabel(a), seq);
   try {
     if (st.info.cfg.checkMode && collective) checkModeExchange(st, a);
     CCLX_TRACE("%s count=%zu dtype=%s", apiLabel(a), a.count, dtypeName(a.dtype));
-    return st.backend->run(a);
+    (void)takeSelectedAlgo();
+    std::shared_ptr<Work> w = st.backend->run(a);
+    trackReturned(st, apiLabel(a), seq, w, takeSelectedAlgo());
+    return w;
   } catch (const Error& e) {
+    trackThrew(st);
     // A timeout or error with abort-on-error ends the process here (core/failure/watchdog.h).
     commFailed(st, e.code(), e.what(), strFormat("%s #%llu", apiLabel(a), (unsigned long long)seq));
+    throw;
+  } catch (...) {
+    trackThrew(st);
     throw;
   }
 }

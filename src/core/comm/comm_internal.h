@@ -55,4 +55,14 @@ std::string joinCounts(const std::vector<size_t>& v);
 void validateSendRecv(const CollArgs& a, int rank, int size);
 void validateReduceScatterV(const CollArgs& a, int rank, int size);
 
+// ---- Comm::dump()'s bookkeeping (comm_dump.cc)
+
+/// Operation #seq of the comm (its opSeq) was dispatched (before the backend runs it).
+void trackIssued(CommState& st, const char* label, uint64_t seq);
+/// The backend returned `w` for it; `algo` is the algorithm select() chose (nullptr: none).
+void trackReturned(CommState& st, const char* label, uint64_t seq, std::shared_ptr<Work> w,
+                   const char* algo);
+/// The dispatch threw (the operation did not run, or failed inside the call).
+void trackThrew(CommState& st);
+
 }  // namespace cclx

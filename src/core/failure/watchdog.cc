@@ -52,6 +52,7 @@ Registry& registry() {
       }
       if (f.first == cclxSuccess) continue;
       st->failureHandled.store(true);
+      noteFailure(*st, f.first, f.second, "found by the watchdog");
       if (!(st->abortOnError && fatalCode(f.first))) {
         CCLX_WARN("comm '%s' failed: %s", st->info.opts.name.c_str(), f.second.c_str());
         continue;
@@ -142,6 +143,7 @@ void executeFatal(Fatal& f) {
 }
 
 void commFailed(CommState& st, cclxResult_t code, const std::string& msg, const std::string& op) {
+  noteFailure(st, code, msg, op);
   if (!st.abortOnError || !fatalCode(code)) return;
   Fatal f = prepareFatal(st, code, msg, op);
   executeFatal(f);

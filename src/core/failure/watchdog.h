@@ -41,6 +41,10 @@ bool fatalCode(cclxResult_t code);
 /// returns); otherwise does nothing (the backend already holds the failure).
 void commFailed(CommState& st, cclxResult_t code, const std::string& msg, const std::string& op);
 
+/// Records a failure that breaks the comm (fatalCode) for Comm::dump() (comm_dump.cc); the first
+/// one is kept. Other codes (bad arguments, unsupported calls) are not the comm's state.
+void noteFailure(CommState& st, cclxResult_t code, const std::string& msg, const std::string& op);
+
 /// Runs the comm's abort hooks once (each hook's exceptions are caught and logged).
 void runAbortHooks(CommState& st, const std::string& reason);
 

@@ -354,8 +354,19 @@ Algo selectFor(const CollArgs& a, const Config& cfg, const Caps& c) {
 
 }  // namespace
 
+namespace {
+thread_local const char* tlsSelected = nullptr;  // takeSelectedAlgo()
+}  // namespace
+
+const char* takeSelectedAlgo() {
+  const char* s = tlsSelected;
+  tlsSelected = nullptr;
+  return s;
+}
+
 Algo select(const CollArgs& a, const Config& cfg, const Caps& c) {
   const Algo algo = selectFor(a, cfg, c);
+  tlsSelected = algoName(algo);
   // The rules above only pick what their capability allows; a rule that did not would launch a
   // kernel that cannot run (or whose staging is missing): refused here, before anything runs.
   CCLX_REQUIRE(c.can(algo), cclxInternalError, "%s: the selection picked '%s', which cannot run "

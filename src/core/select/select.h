@@ -31,6 +31,9 @@ enum class Algo : uint8_t {
   RmsUnfused,  // allreduce + RMSNorm: the allreduce select() picks, then the local norm kernel
 };
 const char* algoName(Algo a);
+/// The name of the algorithm the last select() of this thread returned, and forgets it (nullptr:
+/// none since the last take). dispatch() takes it around a call, for Comm::dump().
+const char* takeSelectedAlgo();
 
 /// What a backend can run for one call: facts of the comm, then "this algorithm accepts these
 /// arguments now" for each candidate (on GPUs: each entry of the algorithm registry,

@@ -126,3 +126,99 @@ def case_c10d_one_cuda_comm_for_both_devices(ctx):
     for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, s, nxt), dist.P2POp(dist.irecv, r, prv)]):
         w.wait()
     same(r, torch.full((17,), float(prv)), "c10d batch_isend_irecv ring")
+
+
+def case_comm_dump_cuda(ctx):
+    """get_backend_impl().comm_dump() on a CUDA comm: an async op is pending until complete,
+    then counted; every op once synchronized."""
+    c, impl = ctx.comm, ctx.comm.get_backend_impl()
+    d0 = impl.comm_dump()
+    assert d0["rank"] == str(ctx.rank) and d0["device"].startswith("cuda"), d0
+    x = data(ctx.rank, 1 << 20, torch.float32, 7).cuda()
+    w = c.all_reduce(x, ReduceOp.SUM, async_op=True)
+    d1 = impl.comm_dump()
+    assert int(d1["ops_issued"]) == int(d0["ops_issued"]) + 1, (d0, d1)
+    assert d1["last_op"].startswith("all_reduce #"), d1
+    w.wait()
+    torch.cuda.synchronize()
+    same(x, sum(data(r, 1 << 20, torch.float32, 7).double() for r in range(ctx.size)),
+         "all_reduce", 1e-4)
+    d2 = impl.comm_dump()
+    assert d2["in_flight"] == "0" and d2["in_flight_ops"] == "", d2
+    assert int(d2["ops_completed"]) == int(d0["ops_completed"]) + 1, (d0, d2)
+    assert d2["failure"] == "none" and "algo.all_reduce" in d2, d2
+
+
+def case_all_gather_p_cuda(ctx):
+    """torchcomms' persistent all-gather as AllGatherPTest runs it (output from cclx's
+    allocator), on fresh data each execution, the output reused for compute."""
+    c, n = ctx.comm, 1025
+    pool = torch.cuda.MemPool(torchcomms.get_mem_allocator(c.get_backend()))
+    with torch.cuda.use_mem_pool(pool):
+        out = torch.full((n * ctx.size,), float("nan"), device="cuda")
+    h = c.all_gather_p_init(out)
+    c.barrier(False)
+    for it in range(3):
+        x = data(ctx.rank, n, torch.float32, 20 + it).cuda()
+        c.all_gather_p_exec(h, x, async_op=True).wait()
+        torch.cuda.synchronize()
+        want = torch.cat([data(r, n, torch.float32, 20 + it) for r in range(ctx.size)])
+        same(out, want, f"all_gather_p_exec #{it}", 0)
+        assert abs(out.sum().item() - want.sum().item()) < 1e-2
+    c.all_gather_p_free(h)
+    del out
+
+
+def case_nx_methods_reach_core(ctx):
+    """device_alltoallv_single and reduce_scatter_quantized on get_backend_impl(): correct, or
+    cclx's "not implemented" from the core (the call reached it)."""
+    impl, n, me = ctx.comm.get_backend_impl(), ctx.size, ctx.rank
+    send = [(me + p) % 3 + 1 for p in range(n)]
+    recv = [(p + me) % 3 + 1 for p in range(n)]
+    x = torch.cat([torch.full((send[p], 4), 100.0 * me + p) for p in range(n)]).cuda()
+    out = torch.full((sum(recv), 4), float("nan"), device="cuda")
+    try:
+        impl.device_alltoallv_single(out, x, torch.tensor(recv).cuda(), torch.tensor(send).cuda(),
+                                     False)
+    except RuntimeError as e:
+        assert "not implemented" in str(e), e
+    else:
+        torch.cuda.synchronize()
+        same(out, torch.cat([torch.full((recv[p], 4), 100.0 * p + me) for p in range(n)]),
+             "device_alltoallv_single", 0)
+    cnt = 513
+    xs = data(me, cnt * n, torch.float32, 30).cuda()
+    o = torch.full((cnt,), float("nan"), device="cuda")
+    try:
+        impl.reduce_scatter_quantized(o, xs, ReduceOp.SUM,
+                                      torch.tensor([42], dtype=torch.int64).cuda(), False)
+    except RuntimeError as e:
+        assert "not implemented" in str(e), e
+    else:
+        torch.cuda.synchronize()
+        full = sum(data(r, cnt * n, torch.float32, 30).double() for r in range(n))
+        same(o, full[me * cnt:(me + 1) * cnt], "reduce_scatter_quantized", n * 2.0 ** -6)
+
+
+def case_profiler_events_cuda(ctx):
+    """record_param_comms for each operation and the wait of an async one, as NCCLX emits."""
+    import json
+    import os
+    import tempfile
+
+    c = ctx.comm
+    x = torch.ones(64, device="cuda")
+    with torch.profiler.profile() as prof:
+        c.all_reduce(x, ReduceOp.SUM, False)
+        c.broadcast(x, 0, True).wait()
+        c.barrier(False)
+    torch.cuda.synchronize()
+    path = tempfile.mktemp(suffix=".json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        ev = [e for e in json.load(f)["traceEvents"] if e.get("name") == "record_param_comms"]
+    os.remove(path)
+    names = [e["args"].get("Collective name") for e in ev]
+    for want in ("all_reduce", "broadcast", "barrier", "wait"):
+        assert names.count(want) == 1, names
+    assert all(e["args"]["Process Group Name"] == "gpu_tc" for e in ev), ev

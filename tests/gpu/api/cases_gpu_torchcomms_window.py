@@ -3,7 +3,7 @@ GPU (CUDA IPC between the processes; run by tests/gpu/api/test_gpu_torchcomms.py
 at offsets with signal / wait_signal on side streams, async works, tensors from torch's caching
 allocator and from torchcomms.get_mem_allocator("cclx"), map_remote_tensor / get_attr, CUDA-graph
 replay of put / signal / wait_signal with fresh data, and refused calls that change nothing.
-The CPU twin is tests/python/cases_torchcomms_cxx_window.py."""
+The CPU twin is tests/python/tc_cases/cases_torchcomms_cxx_window.py."""
 from __future__ import annotations
 
 from datetime import timedelta

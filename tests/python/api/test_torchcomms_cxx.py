@@ -14,8 +14,9 @@ import harness  # noqa: E402
 import cclx  # noqa: E402
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = os.path.join(HERE, "cases_torchcomms_cxx.py")
-WINDOW_CASES = os.path.join(HERE, "cases_torchcomms_cxx_window.py")
+CASES = os.path.join(HERE, "tc_cases", "cases_torchcomms_cxx.py")
+WINDOW_CASES = os.path.join(HERE, "tc_cases", "cases_torchcomms_cxx_window.py")
+EXT_CASES = os.path.join(HERE, "tc_cases", "cases_torchcomms_ext.py")
 LIB = os.path.join(os.path.dirname(os.path.abspath(cclx._C.__file__)), "libcclx_torchcomms.so")
 
 
@@ -36,6 +37,17 @@ def results(tmp_path_factory):
 @pytest.fixture(scope="module")
 def window_results(tmp_path_factory):
     return _run(WINDOW_CASES, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def ext_results(tmp_path_factory):
+    return _run(EXT_CASES, tmp_path_factory)
+
+
+@pytest.mark.parametrize("case", harness.case_names(EXT_CASES))
+def test_torchcomms_cxx_ext(ext_results, case):
+    """comm_dump, the persistent all-gather, NCCLX's extra methods and the profiler events."""
+    harness.check(ext_results, case)
 
 
 @pytest.mark.parametrize("case", harness.case_names(CASES))

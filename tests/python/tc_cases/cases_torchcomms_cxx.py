@@ -48,7 +48,8 @@ def case_route_and_identity(ctx):
 
     c = ctx.comm
     assert tb.ROUTE == "cxx", tb.ROUTE
-    assert type(c.get_backend_impl()).__name__ != "CclxBackend"  # the C++ object, no Python class
+    # The C++ object (bound by cclx._cclx_torchcomms), not the Python route's class.
+    assert not isinstance(c.get_backend_impl(), tb.CclxBackend), type(c.get_backend_impl())
     assert c.get_rank() == ctx.rank and c.get_size() == ctx.size
     assert c.get_backend() == "cclx" and c.get_name() == "tc_cxx"
     assert c.get_device().type == "cpu"
