@@ -41,6 +41,7 @@ class HostBackend final : public Backend {
     fp8AllToAll_ = makeHostFp8AllToAll();
     rmsOneShot_ = makeHostRmsOneShot();
     rmsTwoShot_ = makeHostRmsTwoShot();
+    quantized_ = makeHostQuantizedReduceScatter();
   }
 
   const char* name() const override { return "shm"; }
@@ -169,8 +170,12 @@ class HostBackend final : public Backend {
         return algo == Algo::RmsOneShot   ? rmsOneShot_.get()
                : algo == Algo::RmsTwoShot ? rmsTwoShot_.get()
                                           : nullptr;
-      case CollType::AllToAllVDevice:
       case CollType::ReduceScatterQuantized:
+        CCLX_REQUIRE(quantized_->canRun(a, *ctx_), cclxUnsupported,
+                     "host backend: %s needs a staging slot of %zu bytes", collName(a.type),
+                     sizeof(uint16_t) * size_t(ctx_->size));
+        return quantized_.get();
+      case CollType::AllToAllVDevice:
         CCLX_THROW(cclxUnsupported, "host backend: %s is not implemented yet", collName(a.type));
     }
     CCLX_THROW(cclxInternalError, "host backend: unknown collective %d", int(a.type));
@@ -182,6 +187,7 @@ class HostBackend final : public Backend {
       allToAllV_, p2p_, barrier_, reduceScatterV_;
   std::unique_ptr<HostAlgo> fp8AllReduce_, fp8OneShot_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;
   std::unique_ptr<HostAlgo> rmsOneShot_, rmsTwoShot_;
+  std::unique_ptr<HostAlgo> quantized_;  // reduce_scatter_quantized (quantized.cc)
 };
 
 }  // namespace

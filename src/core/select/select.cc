@@ -230,6 +230,18 @@ Algo selectGrouped(const CollArgs& a, const Caps& c) {
   return Algo::Base;
 }
 
+// reduce_scatter_quantized: CPU comms their shm algorithm (Base); GPU comms the peer-memory kernel
+// wherever it runs, unless the comm is plain NCCL or hint "algo" = "nccl" asks for the NCCL
+// sequence (which needs NCCL: without it, ranks sharing a GPU, the kernel runs whatever the hint).
+// No size rule: the NCCL sequence moves the same bytes plus a local pass, and is not measured.
+Algo selectQuantized(const CollArgs& a, const Caps& c) {
+  const std::string* h = hint(a, "algo");
+  const Want want = h ? parseWant(*h) : Want::Auto;  // a bad name fails whatever runs
+  if (c.host || !c.srBf16) return Algo::Base;
+  if (!c.nccl) return Algo::SrBf16;
+  return c.plainNccl || want == Want::Nccl ? Algo::Base : Algo::SrBf16;
+}
+
 }  // namespace
 
 std::vector<std::string> hintKeys() { return settings::hintKeys(); }
@@ -250,6 +262,7 @@ const char* algoName(Algo a) {
     case Algo::RmsOneShot: return "fused_oneshot";
     case Algo::RmsTwoShot: return "fused_twoshot";
     case Algo::RmsUnfused: return "unfused";
+    case Algo::SrBf16: return "sr_bf16";
   }
   return "?";
 }
@@ -312,6 +325,7 @@ bool Caps::can(Algo a) const {
     case Algo::PeerBarrier: return peerBarrier;
     case Algo::RmsOneShot: return rmsOneShot;
     case Algo::RmsTwoShot: return rmsTwoShot;
+    case Algo::SrBf16: return srBf16;
   }
   return false;
 }
@@ -330,6 +344,7 @@ void Caps::allow(Algo a, bool on) {
     case Algo::PeerBarrier: peerBarrier = on; break;
     case Algo::RmsOneShot: rmsOneShot = on; break;
     case Algo::RmsTwoShot: rmsTwoShot = on; break;
+    case Algo::SrBf16: srBf16 = on; break;
   }
 }
 
@@ -348,6 +363,7 @@ Algo selectFor(const CollArgs& a, const Config& cfg, const Caps& c) {
     case CollType::SendRecv: return selectGrouped(a, c);
     case CollType::Barrier: return c.peerBarrier && !c.plainNccl ? Algo::PeerBarrier : Algo::Base;
     case CollType::AllReduceRmsNorm: return selectRmsNorm(a, cfg, c);
+    case CollType::ReduceScatterQuantized: return selectQuantized(a, c);
     default: return Algo::Base;
   }
 }

@@ -29,6 +29,8 @@ enum class Algo : uint8_t {
   RmsOneShot,  // allreduce + RMSNorm: one shot, the norm as the reduction's epilogue
   RmsTwoShot,  // allreduce + RMSNorm: reduce-scatter by token rows, norm, all-gather
   RmsUnfused,  // allreduce + RMSNorm: the allreduce select() picks, then the local norm kernel
+  SrBf16,      // reduce_scatter_quantized: the peer-memory kernel (bf16 stochastic rounding on the
+               // wire, f32 accumulation); Base: the NCCL sequence (round, all-to-all, local sum)
 };
 const char* algoName(Algo a);
 
@@ -49,6 +51,7 @@ struct Caps {
   bool fp8 = false, fp8OneShot = false;
   bool peerBarrier = false;
   bool rmsOneShot = false, rmsTwoShot = false;  // the fused allreduce + RMSNorm kernels accept
+  bool srBf16 = false;  // the reduce_scatter_quantized peer kernel accepts
   bool dataAsFlag = true;  // auto may pick the kernels whose data is its own flag (flat, lamport,
                            // fp8_oneshot); false on HIP builds, where that relies on a link
                            // property AMD does not document (forced choices still run them)
