@@ -266,6 +266,13 @@ Caps CudaBackend::caps(const CollArgs& a) const {
   algos_->forEach(a.type, [&](const AlgoEntry& e, const DeviceAlgo& alg) {
     c.allow(e.algo, (!e.lowPrecision || fp8) && runs(alg, a));
   });
+  // reduce_scatter_quantized's FP8 payload runs on the FP8 reduce-scatter (select.h:
+  // quantizedAsFp8), asked only when the call's hint wants it.
+  if (a.type == CollType::ReduceScatterQuantized) {
+    const auto it = a.opts.hints.find("low_precision");
+    const DeviceAlgo* f = algos_->find(CollType::ReduceScatter, Algo::Fp8);
+    c.fp8 = it != a.opts.hints.end() && it->second == "fp8" && f && runs(*f, quantizedAsFp8(a));
+  }
   return c;
 }
 
@@ -523,13 +530,17 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
     p2p.send = nullptr;
     p2p.recv = nullptr;
   }
-  const CollArgs& a = single ? p2p : in;
+  const CollArgs& call = single ? p2p : in;
   std::lock_guard<std::mutex> lock(runMu_);
   CCLX_REQUIRE(!finalized_, cclxInvalidUsage, "the CUDA communicator was finalized");
   sh_->throwIfFailed();
   sh_->checkDeviceError();
-  checkUsable(a);
-  Algo algo = select(a);  // once per call; a bad "algo" hint fails here
+  checkUsable(call);
+  Algo algo = select(call);  // once per call; a bad "algo" hint fails here
+  // reduce_scatter_quantized with the FP8 payload runs as the FP8 reduce-scatter.
+  const bool asFp8 = call.type == CollType::ReduceScatterQuantized && algo == Algo::Fp8;
+  const CollArgs lowered = asFp8 ? quantizedAsFp8(call) : CollArgs{};
+  const CollArgs& a = asFp8 ? lowered : call;
   // A collective with nothing to move (the same count on every rank) enqueues nothing on any
   // path, so it needs no NCCL either.
   const bool empty = a.count == 0 && a.type != CollType::AllToAllV &&

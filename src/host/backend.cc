@@ -46,9 +46,13 @@ class HostBackend final : public Backend {
 
   const char* name() const override { return "shm"; }
 
-  std::shared_ptr<Work> run(const CollArgs& args) override {
+  std::shared_ptr<Work> run(const CollArgs& call) override {
     if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
-    HostAlgo* algo = pick(args);
+    HostAlgo* algo = pick(call);
+    // reduce_scatter_quantized with the FP8 payload runs as the FP8 reduce-scatter.
+    const bool asFp8 = call.type == CollType::ReduceScatterQuantized && algo == fp8ReduceScatter_.get();
+    const CollArgs lowered = asFp8 ? quantizedAsFp8(call) : CollArgs{};
+    const CollArgs& args = asFp8 ? lowered : call;
     auto t = args.opts.timeout.count() > 0 ? args.opts.timeout : ctx_->timeout;
     ctx_->beginColl(collLabel(args), t);
     // Size 0: every rank of the collective sees the same count, so all skip alike. AllToAllV
@@ -122,6 +126,9 @@ class HostBackend final : public Backend {
       case CollType::ReduceScatter:
         c.fp8 = fp8 && a.sendList.empty() && fp8ReduceScatter_->canRun(a, *ctx_);
         break;
+      case CollType::ReduceScatterQuantized:  // the FP8 payload (select.h: quantizedAsFp8)
+        c.fp8 = fp8ReduceScatter_->canRun(quantizedAsFp8(a), *ctx_);
+        break;
       case CollType::AllToAll: c.fp8 = fp8 && fp8AllToAll_->canRun(a, *ctx_); break;
       case CollType::AllReduceRmsNorm:
         c.peer = true;
@@ -171,6 +178,7 @@ class HostBackend final : public Backend {
                : algo == Algo::RmsTwoShot ? rmsTwoShot_.get()
                                           : nullptr;
       case CollType::ReduceScatterQuantized:
+        if (algo == Algo::Fp8) return fp8ReduceScatter_.get();
         CCLX_REQUIRE(quantized_->canRun(a, *ctx_), cclxUnsupported,
                      "host backend: %s needs a staging slot of %zu bytes", collName(a.type),
                      sizeof(uint16_t) * size_t(ctx_->size));

@@ -69,6 +69,12 @@ void checkHints(const std::map<std::string, std::string>& hints);
 /// Every hint key of that table (the torchcomms backend keeps the keys cclx knows).
 std::vector<std::string> hintKeys();
 
+/// The reduce-scatter that runs a ReduceScatterQuantized call whose selection is Fp8 (hint
+/// "low_precision" = "fp8": cclx's FP8 e4m3 payload with per-block scales, round to nearest,
+/// instead of bf16 rounded stochastically): type ReduceScatter, the same buffers, count, op and
+/// options, no seed; `what` names the call in messages.
+CollArgs quantizedAsFp8(const CollArgs& a);
+
 /// The algorithm for one call. Throws cclxInvalidArgument for an unknown "algo" or "fp8_algo"
 /// hint or setting (on every backend alike).
 Algo select(const CollArgs& a, const Config& cfg, const Caps& caps);

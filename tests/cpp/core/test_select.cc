@@ -472,6 +472,19 @@ TEST(Select, ReduceScatterQuantized) {
   c.host = true;
   EXPECT_EQ(select(a, cfg, c), Algo::Base);
   EXPECT_STREQ(algoName(Algo::SrBf16), "sr_bf16");
+  // The FP8 payload: only the call's hint asks for it, only where the FP8 reduce-scatter runs.
+  c.host = false;
+  EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);  // c.fp8 without the hint
+  a.opts.hints["low_precision"] = "fp8";
+  EXPECT_EQ(select(a, cfg, c), Algo::Fp8);
+  c.fp8 = false;
+  EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);
+  c.fp8 = c.host = true;
+  EXPECT_EQ(select(a, cfg, c), Algo::Fp8);
+  const CollArgs b = quantizedAsFp8(a);
+  EXPECT_EQ(b.type, CollType::ReduceScatter);
+  EXPECT_EQ(b.seed, nullptr);
+  EXPECT_TRUE(lowPrecisionWanted(b, cfg));
 }
 
 TEST(Select, NeverAnAlgorithmThatCannotRun) {

@@ -196,6 +196,32 @@ def case_torch_tensors_and_async(ctx):
     assert np.array_equal(out.numpy().view(np.uint32), want.view(np.uint32))
 
 
+def case_fp8_payload(ctx):
+    """Hint low_precision=fp8: the FP8 reduce-scatter's bits (e4m3, per-block scales), the seed
+    unused, within the e4m3 bound of the float64 sum, and not the bf16 result."""
+    count = 5003
+    fp8 = {"low_precision": "fp8"}
+    for op in ("SUM", "AVG"):
+        xs = inputs(ctx, count, 4242 + len(op))
+        x = xs[ctx.rank].copy()
+        got = run(ctx, x, op, 1 + ctx.rank, hints=fp8)
+        ref = np.full(count, np.nan, np.float32)
+        ctx.comm.reduce_scatter_single(ref, x, OPS[op], hints=fp8).wait()
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), f"fp8 {op}: not the FP8 reduce-scatter"
+        other = run(ctx, x, op, 99 + ctx.rank, hints=fp8)
+        assert np.array_equal(got.view(np.uint32), other.view(np.uint32)), f"fp8 {op}: the seed changed it"
+        bf = run(ctx, x, op, 1 + ctx.rank)
+        assert not np.array_equal(got, bf), f"fp8 {op}: the bf16 result"
+        seg = [v.astype(np.float64)[ctx.rank * count:(ctx.rank + 1) * count] for v in xs]
+        exact = sum(seg)
+        tol = sum(2.0 ** -4 * np.abs(s_) + 2.0 ** -8 * np.max(np.abs(s_)) for s_ in seg)
+        tol = tol + ctx.size * 2.0 ** -22 * sum(np.abs(s_) for s_ in seg)
+        if op == "AVG":
+            exact, tol = exact / ctx.size, tol / ctx.size
+        err = np.abs(got.astype(np.float64) - exact)
+        assert np.all(err <= tol), f"fp8 {op}: max error {np.max(err - tol)} beyond the bound"
+
+
 def case_bad_arguments_change_nothing(ctx):
     count = 8
     out = np.full(count, 5.0, np.float32)
