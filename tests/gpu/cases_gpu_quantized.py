@@ -2,7 +2,8 @@
 with 2+ ranks sharing one GPU or one GPU each): bit for bit against a CPU comm of the same ranks
 (the host twin, the same rounding definition) on the peer kernel and on the NCCL sequence (hint
 algo=nccl where the comm has NCCL), SUM and AVG, odd counts, in place, CUDA graph capture and
-replay with fresh inputs and a changed seed tensor, and a seed in the wrong place."""
+replay with fresh inputs and a changed seed tensor, the FP8 payload (hint low_precision=fp8), and a
+seed in the wrong place."""
 from __future__ import annotations
 
 import torch
@@ -102,6 +103,25 @@ def case_graph_replay_with_new_seed(ctx):
         results[k] = out.cpu().clone()
     assert torch.equal(results[0], results[3]), "the same seed and data replayed differently"
     assert not torch.equal(results[0], results[1]), "a new seed value did not reach the kernel"
+
+
+def case_fp8_payload(ctx):
+    """Hint low_precision=fp8: the FP8 reduce-scatter (the twin runs the same), the seed unused.
+    At world size 1 the GPU has no FP8 kernel (it needs 2 ranks) and the case has nothing to
+    compare."""
+    if ctx.size < 2:
+        return
+    fp8 = {"low_precision": "fp8"}
+    for count in (5, 4099, (1 << 18) + 1):
+        for op in ("SUM", "AVG"):
+            x = inputs(ctx, count, 31 + count)
+            out = torch.full((count,), float("nan"), device=ctx.dev)
+            gpu_call(ctx, out, x.to(ctx.dev), op,
+                     torch.tensor([7], dtype=torch.int64, device=ctx.dev), fp8)
+            want = torch.full((count,), float("nan"))
+            ctx.twin.reduce_scatter_quantized(want, x, OPS[op], torch.tensor([8], dtype=torch.int64),
+                                              hints=fp8)
+            same(out, want, f"fp8 {op} count {count}")
 
 
 def case_seed_in_the_wrong_place(ctx):

@@ -3,7 +3,8 @@
 // definition of core/elements/stochastic.h computed here on the host and against the host twin
 // (a CPU comm of the same ranks), SUM and AVG, odd counts, in place; a CUDA graph replayed with
 // fresh inputs and a changed seed value in device memory; a rank that never calls is named by
-// the timeout and the output is all ones.
+// the timeout and the output is all ones; the FP8 payload (hint low_precision=fp8) equals the
+// twin's.
 //
 // World size: CCLX_TEST_RANKS (default 4).
 #include <gtest/gtest.h>
@@ -175,6 +176,33 @@ TEST(GpuQuantized, GraphReplayReadsTheSeed) {
     });
     MP_CHECK(std::memcmp(outs[0].data(), outs[1].data(), count * 4) != 0,
              "a new seed value did not change the result");
+  });
+}
+
+// Hint low_precision=fp8: the FP8 reduce-scatter on both (bit for bit, the FP8 kernels and their
+// CPU twin agree), whatever the seeds.
+TEST(GpuQuantized, Fp8PayloadEqualsTwin) {
+  GPU_REQUIRE(1);
+  runTwinRanks(sharedWorldSize(), "rsq_fp8", "rsq_fp8_twin", [&](TwinRank& r) {
+    CollOptions co;
+    co.stream = r.st.s;
+    co.hints["low_precision"] = "fp8";
+    CollOptions ho;
+    ho.hints = co.hints;
+    for (size_t count : {size_t(5), size_t(4099), (size_t(1) << 18) + 1}) {
+      for (bool avg : {false, true}) {
+        const std::vector<float> x = sendOf(r.rank, r.size, count, 50 + count);
+        Dev d(r.size, count);
+        d.fill(x, 1, r.st.s);
+        const ReduceOp op = avg ? RedOpKind::AVG : RedOpKind::SUM;
+        r.gpu->reduceScatterQuantized(d.send, d.recv, count, op, d.seed, co);
+        CK(cudaStreamSynchronize(r.st.s));
+        std::vector<float> tw(count);
+        const int64_t other = 2;
+        r.twin->reduceScatterQuantized(x.data(), tw.data(), count, op, &other, ho)->wait();
+        expectBits(d.out(), tw, count, std::string("fp8 ") + (avg ? "AVG " : "SUM ") + std::to_string(count));
+      }
+    }
   });
 }
 
