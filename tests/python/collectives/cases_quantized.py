@@ -5,6 +5,8 @@ and AVG, odd counts, in place, determinism per seed, different seeds, unbiased o
 tensors, async, and bad arguments (a clear error, nothing written)."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 import cclx
@@ -251,3 +253,27 @@ def case_bad_arguments_change_nothing(ctx):
     # The comm still works afterwards.
     got = run(ctx, x, "SUM", 1)
     assert np.all(got == ctx.size)
+
+
+def case_missing_rank_is_named(ctx):
+    """The last rank never calls: the others get CclxTimeoutError naming it, within the call's
+    timeout, and their output is poisoned (never a plausible value)."""
+    c = cclx.new_comm("cclx", "cpu", name="rsq_missing", timeout=30)
+    last = ctx.size - 1
+    if ctx.rank != last:
+        count = 1000
+        out = np.zeros(count, np.float32)
+        t0 = time.time()
+        try:
+            c.reduce_scatter_quantized(out, np.ones(ctx.size * count, np.float32),
+                                       cclx.ReduceOp.SUM, np.array([1], np.int64), timeout=2)
+        except cclx.CclxTimeoutError as e:
+            assert str(last) in str(e), f"the error does not name rank {last}: {e}"
+        else:
+            raise AssertionError(f"the call without rank {last} completed")
+        assert time.time() - t0 < 20
+        assert not np.any(out == ctx.size), "a plausible output after the timeout"
+        assert np.all(out.view(np.uint32) == 0xFFFFFFFF), "the output is not poisoned"
+    ctx.comm.barrier()  # the last rank keeps `c` alive until the others have seen the timeout
+    c.abort()
+    ctx.comm.barrier()

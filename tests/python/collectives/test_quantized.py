@@ -8,7 +8,8 @@ import harness
 
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_quantized.py")
 NAMES = harness.case_names(CASES)
-CORE = ("matches_model_and_bound", "in_place", "fp8_payload", "bad_arguments_change_nothing")
+CORE = ("matches_model_and_bound", "in_place", "fp8_payload", "bad_arguments_change_nothing",
+        "missing_rank_is_named")
 SIZES = (2, 3, 4, 5, 6, 7, 8)
 _runs = {}
 
