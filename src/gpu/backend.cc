@@ -41,32 +41,6 @@ void poisonOutputs(const CollArgs& a, int size, bool capturing) {
   }
 }
 
-// reduce_scatter_quantized through NCCL (the peer kernel does not run: across hosts, backend
-// "nccl", hint "algo" = "nccl"): round the whole input into a bf16 temporary, an NCCL all-to-all
-// of the bf16 blocks (NCCL reduces nothing: a bf16 reduction would round every partial sum),
-// then the float sum of the received blocks in rank order (gpu/quantized/fallback.cu). The input
-// is read before the output is written, so any overlap works. Stream-ordered temporaries: legal
-// inside graph capture; the seed is read by the rounding kernel.
-void quantizedViaNccl(const CollArgs& a, nccl::ncclComm_t comm, int rank, int size,
-                      cudaStream_t s) {
-  const size_t n = a.count * size_t(size);
-  gpures::StreamTemp mine(n * sizeof(uint16_t), s), theirs(n * sizeof(uint16_t), s);
-  launchSrRound(static_cast<const float*>(a.send), static_cast<uint16_t*>(mine.get()), n, a.seed,
-                uint32_t(rank), s);
-  CollArgs b = a;
-  b.type = CollType::AllToAll;
-  b.send = mine.get();
-  b.recv = theirs.get();
-  b.dtype = DataType::bf16;
-  b.op = ReduceOp{};
-  b.seed = nullptr;
-  ncclRunCollective(b, comm, rank, size, s);
-  launchSrSum(static_cast<const uint16_t*>(theirs.get()), static_cast<float*>(a.recv), a.count,
-              size, a.op.kind == RedOpKind::AVG, s);
-  mine.free();
-  theirs.free();
-}
-
 }  // namespace
 
 // Every rank runs the whole sequence (core/failure/setup_sequence.h): a rank whose device setup failed
@@ -497,7 +471,7 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
     return ncclRunCollective(b, sh_->comm, ctx_.rank, ctx_.size, s);
   }
   if (a.type == CollType::ReduceScatterQuantized)
-    return quantizedViaNccl(a, sh_->comm, ctx_.rank, ctx_.size, s);
+    return quantizedViaNccl(a, sh_->comm, ctx_.rank, ctx_.size, s);  // gpu/quantized
   ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
 }
 

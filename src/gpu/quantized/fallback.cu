@@ -1,10 +1,12 @@
-// The local kernels of reduce_scatter_quantized's NCCL sequence (quantized.h): where the peer
-// kernel does not run (across hosts, backend "nccl", hint "algo" = "nccl") the backend rounds
-// into a bf16 temporary (launchSrRound), moves the blocks with an NCCL all-to-all (bf16 bits,
-// nothing reduced by NCCL) and sums them in float (launchSrSum). Same element rules as the peer
-// kernel and the CPU twin (core/elements/stochastic.h), hence the same bits.
+// reduce_scatter_quantized's NCCL sequence (quantized.h): where the peer kernel does not run
+// (across hosts, backend "nccl", hint "algo" = "nccl") the backend rounds into a bf16 temporary
+// (launchSrRound), moves the blocks with an NCCL all-to-all (bf16 bits, nothing reduced by NCCL)
+// and sums them in float (launchSrSum). Same element rules as the peer kernel and the CPU twin
+// (core/elements/stochastic.h), hence the same bits.
 #include "core/elements/stochastic.h"
 #include "gpu/device/launch.cuh"
+#include "gpu/nccl/colls.h"
+#include "gpu/resources.h"
 #include "gpu/quantized/quantized.h"
 
 namespace cclx {
@@ -51,6 +53,26 @@ void launchSrSum(const uint16_t* blocks, float* recv, size_t count, int size, bo
   if (count == 0) return;
   dev::launchKernel("reduce_scatter_quantized sum", &srSumKernel, gridOf(count), kThreads, stream,
                     blocks, recv, count, size, avg ? 1 : 0);
+}
+
+void quantizedViaNccl(const CollArgs& a, nccl::ncclComm_t comm, int rank, int size, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const size_t n = a.count * size_t(size);
+  gpures::StreamTemp mine(n * sizeof(uint16_t), s), theirs(n * sizeof(uint16_t), s);
+  launchSrRound(static_cast<const float*>(a.send), static_cast<uint16_t*>(mine.get()), n, a.seed,
+                uint32_t(rank), stream);
+  CollArgs b = a;
+  b.type = CollType::AllToAll;
+  b.send = mine.get();
+  b.recv = theirs.get();
+  b.dtype = DataType::bf16;
+  b.op = ReduceOp{};
+  b.seed = nullptr;
+  ncclRunCollective(b, comm, rank, size, s);
+  launchSrSum(static_cast<const uint16_t*>(theirs.get()), static_cast<float*>(a.recv), a.count,
+              size, a.op.kind == RedOpKind::AVG, stream);
+  mine.free();
+  theirs.free();
 }
 
 }  // namespace cclx
