@@ -284,6 +284,11 @@ class Comm:
         Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
         """
 
+    def reduce_scatter_quantized(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)], dtype: int, op: ReduceOp, seed: Annotated[NDArray, dict(writable=False)], seed_dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.
+        """
+
     def all_to_all(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
         """
         Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.

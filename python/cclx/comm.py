@@ -2,8 +2,8 @@
 
 Where Comm's methods live: this module: creation (new_comm), split, finalize, abort, the
 collectives all_reduce, reduce, broadcast, all_gather(_single), reduce_scatter(_single),
-all_to_all_single, all_to_all_v_single, send, recv, barrier, all_reduce_rmsnorm, new_window and
-get_algo; _comm_grouped.py: all_gather_v, reduce_scatter_v, all_to_all (lists), scatter, gather,
+reduce_scatter_quantized, all_to_all_single, all_to_all_v_single, send, recv, barrier,
+all_reduce_rmsnorm, new_window and get_algo; _comm_grouped.py: all_gather_v, reduce_scatter_v, all_to_all (lists), scatter, gather,
 gather_single, batch_op_create and the persistent all-gather (all_gather_p_*); _comm_settings.py:
 get_options, set_timeout, set_hints, the hooks' registration, get_mem_allocator and
 tensor_register. Work (what a call returns) is in _work.py, the hooks' call path in _hooks.py.
@@ -223,6 +223,28 @@ class Comm(GroupedOps, CommSettings):
         w = self._c.reduce_scatter(a, o, code, _reduce_op(op, "reduce_scatter_single"),
                                    *self._opts(fw, async_op, hints, timeout))
         return self._work(w, async_op, fw, (output, input))
+
+    @_checked
+    def reduce_scatter_quantized(self, output: Any, input: Any, op: Any, seed: Any,
+                                 async_op: bool = False, hints: Optional[Dict[str, Any]] = None,
+                                 timeout: Any = None) -> Work:
+        """NCCLX's reduce_scatter_quantized: output (float32, count elements) = SUM or AVG over
+        ranks of block `rank` of `input` (float32, get_size() x count elements, any shape), each
+        contribution sent as bfloat16 rounded stochastically and summed in float32. `seed`: a
+        one-element int64 tensor where the data lives (the comm's GPU; a CPU tensor on CPU
+        comms), read when the call runs (a CUDA graph replays it with the seed's current value);
+        rank r rounds element i of its input with a hash of (seed, i, r): the same seeds give
+        the same result."""
+        where = "reduce_scatter_quantized"
+        if seed is None:
+            raise _C.CclxInvalidArgument(f"{where}: seed is required (a one-element int64 "
+                                         "tensor)")
+        a, code, fw = adapt(input, f"{where}: input")
+        o = self._out(output, f"{where}: output", code)
+        s, scode, _ = adapt(seed, f"{where}: seed")
+        w = self._c.reduce_scatter_quantized(a, o, code, _reduce_op(op, where), s, scode,
+                                             *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw, (output, input, seed))
 
     @_checked
     def all_to_all_single(self, output: Any, input: Any, async_op: bool = False,

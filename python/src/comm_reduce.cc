@@ -1,4 +1,5 @@
-// Comm reductions: all_reduce, reduce, reduce_scatter (single buffer and list).
+// Comm reductions: all_reduce, reduce, reduce_scatter (single buffer and list),
+// reduce_scatter_quantized.
 #include "bindings.h"
 
 #include <nanobind/stl/map.h>
@@ -56,6 +57,30 @@ void bindReductions(CommClass& c) {
         return deferCall(&Comm::reduceScatterList, c, std::move(ptrs), r.ptr, r.numel, t, op);
       },
       nb::arg("sends"), nb::arg("recv"), nb::arg("dtype"), nb::arg("op"));
+
+  // f32 input (size() * count elements, any shape), f32 output (count), `seed` one int64 where the
+  // data lives (the comm's device; host memory on CPU comms), read when the call runs.
+  defColl(
+      c, "reduce_scatter_quantized", "reduce_scatter_quantized", kCollDoc,
+      [](const char* n, Comm& c, const Array& send, const Array& recv, int dtc, ReduceOp op,
+         const Array& seed, int seedCode) {
+        const DataType t = resolveDtype(dtc, send, n);
+        if (t != DataType::f32)
+          argError(msg(n, "input") + " must be float32 (got " + dtypeName(t) + ")");
+        const auto [s, r] = inputOutput(n, send, recv, t, c);
+        checkDivisible(n, s.numel, c);
+        checkNumel(n, "output", r.numel, s.numel / c.size());
+        const DataType st = resolveDtype(seedCode, seed, n);
+        if (st != DataType::i64)
+          argError(msg(n, "seed") + " must be int64 (got " + dtypeName(st) + ")");
+        const View sv = viewOf(seed, msg(n, "seed").c_str(), st, c);
+        checkNumel(n, "seed", sv.numel, 1);
+        return deferCall(&Comm::reduceScatterQuantized, c, static_cast<const float*>(s.ptr),
+                         static_cast<float*>(r.ptr), r.numel, op,
+                         static_cast<const int64_t*>(sv.ptr));
+      },
+      nb::arg("send"), nb::arg("recv"), nb::arg("dtype"), nb::arg("op"), nb::arg("seed"),
+      nb::arg("seed_dtype"));
 }
 
 }  // namespace cclx::py

@@ -14,6 +14,7 @@
 #include "gpu/dda/dda.h"
 #include "gpu/fused/fused.h"
 #include "gpu/nccl/colls.h"
+#include "gpu/quantized/quantized.h"
 
 namespace cclx {
 
@@ -239,6 +240,13 @@ Caps CudaBackend::caps(const CollArgs& a) const {
   algos_->forEach(a.type, [&](const AlgoEntry& e, const DeviceAlgo& alg) {
     c.allow(e.algo, (!e.lowPrecision || fp8) && runs(alg, a));
   });
+  // reduce_scatter_quantized's FP8 payload runs on the FP8 reduce-scatter (select.h:
+  // quantizedAsFp8), asked only when the call's hint wants it.
+  if (a.type == CollType::ReduceScatterQuantized) {
+    const auto it = a.opts.hints.find("low_precision");
+    const DeviceAlgo* f = algos_->find(CollType::ReduceScatter, Algo::Fp8);
+    c.fp8 = it != a.opts.hints.end() && it->second == "fp8" && f && runs(*f, quantizedAsFp8(a));
+  }
   return c;
 }
 
@@ -319,6 +327,7 @@ void CudaBackend::checkPointers(const CollArgs& a) const {
   }
   checkPointer(a.send, "send");
   if (a.recv != a.send) checkPointer(a.recv, "recv");
+  if (a.type == CollType::ReduceScatterQuantized) checkPointer(a.seed, "seed");
   for (void* p : a.recvList) checkPointer(p, "recv list");
   for (const void* p : a.sendList) checkPointer(p, "send list");
   for (const P2PSend& m : a.sends) if (m.count) checkPointer(m.buf, "send");
@@ -461,6 +470,8 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
     b.dtype = DataType::i32;
     return ncclRunCollective(b, sh_->comm, ctx_.rank, ctx_.size, s);
   }
+  if (a.type == CollType::ReduceScatterQuantized)
+    return quantizedViaNccl(a, sh_->comm, ctx_.rank, ctx_.size, s);  // gpu/quantized
   ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
 }
 
@@ -493,13 +504,17 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
     p2p.send = nullptr;
     p2p.recv = nullptr;
   }
-  const CollArgs& a = single ? p2p : in;
+  const CollArgs& call = single ? p2p : in;
   std::lock_guard<std::mutex> lock(runMu_);
   CCLX_REQUIRE(!finalized_, cclxInvalidUsage, "the CUDA communicator was finalized");
   sh_->throwIfFailed();
   sh_->checkDeviceError();
-  checkUsable(a);
-  Algo algo = select(a);  // once per call; a bad "algo" hint fails here
+  checkUsable(call);
+  Algo algo = select(call);  // once per call; a bad "algo" hint fails here
+  // reduce_scatter_quantized with the FP8 payload runs as the FP8 reduce-scatter.
+  const bool asFp8 = call.type == CollType::ReduceScatterQuantized && algo == Algo::Fp8;
+  const CollArgs lowered = asFp8 ? quantizedAsFp8(call) : CollArgs{};
+  const CollArgs& a = asFp8 ? lowered : call;
   // A collective with nothing to move (the same count on every rank) enqueues nothing on any
   // path, so it needs no NCCL either.
   const bool empty = a.count == 0 && a.type != CollType::AllToAllV &&

@@ -41,13 +41,18 @@ class HostBackend final : public Backend {
     fp8AllToAll_ = makeHostFp8AllToAll();
     rmsOneShot_ = makeHostRmsOneShot();
     rmsTwoShot_ = makeHostRmsTwoShot();
+    quantized_ = makeHostQuantizedReduceScatter();
   }
 
   const char* name() const override { return "shm"; }
 
-  std::shared_ptr<Work> run(const CollArgs& args) override {
+  std::shared_ptr<Work> run(const CollArgs& call) override {
     if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
-    HostAlgo* algo = pick(args);
+    HostAlgo* algo = pick(call);
+    // reduce_scatter_quantized with the FP8 payload runs as the FP8 reduce-scatter.
+    const bool asFp8 = call.type == CollType::ReduceScatterQuantized && algo == fp8ReduceScatter_.get();
+    const CollArgs lowered = asFp8 ? quantizedAsFp8(call) : CollArgs{};
+    const CollArgs& args = asFp8 ? lowered : call;
     auto t = args.opts.timeout.count() > 0 ? args.opts.timeout : ctx_->timeout;
     ctx_->beginColl(collLabel(args), t);
     // Size 0: every rank of the collective sees the same count, so all skip alike. AllToAllV
@@ -121,6 +126,9 @@ class HostBackend final : public Backend {
       case CollType::ReduceScatter:
         c.fp8 = fp8 && a.sendList.empty() && fp8ReduceScatter_->canRun(a, *ctx_);
         break;
+      case CollType::ReduceScatterQuantized:  // the FP8 payload (select.h: quantizedAsFp8)
+        c.fp8 = fp8ReduceScatter_->canRun(quantizedAsFp8(a), *ctx_);
+        break;
       case CollType::AllToAll: c.fp8 = fp8 && fp8AllToAll_->canRun(a, *ctx_); break;
       case CollType::AllReduceRmsNorm:
         c.peer = true;
@@ -169,8 +177,13 @@ class HostBackend final : public Backend {
         return algo == Algo::RmsOneShot   ? rmsOneShot_.get()
                : algo == Algo::RmsTwoShot ? rmsTwoShot_.get()
                                           : nullptr;
-      case CollType::AllToAllVDevice:
       case CollType::ReduceScatterQuantized:
+        if (algo == Algo::Fp8) return fp8ReduceScatter_.get();
+        CCLX_REQUIRE(quantized_->canRun(a, *ctx_), cclxUnsupported,
+                     "host backend: %s needs a staging slot of %zu bytes", collName(a.type),
+                     sizeof(uint16_t) * size_t(ctx_->size));
+        return quantized_.get();
+      case CollType::AllToAllVDevice:
         CCLX_THROW(cclxUnsupported, "host backend: %s is not implemented yet", collName(a.type));
     }
     CCLX_THROW(cclxInternalError, "host backend: unknown collective %d", int(a.type));
@@ -182,6 +195,7 @@ class HostBackend final : public Backend {
       allToAllV_, p2p_, barrier_, reduceScatterV_;
   std::unique_ptr<HostAlgo> fp8AllReduce_, fp8OneShot_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;
   std::unique_ptr<HostAlgo> rmsOneShot_, rmsTwoShot_;
+  std::unique_ptr<HostAlgo> quantized_;  // reduce_scatter_quantized (quantized.cc)
 };
 
 }  // namespace

@@ -39,6 +39,7 @@ HostStaging::HostStaging(const CollArgs& a, int rank, int size, bool fp8) : a_(a
       in = n, out = all, inPlace = recv && send == recv + size_t(rank) * n;
       break;
     case CollType::ReduceScatter:
+    case CollType::ReduceScatterQuantized:
       if (!a.sendList.empty()) return;
       in = all, out = n, inPlace = send && recv == send + size_t(rank) * n, typed = true;
       break;

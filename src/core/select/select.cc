@@ -230,9 +230,35 @@ Algo selectGrouped(const CollArgs& a, const Caps& c) {
   return Algo::Base;
 }
 
+// reduce_scatter_quantized: hint "low_precision" = "fp8" asks for the FP8 payload: the FP8
+// reduce-scatter (Fp8, on the call quantizedAsFp8 makes) where it accepts the call, else the bf16
+// path below (the settings CCLX_LOW_PRECISION_* do not apply: the call itself chose its payload).
+// bf16: CPU comms their shm algorithm (Base); GPU comms the peer-memory kernel wherever it runs,
+// unless the comm is plain NCCL or hint "algo" = "nccl" asks for the NCCL sequence (which needs
+// NCCL: without it, ranks sharing a GPU, the kernel runs whatever the hint). No size rule: the
+// NCCL sequence moves the same bytes plus a local pass, and is not measured.
+Algo selectQuantized(const CollArgs& a, const Caps& c) {
+  const std::string* h = hint(a, "algo");
+  const Want want = h ? parseWant(*h) : Want::Auto;  // a bad name fails whatever runs
+  const std::string* lp = hint(a, "low_precision");
+  if (lp && *lp == "fp8" && c.fp8 && !c.plainNccl) return Algo::Fp8;
+  if (c.host || !c.srBf16) return Algo::Base;
+  if (!c.nccl) return Algo::SrBf16;
+  return c.plainNccl || want == Want::Nccl ? Algo::Base : Algo::SrBf16;
+}
+
 }  // namespace
 
 std::vector<std::string> hintKeys() { return settings::hintKeys(); }
+
+CollArgs quantizedAsFp8(const CollArgs& a) {
+  CollArgs b = a;
+  b.type = CollType::ReduceScatter;
+  b.seed = nullptr;
+  b.what = "reduce_scatter_quantized";
+  b.opts.hints["low_precision"] = "fp8";
+  return b;
+}
 
 void checkHints(const std::map<std::string, std::string>& hints) { settings::checkHints(hints); }
 
@@ -250,6 +276,7 @@ const char* algoName(Algo a) {
     case Algo::RmsOneShot: return "fused_oneshot";
     case Algo::RmsTwoShot: return "fused_twoshot";
     case Algo::RmsUnfused: return "unfused";
+    case Algo::SrBf16: return "sr_bf16";
   }
   return "?";
 }
@@ -312,6 +339,7 @@ bool Caps::can(Algo a) const {
     case Algo::PeerBarrier: return peerBarrier;
     case Algo::RmsOneShot: return rmsOneShot;
     case Algo::RmsTwoShot: return rmsTwoShot;
+    case Algo::SrBf16: return srBf16;
   }
   return false;
 }
@@ -330,6 +358,7 @@ void Caps::allow(Algo a, bool on) {
     case Algo::PeerBarrier: peerBarrier = on; break;
     case Algo::RmsOneShot: rmsOneShot = on; break;
     case Algo::RmsTwoShot: rmsTwoShot = on; break;
+    case Algo::SrBf16: srBf16 = on; break;
   }
 }
 
@@ -348,6 +377,7 @@ Algo selectFor(const CollArgs& a, const Config& cfg, const Caps& c) {
     case CollType::SendRecv: return selectGrouped(a, c);
     case CollType::Barrier: return c.peerBarrier && !c.plainNccl ? Algo::PeerBarrier : Algo::Base;
     case CollType::AllReduceRmsNorm: return selectRmsNorm(a, cfg, c);
+    case CollType::ReduceScatterQuantized: return selectQuantized(a, c);
     default: return Algo::Base;
   }
 }

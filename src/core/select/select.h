@@ -29,6 +29,8 @@ enum class Algo : uint8_t {
   RmsOneShot,  // allreduce + RMSNorm: one shot, the norm as the reduction's epilogue
   RmsTwoShot,  // allreduce + RMSNorm: reduce-scatter by token rows, norm, all-gather
   RmsUnfused,  // allreduce + RMSNorm: the allreduce select() picks, then the local norm kernel
+  SrBf16,      // reduce_scatter_quantized: the peer-memory kernel (bf16 stochastic rounding on the
+               // wire, f32 accumulation); Base: the NCCL sequence (round, all-to-all, local sum)
 };
 const char* algoName(Algo a);
 /// The name of the algorithm the last select() of this thread returned, and forgets it (nullptr:
@@ -52,6 +54,7 @@ struct Caps {
   bool fp8 = false, fp8OneShot = false;
   bool peerBarrier = false;
   bool rmsOneShot = false, rmsTwoShot = false;  // the fused allreduce + RMSNorm kernels accept
+  bool srBf16 = false;  // the reduce_scatter_quantized peer kernel accepts
   bool dataAsFlag = true;  // auto may pick the kernels whose data is its own flag (flat, lamport,
                            // fp8_oneshot); false on HIP builds, where that relies on a link
                            // property AMD does not document (forced choices still run them)
@@ -68,6 +71,12 @@ struct Caps {
 void checkHints(const std::map<std::string, std::string>& hints);
 /// Every hint key of that table (the torchcomms backend keeps the keys cclx knows).
 std::vector<std::string> hintKeys();
+
+/// The reduce-scatter that runs a ReduceScatterQuantized call whose selection is Fp8 (hint
+/// "low_precision" = "fp8": cclx's FP8 e4m3 payload with per-block scales, round to nearest,
+/// instead of bf16 rounded stochastically): type ReduceScatter, the same buffers, count, op and
+/// options, no seed; `what` names the call in messages.
+CollArgs quantizedAsFp8(const CollArgs& a);
 
 /// The algorithm for one call. Throws cclxInvalidArgument for an unknown "algo" or "fp8_algo"
 /// hint or setting (on every backend alike).

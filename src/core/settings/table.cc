@@ -167,7 +167,9 @@ const Entry kLibrary[] = {
     {nullptr, nullptr, "low_precision", K::Choice, "fp8|off", 0, 0, "unset",
      "Per call or per comm: `fp8` runs allreduce, all-gather, reduce-scatter or all-to-all in "
      "FP8 at any size (f32/bf16/f16 data, SUM/AVG reductions), `off` never; unset: the "
-     "`CCLX_LOW_PRECISION_*` settings",
+     "`CCLX_LOW_PRECISION_*` settings. On reduce_scatter_quantized `fp8` sends FP8 (per-block "
+     "scales, round to nearest, the seed unused) instead of bf16 where the FP8 reduce-scatter "
+     "runs",
      "", nullptr},
     {"CCLX_LOW_PRECISION_MIN_BYTES", nullptr, nullptr, K::Size, nullptr, 0, 0, "16M",
      "FP8 applies from this message size up", CCLX_FIELD(lpMinBytes)},

@@ -32,6 +32,7 @@ bool xchgNeedsStagedInput(const CollArgs& a, int rank, int size) {
     case CollType::AllGather:
       return a.recvList.empty() && send != recv + size_t(rank) * B && overlaps(send, B, recv, N * B);
     case CollType::ReduceScatter:
+    case CollType::ReduceScatterQuantized:
       return a.sendList.empty() && recv != send + size_t(rank) * B && overlaps(send, N * B, recv, B);
     case CollType::AllToAll: return send != recv && overlaps(send, N * B, recv, N * B);
     case CollType::Broadcast:

@@ -7,6 +7,7 @@
 #include "gpu/dda/dda.h"
 #include "gpu/fp8/fp8.h"
 #include "gpu/fused/fused.h"
+#include "gpu/quantized/quantized.h"
 
 namespace cclx {
 
@@ -51,6 +52,10 @@ constexpr AlgoEntry kRegistry[] = {
     // (fused/oneshot.cu); reduce-scatter by token rows, norm, all-gather (fused/twoshot.cu).
     {Algo::RmsOneShot, collBit(CollType::AllReduceRmsNorm), false, makeRmsOneShot},
     {Algo::RmsTwoShot, collBit(CollType::AllReduceRmsNorm), false, makeRmsTwoShot},
+    // reduce_scatter_quantized: bf16 stochastic rounding pushed into the FP8 staging, float sums
+    // (quantized/peer.cu); staging kFp8; accepts f32 SUM / AVG wherever one FP8 tile fits. Not a
+    // low-precision entry: the call itself asks for it.
+    {Algo::SrBf16, collBit(CollType::ReduceScatterQuantized), false, makeSrBf16ReduceScatter},
 };
 
 // At most one entry per (collective, algorithm), and none for what runs without a kernel.

@@ -40,6 +40,10 @@ std::unique_ptr<HostAlgo> makeHostFp8AllGather();         // "fp8"
 std::unique_ptr<HostAlgo> makeHostFp8ReduceScatter();     // "fp8"
 std::unique_ptr<HostAlgo> makeHostFp8AllToAll();          // "fp8"
 
+// reduce_scatter_quantized (bf16 stochastic rounding on the wire, f32 sums), the CPU twin of
+// src/gpu/quantized (quantized.cc).
+std::unique_ptr<HostAlgo> makeHostQuantizedReduceScatter();  // "shm-sr-bf16"
+
 // Fused allreduce + residual add + RMSNorm (+ FP8), the CPU twins of src/gpu/fused (rmsnorm.cc).
 std::unique_ptr<HostAlgo> makeHostRmsOneShot();  // "shm-fused-oneshot"
 std::unique_ptr<HostAlgo> makeHostRmsTwoShot();  // "shm-fused-twoshot"

@@ -446,6 +446,47 @@ TEST(Select, AllReduceWithoutTheTree) {
 
 // The invariant behind every rule: select() returns Base, RmsUnfused or an algorithm whose
 // capability is on, for every collective, hint and capability set (sampled).
+// reduce_scatter_quantized: the peer kernel where it runs, NCCL's sequence when the comm is plain
+// NCCL or hint "algo" = "nccl" asks for it, the kernel whatever the hint where there is no NCCL;
+// CPU comms their shm algorithm (Base). No size rule.
+TEST(Select, ReduceScatterQuantized) {
+  const Config cfg;
+  CollArgs a = exchange(CollType::ReduceScatterQuantized, size_t(1) << 30, DataType::f32);
+  Caps c = gpu(4);
+  EXPECT_EQ(select(a, cfg, c), Algo::Base);  // the kernel does not accept the call
+  c.srBf16 = true;
+  EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);
+  a.count = 1;
+  EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);
+  a.opts.hints["algo"] = "nccl";
+  EXPECT_EQ(select(a, cfg, c), Algo::Base);
+  c.nccl = false;  // ranks sharing a GPU
+  EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);
+  c.nccl = true;
+  a.opts.hints["algo"] = "bogus";
+  EXPECT_THROW((void)select(a, cfg, c), Error);
+  a.opts.hints.erase("algo");
+  c.plainNccl = true;
+  EXPECT_EQ(select(a, cfg, c), Algo::Base);
+  c.plainNccl = false;
+  c.host = true;
+  EXPECT_EQ(select(a, cfg, c), Algo::Base);
+  EXPECT_STREQ(algoName(Algo::SrBf16), "sr_bf16");
+  // The FP8 payload: only the call's hint asks for it, only where the FP8 reduce-scatter runs.
+  c.host = false;
+  EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);  // c.fp8 without the hint
+  a.opts.hints["low_precision"] = "fp8";
+  EXPECT_EQ(select(a, cfg, c), Algo::Fp8);
+  c.fp8 = false;
+  EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);
+  c.fp8 = c.host = true;
+  EXPECT_EQ(select(a, cfg, c), Algo::Fp8);
+  const CollArgs b = quantizedAsFp8(a);
+  EXPECT_EQ(b.type, CollType::ReduceScatter);
+  EXPECT_EQ(b.seed, nullptr);
+  EXPECT_TRUE(lowPrecisionWanted(b, cfg));
+}
+
 TEST(Select, NeverAnAlgorithmThatCannotRun) {
   Config cfg;
   uint64_t x = 0x9E3779B97F4A7C15ull;
@@ -458,13 +499,14 @@ TEST(Select, NeverAnAlgorithmThatCannotRun) {
   const CollType types[] = {CollType::AllReduce,     CollType::AllGather, CollType::ReduceScatter,
                             CollType::AllToAll,      CollType::AllToAllV, CollType::Broadcast,
                             CollType::Reduce,        CollType::ReduceScatterV, CollType::SendRecv,
-                            CollType::Barrier,       CollType::AllReduceRmsNorm};
+                            CollType::Barrier,       CollType::AllReduceRmsNorm,
+                            CollType::ReduceScatterQuantized};
   const char* algos[] = {nullptr, "auto", "flat", "lamport", "tree", "nccl", "dda"};
   const char* fused[] = {nullptr, "auto", "oneshot", "twoshot", "unfused"};
   const char* fp8[] = {nullptr, "auto", "oneshot", "twoshot"};
   const Algo all[] = {Algo::Flat,       Algo::Lamport,     Algo::Tree,        Algo::XchgLL,
                       Algo::XchgPipe,   Algo::Fp8,         Algo::Fp8OneShot,  Algo::PeerBarrier,
-                      Algo::RmsOneShot, Algo::RmsTwoShot};
+                      Algo::RmsOneShot, Algo::RmsTwoShot, Algo::SrBf16};
   for (int i = 0; i < 40000; ++i) {
     const uint64_t r = next();
     Caps c;
@@ -475,9 +517,9 @@ TEST(Select, NeverAnAlgorithmThatCannotRun) {
     c.timed = r >> 8 & 1;
     c.peer = (r >> 9 & 3) != 0;
     c.dataAsFlag = r >> 11 & 1;
-    for (int k = 0; k < 10; ++k) c.allow(all[k], r >> (12 + k) & 1);
+    for (int k = 0; k < 11; ++k) c.allow(all[k], r >> (12 + k) & 1);
     CollArgs a;
-    a.type = types[(r >> 24) % 11];
+    a.type = types[(r >> 24) % 12];
     a.dtype = (r >> 28 & 3) == 0 ? DataType::i32 : DataType::f32;
     a.op = a.dtype == DataType::i32 && (r >> 30 & 1) ? RedOpKind::BAND : RedOpKind::SUM;
     a.count = size_t(1) << (r >> 31) % 28;
