@@ -35,7 +35,7 @@ using Matrix = std::vector<std::vector<int64_t>>;
 
 Matrix randomRows(int n, uint64_t seed, int hi, double zeroFrac = 0.25) {
   std::mt19937_64 g(seed);
-  Matrix m(size_t(n), std::vector<int64_t>(size_t(n)));
+  Matrix m(static_cast<size_t>(n), std::vector<int64_t>(static_cast<size_t>(n)));
   for (auto& row : m)
     for (auto& x : row) {
       x = int64_t(g() % uint64_t(hi + 1));
@@ -240,7 +240,7 @@ TEST(GpuA2avDevice, GraphReplaysWithChangingSplitSizes) {
   runTwinRanks(sharedWorldSize(), "a2avdev_graph", "a2avdev_twin", [](TwinRank& r) {
     const int n = r.size;
     // Capacities for the largest matrix of the replays (splits up to 9 rows).
-    Matrix big(size_t(n), std::vector<int64_t>(size_t(n), 9));
+    Matrix big(static_cast<size_t>(n), std::vector<int64_t>(static_cast<size_t>(n), 9));
     Call c(big, r.rank, DataType::bf16, 96, 0, 0, 500);
     Graph g(r.st.s, [&] { c.gpu(*r.gpu, r.st.s); });
     for (int rep = 0; rep < 6; ++rep) {
@@ -275,7 +275,7 @@ void expectFailure(const char* name, Spoil&& spoil, int detector, std::vector<st
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto gpu = xchgtest::gpuComm(rank, size, store, name, false, std::chrono::seconds(10));
     Stream st;
-    const Matrix m(size_t(size), std::vector<int64_t>(size_t(size), 2));
+    const Matrix m(static_cast<size_t>(size), std::vector<int64_t>(static_cast<size_t>(size), 2));
     constexpr uint64_t kSeed = 700;
     Call c(m, rank, DataType::f32, 3, 1, 0, kSeed);
     std::vector<int64_t> s = c.sendRows, rr = c.recvRows;
