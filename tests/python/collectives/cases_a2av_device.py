@@ -234,3 +234,18 @@ def case_bad_arguments(ctx):
             raise AssertionError(f"accepted: {needle}")
         assert (out == 0).all()
     _run(ctx, np.full((n, n), 1), (4,), "f32", seed())  # every rank still in step
+
+
+def case_hooks_see_it(ctx):
+    """Pre and post hooks get the call under its own OpName, with torchcomms' argument names."""
+    seen = []
+    pre = ctx.comm.register_pre_hook(lambda name, i, a: seen.append((name, a.input, a.output)))
+    post = ctx.comm.register_post_hook(lambda i, a: seen.append(("post", a.error)))
+    try:
+        n = ctx.size
+        _run(ctx, np.full((n, n), 1), (2,), "f32", seed())
+    finally:
+        pre.remove()
+        post.remove()
+    assert len(seen) == 2 and seen[0][0] is cclx.OpName.device_alltoallv_single, seen
+    assert seen[0][1].shape[0] == n and seen[1] == ("post", None), seen
