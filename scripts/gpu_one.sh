@@ -26,8 +26,9 @@
 #   scripts/gpu_one.sh suites [N]  the GPU suites on the shared per-rank harness
 #                               (tests/cpp/helpers/gpu_ranks.h) at one world size N (default 3):
 #                               test_gpu_shared, _failure, _faults, _shared_colls, _shared_grouped,
-#                               _rmsnorm, the window suites (500 back-to-back rounds) and the GPU
-#                               pytest cases of cclx-perf, communication memory and windows;
+#                               _rmsnorm, _a2av_device, the window suites (500 back-to-back
+#                               rounds) and the GPU pytest cases of cclx-perf, communication
+#                               memory, windows and device_alltoallv_single;
 #                               about 6 minutes
 #   scripts/gpu_one.sh baselines  the cclx-perf baselines at world size 1: nccl, nccl-sym (NCCL
 #                               symmetric windows: registration, graph capture) and torch-symm
@@ -70,7 +71,7 @@ build)
       { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
   fi
   # TARGETS overrides what is built (default: everything the stages below run).
-  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm test_gpu_window test_gpu_window_vmm test_gpu_dtype_guard test_gpu_stream_temp test_gpu_grow_faults} \
+  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm test_gpu_a2av_device test_gpu_window test_gpu_window_vmm test_gpu_dtype_guard test_gpu_stream_temp test_gpu_grow_faults test_gpu_quantized} \
        >>"$log" 2>&1; then
     grep -E "error|FAILED" "$log" | head -40
     line "BUILD FAILED"
@@ -147,7 +148,7 @@ py)
   ;;
 suites)
   n=${2:-3}
-  BINS="test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_rmsnorm" \
+  BINS="test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_rmsnorm test_gpu_a2av_device" \
     OUT="$OUT" bash scripts/gpu_shared.sh "$BUILD" "$n"
   src=$?
   wrc=0
@@ -158,6 +159,7 @@ suites)
   done
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
   $PY -m pytest -q -rs tests/gpu/perf/test_gpu_perf_fused.py tests/gpu/api/test_gpu_memory.py tests/gpu/api/test_gpu_window.py \
+    tests/gpu/collectives/test_gpu_a2av_device.py \
     --junitxml="$OUT/pytest_suites.xml" >"$OUT/pytest_suites.log" 2>&1
   prc=$?
   tail -4 "$OUT/pytest_suites.log"

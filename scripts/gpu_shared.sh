@@ -25,10 +25,13 @@
 #   test_gpu_rmsnorm  the fused allreduce + residual add + RMSNorm (+ FP8): one-shot, two-shot
 #                     and the unfused sequence against the host twin, back to back, graph
 #                     replay, a missing rank
+#   test_gpu_a2av_device  all_to_all_v_device (split sizes read by the kernel) against the host
+#                     twin, back to back with all-to-all-v, graph replay with split sizes changed
+#                     between replays, split sizes that disagree, exceed the buffers or are negative
 set -u -o pipefail
 BUILD=${1:?usage: scripts/gpu_shared.sh BUILD_DIR [WORLD_SIZES]}
 SIZES=${2:-2 3 4 5 8}
-BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5 test_gpu_faults:2,3,5 test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm}
+BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5 test_gpu_faults:2,3,5 test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm test_gpu_a2av_device}
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0

@@ -297,6 +297,11 @@ class Comm:
     def all_to_all_v(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)], send_counts: Sequence[int], recv_counts: Sequence[int], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
         """Counts in elements."""
 
+    def all_to_all_v_device(self, send: Annotated[NDArray, dict(writable=False)], recv: Annotated[NDArray, dict(writable=False)], send_split_sizes: Annotated[NDArray, dict(writable=False)], recv_split_sizes: Annotated[NDArray, dict(writable=False)], dtype: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
+        """
+        Split sizes: int64 arrays of size() row counts (dim 0) where the data is; the buffers' dim 0 is their capacity in rows.
+        """
+
     def send(self, buf: Annotated[NDArray, dict(writable=False)], dtype: int, peer: int, async_op: bool, stream: int, hints: Mapping[str, str], timeout: float) -> Work:
         """
         Trailing arguments: async_op, stream (cudaStream_t as int), hints, timeout s.

@@ -43,6 +43,7 @@ class OpName(enum.Enum):
     reduce_scatter_single = "reduce_scatter_single"
     all_to_all_single = "all_to_all_single"
     all_to_all_v_single = "all_to_all_v_single"
+    device_alltoallv_single = "device_alltoallv_single"  # NCCLX's: split sizes where the data is
     all_to_all = "all_to_all"
     barrier = "barrier"
     scatter = "scatter"

@@ -2,7 +2,8 @@
 
 Where Comm's methods live: this module: creation (new_comm), split, finalize, abort, the
 collectives all_reduce, reduce, broadcast, all_gather(_single), reduce_scatter(_single),
-reduce_scatter_quantized, all_to_all_single, all_to_all_v_single, send, recv, barrier,
+reduce_scatter_quantized, all_to_all_single, all_to_all_v_single,
+device_alltoallv_single, send, recv, barrier,
 all_reduce_rmsnorm, new_window and get_algo; _comm_grouped.py: all_gather_v, reduce_scatter_v, all_to_all (lists), scatter, gather,
 gather_single, batch_op_create and the persistent all-gather (all_gather_p_*); _comm_settings.py:
 get_options, set_timeout, set_hints, the hooks' registration, get_mem_allocator and
@@ -271,6 +272,27 @@ class Comm(GroupedOps, CommSettings):
         w = self._c.all_to_all_v(a, o, send, recv, code,
                                  *self._opts(fw, async_op, hints, timeout))
         return self._work(w, async_op, fw, (output, input))
+
+    @_checked
+    def device_alltoallv_single(self, output: Any, input: Any, output_split_sizes: Any,
+                                input_split_sizes: Any, async_op: bool = False,
+                                hints: Optional[Dict[str, Any]] = None,
+                                timeout: Any = None) -> Work:
+        """all_to_all_v_single whose split sizes are int64 tensors where the data is (the GPU of
+        a CUDA comm: read by the device, no host synchronization, capturable in a CUDA graph with
+        sizes that change between replays; host memory of a CPU comm). Sizes count rows (dim 0);
+        input_split_sizes[r] rows go to rank r, output_split_sizes[r] rows come from rank r,
+        packed in rank order. input's and output's dim 0 are their capacities: sizes that are
+        negative, sum beyond them, or disagree with the sending rank's fail the call naming the
+        ranks, with the output poisoned (NaN bytes). Rows past the received ones are unspecified."""
+        a, code, fw = adapt(input, "device_alltoallv_single: input")
+        o = self._out(output, "device_alltoallv_single: output", code)
+        ss, _, _ = adapt(input_split_sizes, "device_alltoallv_single: input_split_sizes")
+        rs, _, _ = adapt(output_split_sizes, "device_alltoallv_single: output_split_sizes")
+        w = self._c.all_to_all_v_device(a, o, ss, rs, code,
+                                        *self._opts(fw, async_op, hints, timeout))
+        return self._work(w, async_op, fw,
+                          (output, input, output_split_sizes, input_split_sizes))
 
     @_checked
     def send(self, tensor: Any, dst: int, async_op: bool = False,

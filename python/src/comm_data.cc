@@ -1,5 +1,5 @@
-// Comm data movement: broadcast, all_gather (single buffer and list), all_to_all(_v), send,
-// recv, barrier.
+// Comm data movement: broadcast, all_gather (single buffer and list), all_to_all(_v), the
+// all-to-all-v of split sizes where the data is (all_to_all_v_device), send, recv, barrier.
 #include "bindings.h"
 
 #include <nanobind/stl/map.h>
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cclx::py {
@@ -35,6 +36,26 @@ std::vector<size_t> splitCounts(const char* op, const char* what,
              "'s " + std::to_string(numel) + " elements");
   }
   return out;
+}
+
+/// (rows along dim 0, elements per row) of a buffer of device_alltoallv_single (named `what`).
+std::pair<size_t, size_t> rowsOf(const char* op, const char* what, const Array& a) {
+  if (a.ndim() == 0) argError(msg(op, what) + " must have at least one dimension (rows along dim 0)");
+  size_t per = 1;
+  for (size_t i = 1; i < a.ndim(); ++i) per *= static_cast<size_t>(a.shape(i));
+  return {static_cast<size_t>(a.shape(0)), per};
+}
+
+/// A split-size argument of device_alltoallv_single: int64, one entry per rank, contiguous, where
+/// the comm's data is (the GPU of a CUDA comm, host memory of a CPU comm).
+const int64_t* splitSizes(const char* op, const char* what, const Array& a, const Comm& c) {
+  const nb::dlpack::dtype dt = a.dtype();
+  if (dt.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) || dt.bits != 64 || dt.lanes != 1)
+    argError(msg(op, what) + " must be an int64 tensor (got DLPack code " +
+             std::to_string(dt.code) + ", " + std::to_string(dt.bits) + " bits)");
+  const View v = viewOf(a, msg(op, what).c_str(), DataType::i64, c);
+  checkNumel(op, what, v.numel, static_cast<size_t>(c.size()));
+  return static_cast<const int64_t*>(v.ptr);
 }
 
 }  // namespace
@@ -93,6 +114,27 @@ void bindDataMovement(CommClass& c) {
       },
       nb::arg("send"), nb::arg("recv"), nb::arg("send_counts"), nb::arg("recv_counts"),
       nb::arg("dtype"));
+
+  defColl(
+      c, "all_to_all_v_device", "device_alltoallv_single",
+      "Split sizes: int64 arrays of size() row counts (dim 0) where the data is; the buffers' "
+      "dim 0 is their capacity in rows. ",
+      [](const char* n, Comm& c, const Array& send, const Array& recv, const Array& sendSplits,
+         const Array& recvSplits, int dtc) {
+        DataType t = resolveDtype(dtc, send, n);
+        const auto [s, r] = inputOutput(n, send, recv, t, c);
+        const auto [sendCap, sendRow] = rowsOf(n, "input", send);
+        const auto [recvCap, recvRow] = rowsOf(n, "output", recv);
+        if (sendRow != recvRow)
+          argError(std::string(n) + ": input rows hold " + std::to_string(sendRow) +
+                   " elements but output rows " + std::to_string(recvRow));
+        const int64_t* ss = splitSizes(n, "input_split_sizes", sendSplits, c);
+        const int64_t* rs = splitSizes(n, "output_split_sizes", recvSplits, c);
+        return deferCall(&Comm::allToAllVDevice, c, static_cast<const void*>(s.ptr), r.ptr, ss,
+                         rs, sendRow, t, sendCap, recvCap);
+      },
+      nb::arg("send"), nb::arg("recv"), nb::arg("send_split_sizes"),
+      nb::arg("recv_split_sizes"), nb::arg("dtype"));
 
   // send and recv: one point-to-point message with a peer other than this rank.
   auto bindP2P = [&](const char* name, const char* peerName, auto call) {

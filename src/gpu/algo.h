@@ -34,9 +34,11 @@ enum : int {
 ///   [kErrCode]            kErrNone, kErrTimeout (a kernel of this rank hit its deadline),
 ///                         kErrPeerAbort (a kernel found the comm's abort word raised by a peer,
 ///                         or by this rank's host) or kErrMismatch (a peer sent a different
-///                         number of bytes than this rank expected: all-to-all-v counts)
+///                         number of bytes than this rank expected: all-to-all-v counts) or
+///                         kErrCapacity (this rank's device split sizes are negative or sum
+///                         beyond its buffers: all_to_all_v_device)
 ///   [kErrMissing + r]     1: rank r never arrived (this rank's own timeouts), or sent the
-///                         mismatching message
+///                         mismatching message, or (kErrCapacity) is this rank
 ///   [kErrOrigin]          the abort word a kernel found (kAbort* << 16 | origin rank + 1)
 ///   [kErrOriginMissing]   the origin's missing-rank mask (bit r: rank r)
 ///   [kErrHostAbort]       written by the host (abort(), the watchdog): spinning kernels stop and
@@ -47,7 +49,7 @@ enum : int {
 ///                         word raised (a peer that timed out waiting for this rank was in fact
 ///                         waiting behind rank r: the messages name r too)
 /// Kernels never trap; they record, stop, poison their output and return (device/fail.cuh).
-enum : uint32_t { kErrNone = 0, kErrTimeout = 1, kErrPeerAbort = 2, kErrMismatch = 3 };
+enum : uint32_t { kErrNone = 0, kErrTimeout = 1, kErrPeerAbort = 2, kErrMismatch = 3, kErrCapacity = 4 };
 enum : int {
   kErrCode = 0,
   kErrMissing = 1,
@@ -60,7 +62,7 @@ enum : int {
   kErrorWords = 6 + 2 * kMaxRanks,
 };
 /// Reasons carried in the abort word (bits 16..23; bits 0..15 hold origin rank + 1).
-enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2, kAbortMismatch = 3 };
+enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2, kAbortMismatch = 3, kAbortCapacity = 4 };
 /// The control words of a rank (SignalRegion::kControl, uint32 indices; device/fail.cuh);
 /// kCtlTimeoutMs: the timeout (ms) of the rank that raised kCtlTimeout, written before it.
 enum : int { kCtlTimeout = 0, kCtlHost = 1, kCtlMissing = 2, kCtlTimeoutMs = 3 };

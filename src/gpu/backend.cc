@@ -222,6 +222,9 @@ Caps CudaBackend::caps(const CollArgs& a) const {
                (!reduce || ddaOpSupported(a.op.kind, a.dtype));
       break;
     }
+    case CollType::AllToAllVDevice:  // counts unknown here: the kernel takes any
+      c.peer = ctx_.peerUsable();
+      break;
     case CollType::Broadcast:
     case CollType::Reduce:
     case CollType::ReduceScatterV:
@@ -306,6 +309,13 @@ void CudaBackend::checkPointer(const void* p, const char* what) const {
 }
 
 void CudaBackend::checkPointers(const CollArgs& a) const {
+  if (a.type == CollType::AllToAllVDevice) {  // the split sizes are read on the device
+    checkPointer(a.rows.send, "send split sizes");
+    checkPointer(a.rows.recv, "recv split sizes");
+    if (a.rows.sendCap) checkPointer(a.send, "send");
+    if (a.rows.recvCap && a.recv != a.send) checkPointer(a.recv, "recv");
+    return;
+  }
   size_t total = a.count;
   if (a.type == CollType::AllToAllV) {
     total = 0;
@@ -432,7 +442,8 @@ bool CudaBackend::stagingReady(const CollArgs& a, Algo algo) const {
 
 void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
   // Per-pair counts: a grouped form's peer kernel runs on every rank, whatever this rank's count.
-  if (a.type != CollType::AllToAllV && a.type != CollType::Barrier && a.count == 0 &&
+  if (a.type != CollType::AllToAllV && a.type != CollType::AllToAllVDevice &&
+      a.type != CollType::Barrier && a.count == 0 &&
       !(a.type == CollType::SendRecv && algoFor(a, algo)))
     return;
   if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused))
@@ -449,6 +460,8 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
         in = 0;
         for (size_t c : a.sendCounts) in += c * dtypeSize(a.dtype);
       }
+      if (a.type == CollType::AllToAllVDevice)  // the counts are not known: the whole input
+        in = a.rows.sendCap * a.rows.rowElems * dtypeSize(a.dtype);
       gpures::StreamTemp tmp(in, s);
       CCLX_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), a.send, in, cudaMemcpyDeviceToDevice, s));
       CollArgs b = a;
@@ -472,6 +485,16 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
   }
   if (a.type == CollType::ReduceScatterQuantized)
     return quantizedViaNccl(a, sh_->comm, ctx_.rank, ctx_.size, s);  // gpu/quantized
+  if (a.type == CollType::AllToAllVDevice) {  // the one path that synchronizes the stream
+    try {
+      ncclAllToAllVDevice(a, sh_->comm, ctx_.rank, ctx_.size, s);
+    } catch (const Error& e) {
+      if (e.code() != cclxTimeout) throw;
+      sh_->abortNccl();  // the gather of the split sizes may still be pending
+      throw sh_->fail(e.code(), strFormat("%s; comm '%s' is unusable", e.what(), sh_->name.c_str()));
+    }
+    return;
+  }
   ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
 }
 
@@ -518,7 +541,8 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
   // A collective with nothing to move (the same count on every rank) enqueues nothing on any
   // path, so it needs no NCCL either.
   const bool empty = a.count == 0 && a.type != CollType::AllToAllV &&
-                     a.type != CollType::Barrier && a.type != CollType::SendRecv;
+                     a.type != CollType::AllToAllVDevice && a.type != CollType::Barrier &&
+                     a.type != CollType::SendRecv;
   if (algo == Algo::Base && !empty) requireNccl(a);
   DeviceGuard guard(sh_->device);
   cudaStream_t user = static_cast<cudaStream_t>(a.opts.stream);
@@ -528,6 +552,11 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
   // Host-only queries (pointer attributes, event creation) are harmless during capture, but a
   // global-mode capture may count them as unsafe: run them with this thread in relaxed mode.
   RelaxedCapture relaxed(capturing);
+  if (a.type == CollType::AllToAllVDevice && algo == Algo::Base && capturing)
+    CCLX_THROW(cclxInvalidUsage, "rank %d: all_to_all_v_device runs through NCCL on this comm (%s), "
+               "which reads the split sizes on the host and synchronizes the stream: it cannot be "
+               "captured in a CUDA graph", ctx_.rank,
+               ctx_.peerUsable() ? "its peer-memory kernel is not selected" : pm_.whyNot.c_str());
   if (!a.opts.buffersChecked) checkPointers(a);  // before growth: a failed growth poisons outputs
   algo = growStaging(a, algo, capturing);
   cudaStream_t s = user;

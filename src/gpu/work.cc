@@ -75,6 +75,12 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
                       "and the comm is unusable",
                       rank, name.c_str(), device, rankList(mask).c_str())};
   }
+  if (errHost[kErrCode] == kErrCapacity)
+    return {cclxInvalidUsage,
+            strFormat("rank %d: on comm '%s' (cuda:%d) the split sizes of all_to_all_v_device are "
+                      "negative or sum beyond the rows of its input or output; its output is NaN "
+                      "and the comm is unusable",
+                      rank, name.c_str(), device)};
   const uint32_t word = errHost[kErrOrigin];
   const uint32_t reason = word >> 16;
   const int origin = int(word & 0xFFFFu) - 1;
@@ -84,6 +90,12 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
                       "it expected from rank(s) %s (all-to-all-v counts disagree); collectives "
                       "from then on have NaN outputs and the comm is unusable",
                       rank, name.c_str(), origin, rankList(errHost[kErrOriginMissing]).c_str())};
+  if (reason == kAbortCapacity)
+    return {cclxInvalidUsage,
+            strFormat("rank %d: comm '%s' failed: rank %d's split sizes of all_to_all_v_device are "
+                      "negative or sum beyond the rows of its input or output; collectives from "
+                      "then on have NaN outputs and the comm is unusable",
+                      rank, name.c_str(), origin)};
   const long long ms = recorded(kErrOriginTimeoutMs);
   if (reason == kAbortTimeout) {
     // The origin waited for this rank while this rank waited behind others: name those too.

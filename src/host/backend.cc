@@ -32,6 +32,7 @@ class HostBackend final : public Backend {
     reduceScatterV_ = makeHostReduceScatterV();
     allToAll_ = makeHostAllToAll();
     allToAllV_ = makeHostAllToAllV();
+    allToAllVDevice_ = makeHostAllToAllVDevice();
     p2p_ = makeHostSendRecv();
     barrier_ = makeHostBarrier();
     fp8AllReduce_ = makeHostFp8AllReduce();
@@ -58,7 +59,9 @@ class HostBackend final : public Backend {
     // Size 0: every rank of the collective sees the same count, so all skip alike. AllToAllV
     // counts differ per rank and Barrier has none: they always run. (SendRecv's count is its
     // own messages' total, ReduceScatterV's all blocks': 0 only when nothing is to move.)
-    if (args.count == 0 && args.type != CollType::AllToAllV && args.type != CollType::Barrier)
+    // AllToAllVDevice has no count (its split sizes are read by its algorithm).
+    if (args.count == 0 && args.type != CollType::AllToAllV && args.type != CollType::Barrier &&
+        args.type != CollType::AllToAllVDevice)
       return completedWork();
     CCLX_TRACE("host %s count=%zu dtype=%s algo=%s", collLabel(args), args.count,
                dtypeName(args.dtype), algo ? algo->name() : "unfused");
@@ -177,14 +180,13 @@ class HostBackend final : public Backend {
         return algo == Algo::RmsOneShot   ? rmsOneShot_.get()
                : algo == Algo::RmsTwoShot ? rmsTwoShot_.get()
                                           : nullptr;
+      case CollType::AllToAllVDevice: return allToAllVDevice_.get();
       case CollType::ReduceScatterQuantized:
         if (algo == Algo::Fp8) return fp8ReduceScatter_.get();
         CCLX_REQUIRE(quantized_->canRun(a, *ctx_), cclxUnsupported,
                      "host backend: %s needs a staging slot of %zu bytes", collName(a.type),
                      sizeof(uint16_t) * size_t(ctx_->size));
         return quantized_.get();
-      case CollType::AllToAllVDevice:
-        CCLX_THROW(cclxUnsupported, "host backend: %s is not implemented yet", collName(a.type));
     }
     CCLX_THROW(cclxInternalError, "host backend: unknown collective %d", int(a.type));
   }
@@ -192,7 +194,7 @@ class HostBackend final : public Backend {
   BootstrapInfo info_;
   std::shared_ptr<HostCtx> ctx_;  // shared with the windows (host/window.h)
   std::unique_ptr<HostAlgo> flat_, tree_, lamport_, reduce_, bcast_, allGather_, reduceScatter_, allToAll_,
-      allToAllV_, p2p_, barrier_, reduceScatterV_;
+      allToAllV_, allToAllVDevice_, p2p_, barrier_, reduceScatterV_;
   std::unique_ptr<HostAlgo> fp8AllReduce_, fp8OneShot_, fp8AllGather_, fp8ReduceScatter_, fp8AllToAll_;
   std::unique_ptr<HostAlgo> rmsOneShot_, rmsTwoShot_;
   std::unique_ptr<HostAlgo> quantized_;  // reduce_scatter_quantized (quantized.cc)

@@ -236,6 +236,8 @@ std::string describe(const CollArgs& a) {
   if (a.type == CollType::AllGather) s += a.recvList.empty() ? "" : " list";
   if (a.type == CollType::ReduceScatter) s += a.sendList.empty() ? "" : " list";
   if (a.type == CollType::AllToAllV) s = strFormat("%s dtype=%s", apiName(a.type), dtypeName(a.dtype));
+  if (a.type == CollType::AllToAllVDevice)  // the split sizes are checked where they are read
+    s = strFormat("%s dtype=%s row=%zu", apiName(a.type), dtypeName(a.dtype), a.rows.rowElems);
   if (a.type == CollType::SendRecv) {  // a lowered collective: per-pair counts checked apart
     s = strFormat("%s dtype=%s", apiLabel(a), dtypeName(a.dtype));
     if (a.root >= 0) s += strFormat(" root=%d", a.root);

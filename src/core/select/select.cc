@@ -247,6 +247,19 @@ Algo selectQuantized(const CollArgs& a, const Caps& c) {
   return c.plainNccl || want == Want::Nccl ? Algo::Base : Algo::SrBf16;
 }
 
+// All-to-all-v of split sizes where the data is (all_to_all_v_device): the counts are not known
+// on the host, so there is no size rule and every rank chooses alike from the comm's facts and
+// the hints. GPU comms: the pipelined exchange planned on the device (any size, no host
+// synchronization, capturable) wherever it runs; NCCL (the counts copied to the host first: the
+// call synchronizes its stream) without peer memory, where its staging failed, on backend "nccl"
+// or when hint "algo" = "nccl". CPU comms: the shm algorithm.
+Algo selectDeviceV(const CollArgs& a, const Caps& c) {
+  const std::string* h = hint(a, "algo");
+  const Want want = h ? parseWant(*h) : Want::Auto;  // a bad name fails whatever runs
+  if (c.host || !c.peer || !c.pipelined || c.plainNccl || want == Want::Nccl) return Algo::Base;
+  return Algo::XchgPipe;
+}
+
 }  // namespace
 
 std::vector<std::string> hintKeys() { return settings::hintKeys(); }
@@ -378,6 +391,7 @@ Algo selectFor(const CollArgs& a, const Config& cfg, const Caps& c) {
     case CollType::Barrier: return c.peerBarrier && !c.plainNccl ? Algo::PeerBarrier : Algo::Base;
     case CollType::AllReduceRmsNorm: return selectRmsNorm(a, cfg, c);
     case CollType::ReduceScatterQuantized: return selectQuantized(a, c);
+    case CollType::AllToAllVDevice: return selectDeviceV(a, c);
     default: return Algo::Base;
   }
 }

@@ -26,6 +26,9 @@ std::unique_ptr<DeviceAlgo> makeDdaXchgLL();
 /// broadcast, reduce and the collectives lowered onto grouped messages at any size, chunks
 /// through double-buffered inboxes with per-pair flags.
 std::unique_ptr<DeviceAlgo> makeDdaXchgPipe();
+/// "pipelined" for all_to_all_v_device: the pipelined exchange with its plan made on the device
+/// from split sizes in device memory (xchg_dev.cu); any size, no host synchronization.
+std::unique_ptr<DeviceAlgo> makeDdaXchgDev();
 
 /// Grid sizes (identical on every rank: they define the slot layout).
 constexpr int kFlatBlocks = 32;
@@ -33,7 +36,8 @@ int ddaTreeBlocks(const DeviceCtx& ctx);
 /// Bytes of one LL16 slot [set][src][block] of the kFlat region (dda/ll.cuh).
 size_t llSlotBytes(const DeviceCtx& ctx);
 
-/// True when a call of AllGather / ReduceScatter / AllToAll(V) / Broadcast / Reduce has input and
+/// True when a call of AllGather / ReduceScatter / AllToAll(V) / Broadcast / Reduce (or
+/// AllToAllVDevice: the whole buffers, the counts being unknown here) has input and
 /// output overlapping in a way the exchange kernels cannot run in place (anything but the in-place
 /// conventions: the all-gather input at the own block of the output, the reduce-scatter output at
 /// the own block of the input, all-to-all, broadcast and reduce with send == recv): the backend

@@ -39,6 +39,9 @@ bool xchgNeedsStagedInput(const CollArgs& a, int rank, int size) {
     case CollType::Reduce: return rank == a.root && send != recv && overlaps(send, B, recv, B);
     case CollType::AllToAllV:
       return overlaps(send, total(a.sendCounts, es), recv, total(a.recvCounts, es));
+    case CollType::AllToAllVDevice:
+      return overlaps(send, a.rows.sendCap * a.rows.rowElems * es, recv,
+                      a.rows.recvCap * a.rows.rowElems * es);
     default: return false;
   }
 }

@@ -106,6 +106,17 @@ __device__ __forceinline__ void raiseMismatch(const FailParams& f, int peer) {
   raiseAbort(f, kAbortMismatch, 1u << peer);
 }
 
+/// Records that this rank's device split sizes cannot run (negative, or summing beyond the
+/// buffers: all_to_all_v_device) and raises the abort word naming this rank; the caller stops
+/// and poisons.
+__device__ __forceinline__ void raiseCapacity(const FailParams& f) {
+  volatile uint32_t* e = f.err;
+  e[kErrMissing + f.rank] = 1u;
+  if (e[kErrCode] == kErrNone) e[kErrCode] = kErrCapacity;
+  fenceSystem();
+  raiseAbort(f, kAbortCapacity, 1u << f.rank);
+}
+
 /// Kernel entry (all threads of the block, block-uniform result): true when the comm is aborted;
 /// the kernel then poisons its share of the output, advances its counters and returns without
 /// touching any peer. Records the abort in the error words (one thread).

@@ -17,4 +17,12 @@ void ncclRunCollective(const CollArgs& a, nccl::ncclComm_t comm, int rank, int s
                        nccl::ncclStream_t stream);
 nccl::ncclDataType_t ncclType(DataType t);
 
+/// all_to_all_v_device (validated; its split sizes in device memory) through NCCL
+/// (alltoallv_device.cc, on the GPU runtime): gathers every rank's split sizes, waits for them on
+/// the host (the collective's one synchronization of `stream`, up to a.opts.timeout: cclxTimeout),
+/// checks them alike on every rank (a violation: recv poisoned, cclxInvalidUsage naming the
+/// ranks), then runs all-to-all-v. Not for CUDA-graph capture.
+void ncclAllToAllVDevice(const CollArgs& a, nccl::ncclComm_t comm, int rank, int size,
+                         nccl::ncclStream_t stream);
+
 }  // namespace cclx

@@ -40,6 +40,10 @@ constexpr AlgoEntry kRegistry[] = {
     // Every collective xchgPlan describes, chunks through double-buffered inboxes at any size
     // (dda/xchg_pipe.cu); staging kXchg; refuses what has no plan (a batch not cut into rounds).
     {Algo::XchgPipe, kPipeColls, false, makeDdaXchgPipe},
+    // All-to-all-v with split sizes in device memory: the pipelined exchange planned by the
+    // kernel from the counts it reads (dda/xchg_dev.cu); staging kXchg (the same inboxes and
+    // counters as the entry above); any size.
+    {Algo::XchgPipe, collBit(CollType::AllToAllVDevice), false, makeDdaXchgDev},
     // FP8 two-shot allreduce (fp8/allreduce.cu); only when the call asks for low precision.
     {Algo::Fp8, kAllReduce, true, makeFp8AllReduce},
     // FP8 one-shot allreduce, one quantization (fp8/oneshot.cu); fits its inboxes.

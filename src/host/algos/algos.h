@@ -30,6 +30,7 @@ std::unique_ptr<HostAlgo> makeHostReduceScatter();     // "shm-reducescatter" re
 std::unique_ptr<HostAlgo> makeHostReduceScatterV();    // "shm-reducescatterv" reducescatter.cc
 std::unique_ptr<HostAlgo> makeHostAllToAll();          // "shm-alltoall"  alltoall.cc
 std::unique_ptr<HostAlgo> makeHostAllToAllV();         // "shm-alltoallv" alltoall.cc
+std::unique_ptr<HostAlgo> makeHostAllToAllVDevice();   // "shm-alltoallv" alltoall.cc (split sizes in rows)
 std::unique_ptr<HostAlgo> makeHostSendRecv();          // "shm-p2p"       sendrecv.cc (Send, Recv, SendRecv)
 std::unique_ptr<HostAlgo> makeHostBarrier();           // "shm-barrier"   barrier.cc
 

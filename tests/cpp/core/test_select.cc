@@ -268,6 +268,26 @@ TEST(Select, ExchangeHintsAllToAllVAndBitwise) {
   noPipe.pipelined = false;  // its staging failed to allocate: NCCL
   v.opts.hints.clear();
   EXPECT_EQ(select(v, cfg, noPipe), Algo::Base);
+  // All-to-all-v with device split sizes: the device-planned pipelined kernel (no size is known
+  // on the host), NCCL by hint "nccl", without peer memory or pipelined staging, for backend
+  // "nccl"; CPU comms their shm algorithm.
+  CollArgs d;
+  d.type = CollType::AllToAllVDevice;
+  d.dtype = DataType::bf16;
+  d.rows.rowElems = 7168;
+  EXPECT_EQ(select(d, cfg, gpu(8)), Algo::XchgPipe);
+  d.opts.hints["algo"] = "flat";
+  EXPECT_EQ(select(d, cfg, gpu(8)), Algo::XchgPipe);
+  d.opts.hints["algo"] = "nccl";
+  EXPECT_EQ(select(d, cfg, gpu(8)), Algo::Base);
+  d.opts.hints.clear();
+  EXPECT_EQ(select(d, cfg, noPipe), Algo::Base);
+  EXPECT_EQ(select(d, cfg, host(4)), Algo::Base);
+  Caps plainD = gpu(4), noPeerD = gpu(4);
+  plainD.plainNccl = true;
+  noPeerD.peer = false;
+  EXPECT_EQ(select(d, cfg, plainD), Algo::Base);
+  EXPECT_EQ(select(d, cfg, noPeerD), Algo::Base);
   // Bitwise reduce-scatter: DDA at any size, even when asked for NCCL.
   CollArgs bw = exchange(CollType::ReduceScatter, size_t(64) << 20, DataType::i32, RedOpKind::BXOR);
   EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::XchgPipe);

@@ -4,10 +4,13 @@
 // the copies, float64 (exact for integers, MIN and MAX) for the reductions, and bit for bit
 // against the allreduce for reduce-scatter (same rules, rank order 0..N-1: a reduce-scatter block
 // is the allreduce's block). Odd counts through several 4 KiB staging chunks, every dtype and op,
-// in place and out of place, list forms, zero and unequal all-to-all-v splits.
+// in place and out of place, list forms, zero and unequal all-to-all-v splits; all_to_all_v_device
+// (split sizes in rows) against all-to-all-v, and its split sizes that cannot run.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "helpers/host_rounds.h"
@@ -108,5 +111,75 @@ TEST(HostExchange, AllToAllVZeroAndUnequalSplitsAtEveryWorldSize) {
     for (int round = 0; round < 4; ++round)
       for (DataType t : {DataType::f32, DataType::u8, DataType::bf16, DataType::f64, DataType::fp8_e4m3})
         for (bool inPlace : {false, true}) allToAllVRound(comm, t, inPlace, round, seed, cnt);
+  });
+}
+
+// all_to_all_v_device on CPU comms (split sizes in rows, in host memory): the same rows as an
+// all-to-all-v in elements of the same splits (the reference: a separate call of the checked
+// all-to-all-v), the rows past the received ones untouched; split sizes that disagree, sum beyond
+// a buffer or are negative fail on every rank with the same message naming the ranks, the output
+// all-ones, and the comm keeps working.
+TEST(HostExchange, AllToAllVDeviceRowsAndFailuresAtEveryWorldSize) {
+  forEachWorldSize([](Comm& comm, int rank, int size) {
+    const size_t n = size_t(size), re = 5, es = 4, rb = re * es;
+    auto rowsOf = [](int src, int dst, int round) -> int64_t {
+      return round == 0 ? 0 : int64_t((src * 5 + dst * 3 + round) % 4) * (src == 1 ? 700 : 1);
+    };
+    for (int round = 0; round < 3; ++round) {
+      std::vector<int64_t> sr(n), rr(n);
+      std::vector<size_t> sc(n), rc(n);
+      size_t sIn = 0, sOut = 0;
+      for (size_t p = 0; p < n; ++p) {
+        sr[p] = rowsOf(rank, int(p), round);
+        rr[p] = rowsOf(int(p), rank, round);
+        sc[p] = size_t(sr[p]) * re;
+        rc[p] = size_t(rr[p]) * re;
+        sIn += size_t(sr[p]);
+        sOut += size_t(rr[p]);
+      }
+      Buf in(sIn * rb + 1);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = char(i * 31 + size_t(rank) * 7 + size_t(round));
+      Buf want = poisoned(sOut * rb + 1), got = poisoned((sOut + 2) * rb);
+      comm.allToAllV(in.data(), sc, want.data(), rc, DataType::f32);
+      comm.allToAllVDevice(in.data(), got.data(), sr.data(), rr.data(), re, DataType::f32, sIn,
+                           sOut + 2);
+      MP_CHECK(std::memcmp(got.data(), want.data(), sOut * rb) == 0, "round %d: rows differ", round);
+      MP_CHECK(allPoison(got.data() + sOut * rb, 2 * rb), "round %d: wrote past the rows", round);
+    }
+    // Failures: each on every rank alike, then a good call.
+    struct Bad {
+      int rank;
+      int what;  // 0: rank sends one row more to rank 0 (its input holds it); 1: its output
+                 // sizes sum beyond its output; 2: a negative size
+      const char* needle;
+    };
+    const Bad bads[] = {{size - 1, 0, "sends 3 rows to rank 0, which expects 2"},
+                        {0, 1, "rank 0's output split sizes sum beyond"},
+                        {size - 1, 2, "input split size for rank 0 is negative"}};
+    for (const Bad& b : bads) {
+      std::vector<int64_t> sr(n, 2), rr(n, 2);
+      if (rank == b.rank && b.what == 0) sr[0] = 3;
+      if (rank == b.rank && b.what == 1) rr[n - 1] = 3;
+      if (rank == b.rank && b.what == 2) sr[0] = -1;
+      Buf in((2 * n + 1) * rb, 1), out(2 * n * rb, 0);
+      bool failed = false;
+      try {
+        comm.allToAllVDevice(in.data(), out.data(), sr.data(), rr.data(), re, DataType::f32,
+                             2 * n + 1, 2 * n);
+      } catch (const Error& e) {
+        failed = true;
+        MP_CHECK(e.code() == cclxInvalidUsage, "code %d", int(e.code()));
+        MP_CHECK(std::string(e.what()).find(b.needle) != std::string::npos, "message: %s", e.what());
+        if (b.what != 2)
+          MP_CHECK(std::string(e.what()).find("rank " + std::to_string(b.rank)) != std::string::npos,
+                   "names no rank %d: %s", b.rank, e.what());
+      }
+      MP_CHECK(failed, "split sizes case %d did not fail", b.what);
+      for (char c : out) MP_CHECK(uint8_t(c) == 0xFF, "case %d: output not poisoned", b.what);
+    }
+    std::vector<int64_t> ok(n, 1);
+    Buf in(n * rb, 3), out(n * rb, 0);
+    comm.allToAllVDevice(in.data(), out.data(), ok.data(), ok.data(), re, DataType::f32, n, n);
+    MP_CHECK(std::memcmp(in.data(), out.data(), n * rb) == 0, "the comm no longer works");
   });
 }

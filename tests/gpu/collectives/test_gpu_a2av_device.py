@@ -1,0 +1,37 @@
+"""GPU suite: device_alltoallv_single (cases_gpu_a2av_device.py) at world size 1 (through NCCL),
+with 2, 3, 5 and 8 ranks sharing the first GPU (the peer-memory kernel) and 2 ranks with a GPU
+each where there are two."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
+if NGPU < 1:
+    pytest.skip("needs a CUDA GPU, found none", allow_module_level=True)
+import cclx  # noqa: E402
+
+if not cclx._C.has_cuda:
+    pytest.skip("cclx was built without CUDA", allow_module_level=True)
+import harness  # noqa: E402
+
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_gpu_a2av_device.py")
+FIRST = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+SETUPS = {"ws1": (1, FIRST), "shared2": (2, FIRST), "shared3": (3, FIRST), "shared5": (5, FIRST),
+          "shared8": (8, FIRST)}
+if NGPU >= 2:
+    SETUPS["own2"] = (2, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+
+
+@pytest.fixture(scope="module", params=sorted(SETUPS))
+def results(request):
+    n, visible = SETUPS[request.param]
+    env = {"NCCL_NVLS_ENABLE": "0", "CCLX_ABORT_ON_ERROR": "0"}
+    if visible:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    return harness.run(PATH, n, timeout=600, env=env)
+
+
+@pytest.mark.parametrize("case", harness.case_names(PATH))
+def test_gpu_a2av_device(results, case):
+    harness.check(results, case)
