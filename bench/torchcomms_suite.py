@@ -83,6 +83,7 @@ def rank_results(path: str) -> dict:
     """One rank's plugin record -> {test id: (result, reason)}."""
     got: dict = {}
     started: list = []
+    done: set = set()
     try:
         with open(path) as fh:
             lines = fh.read().splitlines()
@@ -112,9 +113,11 @@ def rank_results(path: str) -> dict:
         old = got.get(tid)  # phases and subtests: the worst decides
         if old is None or SEVERITY[res] > SEVERITY[old[0]]:
             got[tid] = (res, r.get("reason", ""))
+        if when == "teardown":
+            done.add(tid)
     for tid in started:
-        if tid not in got:
-            got[tid] = ("errored", "started, no result (the rank crashed or was killed)")
+        if tid not in done and SEVERITY[got.get(tid, ("passed", ""))[0]] < SEVERITY["errored"]:
+            got[tid] = ("errored", "started, never finished (the rank crashed or was killed)")
     return got
 
 
@@ -125,7 +128,8 @@ def merge_ranks(per_rank: dict) -> list:
     for tid in ids:
         worst, reason, ranks = "passed", "", []
         for rank in sorted(per_rank):
-            res, why = per_rank[rank].get(tid, ("errored", "no result on this rank"))
+            res, why = per_rank[rank].get(tid, ("errored", "never started on this rank "
+                                                           "(the rank ended before)"))
             if SEVERITY[res] > SEVERITY[worst]:
                 worst, reason, ranks = res, why, [rank]
             elif res == worst and worst != "passed":
