@@ -3,7 +3,7 @@
 # with torchcomms' backend-name gates evaluated as for ncclx, at each world size, for each venv
 # given (each with torch, torchcomms and cclx installed), then the markdown table.
 #
-#   bash bench/torchcomms_cpu.sh OUTDIR TORCHCOMMS_SRC VENV [VENV...]
+#   bash bench/torchcomms/cpu.sh OUTDIR TORCHCOMMS_SRC VENV [VENV...]
 #
 # Environment: RANKS (default "2 4"), JOBS (files at once, default 2), RUNS (default
 # "gloo cclx cclx:ncclx"; BACKEND:GATE adds --let-through GATE), TIMEOUT (s a file, default 300),
@@ -26,7 +26,7 @@ for venv in "$@"; do
       backend=${run%%:*}; gate=""; [ "$run" != "$backend" ] && gate=${run#*:}
       name="torch$tv-$backend${gate:+-gates-$gate}-$n"
       t0=$(date +%s)
-      "$venv/bin/python" "$here/torchcomms_suite.py" --tc-src "$tc" --backend "$backend" \
+      "$venv/bin/python" "$here/../torchcomms_suite.py" --tc-src "$tc" --backend "$backend" \
         --ranks "$n" --device cpu --jobs "${JOBS:-2}" --timeout "${TIMEOUT:-300}" \
         --machine "$machine" --commit "$commit" ${gate:+--let-through "$gate"} \
         ${FILES:+--files "$FILES"} ${LOGS:+--logs "$LOGS"} --out "$out/$name.json" | tail -1
@@ -34,5 +34,5 @@ for venv in "$@"; do
     done
   done
 done
-python3 "$here/torchcomms_table.py" "$out"/torch*.json --out "$out/table.md"
+python3 "$here/table.py" "$out"/torch*.json --out "$out/table.md"
 echo "wrote $out/table.md"
