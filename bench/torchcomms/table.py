@@ -13,6 +13,14 @@ import json
 import sys
 
 KINDS = ("passed", "failed", "errored", "skipped")
+# failures that only say the machine has no GPU (a CPU run of a test that needs CUDA)
+NO_GPU = ("CUDA driver version is insufficient", "integer modulo by zero",
+          "Expected a cuda device", "No CUDA GPUs", "Torch not compiled with CUDA",
+          "CUDA is not available", "Found no NVIDIA driver", "invalid device ordinal")
+
+
+def needs_gpu(reason: str) -> bool:
+    return any(k in (reason or "") for k in NO_GPU)
 
 
 def run_name(row: dict) -> str:
@@ -54,7 +62,7 @@ def section(rows: list, ref: str) -> list:
     for n in runs:
         if n == ref:
             continue
-        diffs = []
+        diffs, no_gpu = [], 0
         for f in files:
             a, b = by.get((ref, f)), by.get((n, f))
             if a is None or b is None:
@@ -63,16 +71,20 @@ def section(rows: list, ref: str) -> list:
             tb = {t["id"]: t for t in b.get("tests", [])}
             for tid in sorted(set(ta) | set(tb)):
                 x, y = ta.get(tid), tb.get(tid)
-                rx = x["result"] if x else "absent"
-                ry = y["result"] if y else "absent"
+                rx = x["result"] if x else "not run"
+                ry = y["result"] if y else "not run"
                 if rx == ry:  # the same result (a reason's wording may differ)
                     continue
                 name = tid.split("::", 1)[1] if "::" in tid else tid
                 why = short((y or {}).get("reason", ""))
                 rwhy = short((x or {}).get("reason", ""))
+                gpu = ry in ("failed", "errored") and needs_gpu((y or {}).get("reason", ""))
+                no_gpu += gpu
                 diffs.append(f"| {f} | {name} | {rx}" + (f": {rwhy}" if rwhy else "")
-                             + f" | {ry}" + (f": {why}" if why else "") + " |")
-        out.append(f"Tests where **{n}** differs from {ref} ({len(diffs)}):")
+                             + f" | {ry}" + (" (needs a GPU)" if gpu else "")
+                             + (f": {why}" if why else "") + " |")
+        out.append(f"Tests where **{n}** differs from {ref} ({len(diffs)}, of which {no_gpu} "
+                   "fail only for want of a GPU):")
         out.append("")
         if diffs:
             out += [f"| file | test | {ref} | {n} |", "|---|---|---|---|"] + diffs
