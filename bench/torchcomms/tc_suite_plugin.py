@@ -19,8 +19,9 @@ the tests on the backend under test ($TEST_BACKEND) all the same. Gate kinds han
    decorator asks for it too): each test module is imported with TEST_BACKEND=<gate name> and
    NCCL_CTRAN_ENABLE=true (when unset), both restored right after the import;
 2. the inverse gate `skip_if_ncclx` (tests/helpers/py/test_helpers.py, which skips for ncclx what
-   other backends run) keeps its value for the backend under test: that helper module is imported
-   with the real TEST_BACKEND before any test module;
+   other backends run) is undone after the import: a class or test skipped with its reason runs
+   (nothing is imported before pytest imports the test module, which may set variables such as
+   TORCHCOMMS_PATCH_FOR_COMPILE that torchcomms reads at its own import);
 3. class lists `SUPPORTED_BACKENDS` (GetInitHandleTest, ReconfigureTest, WaitBlockingTest):
    the backend under test is added to each test class's list after import;
 4. runtime checks inside one method, listed in RUNTIME_GATES below (MonitoredBarrierTest's setUp
@@ -49,7 +50,9 @@ RUNTIME_GATES = {
     ("MonitoredBarrierTest.py", "MonitoredBarrierTest", "setUp"): ("gloo", False),
     ("AllToAllTest.py", "AllToAllTest", "test_all_tests"): ("ncclx", True),
 }
-INVERSE_GATE_MODULES = ("torchcomms.tests.helpers.py.test_helpers",)
+# skip reasons of inverse gates (a skip FOR the gate's name): tests/helpers/py/test_helpers.py's
+# skip_if_ncclx
+INVERSE_GATE_REASONS = ("Skipping tests for NCCLX backend.",)
 
 _fh = None
 
@@ -70,24 +73,6 @@ def _first_line(text: str) -> str:
         if line.strip():
             return line.strip()[:300]
     return ""
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config) -> None:
-    if not _GATE:
-        return
-    # Kind 2: the inverse gate keeps the backend under test's value. torch first: torch imports
-    # torchcomms at its own import to route c10d through it, which fails (quietly, turning
-    # use_torchcomms off) when torchcomms is being imported first.
-    import importlib
-
-    import torch.distributed  # noqa: F401
-
-    for name in INVERSE_GATE_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - the test module's own import reports it
-            pass
 
 
 def _swap_env(values: dict) -> dict:
@@ -122,8 +107,23 @@ def pytest_make_collect_report(collector):
     mod = getattr(collector, "_obj", None)
     if mod is None or outcome.excinfo is not None:
         return
+    _undo_inverse(mod)
     _open_lists(mod, real)
     _wrap_runtime(mod, os.path.basename(str(collector.path)))
+
+
+def _undo_inverse(mod) -> None:
+    """Kind 2: what the gate's name is skipped for runs for the backend under test."""
+    def undo(obj) -> None:
+        if getattr(obj, "__unittest_skip_why__", None) in INVERSE_GATE_REASONS:
+            obj.__unittest_skip__ = False
+
+    for obj in vars(mod).values():
+        if isinstance(obj, type):
+            undo(obj)
+            for name, meth in vars(obj).items():
+                if name.startswith("test"):
+                    undo(meth)
 
 
 def _open_lists(mod, real: str) -> None:
