@@ -2,15 +2,24 @@
 """Runs torchcomms' own Python integration suite (comms/torchcomms/tests/integration/py of a
 torchcomms source tree) against one backend, file by file, as torchcomms' CI does
 (`torchrun --nnodes 1 --nproc_per_node N -m pytest -v -s FILE`), and writes one JSON row per
-file: backend, ranks, device, file, result (pass / fail / timeout), pytest's counts, seconds.
+file: backend, ranks, device, file, result (pass / fail / timeout), pytest's counts, seconds,
+and per test (`tests`: id, result passed / failed / errored / skipped, reason: a skip's reason or
+a failure's first line) with `summary` counting them. A test's result is its worst rank's
+(errored > failed > skipped > passed); a test a rank started and never finished (crash, file
+timeout) is errored there. The per-test record comes from bench/torchcomms/tc_suite_plugin.py, loaded into
+every rank with `-p`.
 
     python3 bench/torchcomms_suite.py --tc-src /path/to/torchcomms --backend cclx --ranks 2 \
         --device cpu --out bench/results/DATE-torchcomms-cpu/cclx-2.json [--files A.py,B.py]
-        [--jobs 4] [--logs DIR] [--tests-dir comms/torchcomms/ncclx/tests/integration/py]
+        [--jobs 4] [--logs DIR] [--let-through ncclx] [--file-env AllGatherPTest.py:NCCL_CTRAN_ENABLE=true]
+        [--tests-dir comms/torchcomms/ncclx/tests/integration/py]
 
-torchcomms must be importable by the python that runs this (and cclx too for --backend cclx).
-A file passes when pytest exits 0 on every rank (skipped tests count as passing, as in
-torchcomms' CI).
+--let-through NAME evaluates torchcomms' backend-name gates as for NAME while the tests run on
+--backend (bench/torchcomms/tc_suite_plugin.py lists the gate kinds). --file-env FILE:VAR=VALUE sets VAR
+for every rank of FILE (repeatable). bench/torchcomms/table.py turns the JSON into the markdown
+table. torchcomms must be importable by the python that runs this (and cclx too for --backend
+cclx). `result` stays the file's: pass when pytest exits 0 on every rank (skips count as
+passing, as in torchcomms' CI).
 """
 from __future__ import annotations
 
@@ -19,10 +28,12 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -66,6 +77,71 @@ def counts(text: str) -> dict:
     return out
 
 
+SEVERITY = {"passed": 0, "skipped": 1, "failed": 2, "errored": 3}
+
+
+def rank_results(path: str) -> dict:
+    """One rank's plugin record -> {test id: (result, reason)}."""
+    got: dict = {}
+    started: list = []
+    done: set = set()
+    try:
+        with open(path) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return got
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a killed rank
+        ev, tid = r.get("event"), r.get("id", "")
+        if ev == "start":
+            started.append(tid)
+            continue
+        if ev == "collect":
+            got[tid or "<collection>"] = ("errored", "collection: " + r.get("reason", ""))
+            continue
+        if ev != "report":
+            continue
+        out, when = r.get("outcome"), r.get("when")
+        if out == "failed":
+            res = "failed" if when == "call" else "errored"
+        elif out == "skipped":
+            res = "skipped"
+        else:
+            res = "passed"
+        old = got.get(tid)  # phases and subtests: the worst decides
+        if old is None or SEVERITY[res] > SEVERITY[old[0]]:
+            got[tid] = (res, r.get("reason", ""))
+        if when == "teardown":
+            done.add(tid)
+    for tid in started:
+        if tid not in done and SEVERITY[got.get(tid, ("passed", ""))[0]] < SEVERITY["errored"]:
+            got[tid] = ("errored", "started, never finished (the rank crashed or was killed)")
+    return got
+
+
+def merge_ranks(per_rank: dict) -> list:
+    """{rank: {test: (result, reason)}} -> [{id, result, reason[, ranks]}], worst rank's."""
+    ids = sorted({t for r in per_rank.values() for t in r})
+    out = []
+    for tid in ids:
+        worst, reason, ranks = "passed", "", []
+        for rank in sorted(per_rank):
+            res, why = per_rank[rank].get(tid, ("errored", "never started on this rank "
+                                                           "(the rank ended before)"))
+            if SEVERITY[res] > SEVERITY[worst]:
+                worst, reason, ranks = res, why, [rank]
+            elif res == worst and worst != "passed":
+                ranks.append(rank)
+        row = {"id": tid, "result": worst, "reason": reason}
+        if worst != "passed" and len(ranks) != len(per_rank):
+            row["ranks"] = ranks
+        out.append(row)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tc-src", required=True, help="torchcomms source tree")
@@ -85,7 +161,18 @@ def main() -> int:
     ap.add_argument("--tests-dir", default="comms/torchcomms/tests/integration/py",
                     help="the files' folder in the torchcomms tree (NCCLX's own tests: "
                          "comms/torchcomms/ncclx/tests/integration/py)")
+    ap.add_argument("--let-through", default="", metavar="NAME",
+                    help="evaluate torchcomms' backend-name gates as for NAME (e.g. ncclx)")
+    ap.add_argument("--file-env", action="append", default=[], metavar="FILE:VAR=VALUE",
+                    help="set VAR=VALUE for every rank of FILE (repeatable)")
     a = ap.parse_args()
+    file_env: dict = {}
+    for spec in a.file_env:
+        f, _, kv = spec.partition(":")
+        var, eq, val = kv.partition("=")
+        if not (f and var and eq):
+            ap.error(f"--file-env {spec!r}: expected FILE:VAR=VALUE")
+        file_env.setdefault(f, {})[var] = val
 
     if not a.cclx_commit:
         try:
@@ -94,6 +181,11 @@ def main() -> int:
                 capture_output=True, text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             a.cclx_commit = ""
+    try:
+        from importlib.metadata import version
+        torch_version = version("torch")
+    except Exception:  # noqa: BLE001
+        torch_version = ""
     d = os.path.join(a.tc_src, a.tests_dir)
     files = sorted(f for f in os.listdir(d) if f.endswith("Test.py"))
     if a.files:
@@ -103,6 +195,10 @@ def main() -> int:
                TEST_FULL_SWEEP=os.environ.get("TEST_FULL_SWEEP", "0"))
     if a.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
+    plugin_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchcomms")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (plugin_dir, env.get("PYTHONPATH", "")) if p)
+    if a.let_through:
+        env["CCLX_SUITE_LET_THROUGH"] = a.let_through
     # The tests import their helpers as torchcomms.tests.integration.helpers, from the installed
     # torchcomms package (its wheel ships them); pytest's append import mode keeps the source
     # tree's comms/ behind it on sys.path.
@@ -115,17 +211,25 @@ def main() -> int:
         # A port free when picked can be taken by a concurrent file's sockets before torchrun
         # binds it; such a launch ran no test, so it is tried again on another port.
         for attempt in range(4):
-            rc, result, text, secs = launch(f)
+            rep = tempfile.mkdtemp(prefix="tcsuite-")
+            try:
+                rc, result, text, secs = launch(f, rep)
+                tests = merge_ranks({r: rank_results(os.path.join(rep, f"rank{r}.jsonl"))
+                                     for r in range(a.ranks)})
+            finally:
+                shutil.rmtree(rep, ignore_errors=True)
             if not (result == "fail" and LAUNCH_PORT_TAKEN in text and not counts(text)):
                 break
-        record(f, rc, result, text, secs, attempt)
+        record(f, rc, result, text, secs, attempt, tests)
 
-    def launch(f: str):
+    def launch(f: str, rep: str):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
                "--nproc_per_node", str(a.ranks), "--master_port", str(free_port()),
-               "-m", "pytest", "-v", "-s", "-p", "no:cacheprovider", os.path.join(d, f)]
+               "-m", "pytest", "-v", "-s", "-p", "no:cacheprovider", "-p", "tc_suite_plugin",
+               os.path.join(d, f)]
+        fenv = dict(env, CCLX_SUITE_REPORT_DIR=rep, **file_env.get(f, {}))
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, env=env, cwd=a.tc_src, stdout=subprocess.PIPE,
+        p = subprocess.Popen(cmd, env=fenv, cwd=a.tc_src, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
             text, _ = p.communicate(timeout=a.timeout)
@@ -141,12 +245,20 @@ def main() -> int:
             rc, result = None, "timeout"
         return rc, result, text, round(time.monotonic() - t0, 1)
 
-    def record(f: str, rc, result: str, text: str, secs: float, retries: int) -> None:
+    def record(f: str, rc, result: str, text: str, secs: float, retries: int,
+               tests: list) -> None:
         if a.logs:
-            with open(os.path.join(a.logs, f"{a.backend}-{a.ranks}-{f}.log"), "w") as fh:
+            tag = f"-{a.let_through}" if a.let_through else ""
+            with open(os.path.join(a.logs, f"{a.backend}{tag}-{a.ranks}-{f}.log"), "w") as fh:
                 fh.write(text)
-        row = {"backend": a.backend, "ranks": a.ranks, "device": a.device, "file": f,
+        summary = {k: 0 for k in SEVERITY}
+        for t in tests:
+            summary[t["result"]] += 1
+        row = {"backend": a.backend, "ranks": a.ranks, "device": a.device, "torch": torch_version,
+               "file": f,
                "result": result, "rc": rc, "counts": counts(text), "seconds": secs,
+               "let_through": a.let_through, "file_env": file_env.get(f, {}),
+               "summary": summary, "tests": tests,
                "torchcomms_commit": a.commit, "cclx_commit": a.cclx_commit,
                "machine": a.machine}
         if retries:
@@ -154,15 +266,19 @@ def main() -> int:
         with lock:
             rows.append(row)
             rows.sort(key=lambda r: r["file"])
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k != "tests"}), flush=True)
             os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
             with open(a.out, "w") as fh:
                 json.dump(rows, fh, indent=1)
 
+    t_start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
         list(pool.map(run_one, files))
     bad = [r["file"] for r in rows if r["result"] != "pass"]
-    print(f"{len(rows) - len(bad)} passed, {len(bad)} failed")
+    tot = {k: sum(r["summary"][k] for r in rows) for k in SEVERITY}
+    print(f"files: {len(rows) - len(bad)} passed, {len(bad)} failed; tests: "
+          + ", ".join(f"{v} {k}" for k, v in tot.items())
+          + f"; {round(time.monotonic() - t_start)} s")
     return 0
 
 
