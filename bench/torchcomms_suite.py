@@ -6,7 +6,7 @@ file: backend, ranks, device, file, result (pass / fail / timeout), pytest's cou
 and per test (`tests`: id, result passed / failed / errored / skipped, reason: a skip's reason or
 a failure's first line) with `summary` counting them. A test's result is its worst rank's
 (errored > failed > skipped > passed); a test a rank started and never finished (crash, file
-timeout) is errored there. The per-test record comes from bench/torchcomms/tc_suite_plugin.py, loaded into
+timeout) is errored there. The per-test record comes from bench/tc_suite/tc_suite_plugin.py, loaded into
 every rank with `-p`.
 
     python3 bench/torchcomms_suite.py --tc-src /path/to/torchcomms --backend cclx --ranks 2 \
@@ -15,8 +15,8 @@ every rank with `-p`.
         [--tests-dir comms/torchcomms/ncclx/tests/integration/py]
 
 --let-through NAME evaluates torchcomms' backend-name gates as for NAME while the tests run on
---backend (bench/torchcomms/tc_suite_plugin.py lists the gate kinds). --file-env FILE:VAR=VALUE sets VAR
-for every rank of FILE (repeatable). bench/torchcomms/table.py turns the JSON into the markdown
+--backend (bench/tc_suite/tc_suite_plugin.py lists the gate kinds). --file-env FILE:VAR=VALUE sets VAR
+for every rank of FILE (repeatable). bench/tc_suite/table.py turns the JSON into the markdown
 table. torchcomms must be importable by the python that runs this (and cclx too for --backend
 cclx). `result` stays the file's: pass when pytest exits 0 on every rank (skips count as
 passing, as in torchcomms' CI).
@@ -195,7 +195,7 @@ def main() -> int:
                TEST_FULL_SWEEP=os.environ.get("TEST_FULL_SWEEP", "0"))
     if a.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    plugin_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchcomms")
+    plugin_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tc_suite")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (plugin_dir, env.get("PYTHONPATH", "")) if p)
     if a.let_through:
         env["CCLX_SUITE_LET_THROUGH"] = a.let_through

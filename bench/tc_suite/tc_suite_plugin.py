@@ -1,5 +1,5 @@
 """pytest plugin that bench/torchcomms_suite.py loads into every rank of torchcomms' integration
-suite (`-p tc_suite_plugin`, bench/torchcomms/ on PYTHONPATH). It never edits torchcomms' files.
+suite (`-p tc_suite_plugin`, bench/tc_suite/ on PYTHONPATH). It never edits torchcomms' files.
 
 Per-test results (always): each rank appends one JSON line per test report to
 $CCLX_SUITE_REPORT_DIR/rank<RANK>.jsonl as it happens (a rank that crashes or is killed still

@@ -3,7 +3,7 @@
 # with torchcomms' backend-name gates evaluated as for ncclx, at each world size, for each venv
 # given (each with torch, torchcomms and cclx installed), then the markdown table.
 #
-#   bash bench/torchcomms/cpu.sh OUTDIR TORCHCOMMS_SRC VENV [VENV...]
+#   bash bench/tc_suite/cpu.sh OUTDIR TORCHCOMMS_SRC VENV [VENV...]
 #
 # Environment: RANKS (default "2 4"), JOBS (files at once, default 2), RUNS (default
 # "gloo cclx cclx:ncclx"; BACKEND:GATE adds --let-through GATE), TIMEOUT (s a file, default 300),

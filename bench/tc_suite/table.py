@@ -4,7 +4,7 @@ test file with passed / failed / errored / skipped test counts for the reference
 each cclx run (with and without --let-through), then every test whose result for a cclx run
 differs from the reference's, with both reasons.
 
-    python3 bench/torchcomms/table.py bench/results/DIR/*.json --out bench/results/DIR/table.md
+    python3 bench/tc_suite/table.py bench/results/DIR/*.json --out bench/results/DIR/table.md
 """
 from __future__ import annotations
 
