@@ -29,6 +29,16 @@ class Variant:
     fused: Optional[Callable[[Any, Any, Any], Any]] = None  # allreduce + residual add + norm
 
 
+def single_process_env() -> None:
+    """Without torchrun's variables: this process is rank 0 of 1, on a free local port."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
 def find_intercept() -> Optional[Callable[[int], int]]:
     """cclxDropinSetIntercept from the preloaded cclx drop-in libnccl.so.2, if any."""
     try:
@@ -55,12 +65,7 @@ class Ranks:
         import cclx
 
         self.torch, self.dist, self.cclx, self.cuda = torch, dist, cclx, args.cuda
-        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        single_process_env()
         # Every NCCL call goes to the real NCCL unless a dropin step switches the drop-in on.
         self.intercept = find_intercept() if self.cuda else None
         if self.intercept is not None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -66,12 +65,9 @@ class Env:
 
         import cclx
 
-        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        from .comms import single_process_env
+
+        single_process_env()
         self.torch, self.dist, self.cclx = torch, dist, cclx
         self.rank, self.size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         self.cuda = torch.cuda.is_available() and torch.cuda.device_count() > 0
