@@ -48,6 +48,6 @@ for entry in $BINS; do
 done
 all=$(echo "$all" | tr ' ' '\n' | sort -nu | tr '\n' ' ')
 python3 scripts/gpu_verify.py --tag gpu_shared --build "$BUILD" --only cpp --sizes "$all" \
-  --match "$match" --jobs "${VERIFY_JOBS:-1}" --budget "${VERIFY_BUDGET:-100000}" \
+  --match "$match" --jobs "${VERIFY_JOBS:-1}" --budget "${VERIFY_BUDGET:-100000}" --gpu all \
   --time-scale "${CCLX_TEST_TIME_SCALE:-1}" --window-rounds "${VERIFY_WINDOW_ROUNDS:-10000,500}" \
   --out "${OUT:-bench/results}"

@@ -70,6 +70,11 @@ def gpus() -> list:
     return [g.strip() for g in out.splitlines() if g.strip()]
 
 
+def one_gpu(a) -> dict:
+    """The environment that puts every rank of a step on GPU --gpu ("all": rank r on r % count)."""
+    return {} if a.gpu == "all" else {"CUDA_VISIBLE_DEVICES": a.gpu}
+
+
 def expected_seconds(name: str, n) -> float:
     base = EXPECT.get(name, 20 if name.startswith("test_gpu") else 60)
     return base * (1.0 + 0.12 * max(0, (n or 3) - 3))
@@ -90,7 +95,7 @@ def cpp_steps(build: str, sizes: list, a) -> list:
                 "reason": "" if name in bins else f"{build}/tests/{name} was not built"}
         if SHARED_RE.search(src):
             for n in sizes:
-                env = {"CCLX_TEST_RANKS": str(n), "CUDA_VISIBLE_DEVICES": a.gpu}
+                env = {"CCLX_TEST_RANKS": str(n), **one_gpu(a)}
                 if name == "test_gpu_window":
                     env["CCLX_TEST_WINDOW_ROUNDS"] = str(a.window_rounds[0 if n == 2 else 1])
                 shared.append(dict(base, id=f"cpp/{name}@{n}", world_size=n, procs=n, env=env,
@@ -116,7 +121,7 @@ def py_modules() -> tuple:
 def py_step(sid, targets, n, tier, procs, timeout, group, a) -> dict:
     env = {}
     if n is not None:  # every rank on one GPU; the fixed modules pick their GPUs themselves
-        env = {"CCLX_TEST_WORLD_SIZES": str(n), "CUDA_VISIBLE_DEVICES": a.gpu}
+        env = {"CCLX_TEST_WORLD_SIZES": str(n), **one_gpu(a)}
     return {"id": sid, "kind": "pytest", "name": " ".join(targets), "group": group,
             "targets": [os.path.join("tests/gpu", t) for t in targets], "world_size": n,
             "procs": procs, "env": env, "timeout": timeout, "tier": tier, "state": "ran",
@@ -361,7 +366,8 @@ def main(argv=None) -> int:
                     help="A[,B]: back-to-back window rounds at 2 ranks (A) and above (B)")
     ap.add_argument("--tag", default=TAG, help="names the record, its logs and the closing line")
     ap.add_argument("--gpu", default=os.environ.get("VERIFY_GPU", "0"),
-                    help="CUDA_VISIBLE_DEVICES of the steps whose ranks share one GPU")
+                    help="CUDA_VISIBLE_DEVICES of the steps whose ranks share one GPU; 'all': "
+                    "every GPU (rank r on GPU r %% count)")
     ap.add_argument("--python", default=os.environ.get("PYTHON", sys.executable))
     ap.add_argument("--list", action="store_true", help="print the plan and exit")
     ap.add_argument("--sanitize", help="JSON: run the binaries under compute-sanitizer "
