@@ -136,7 +136,8 @@ def junit_report(path: str) -> Optional[Dict[str, dict]]:
         return None
     out = {}
     for tc in root.iter("testcase"):
-        key = f"{tc.get('classname', '')}::{tc.get('name', '')}"
+        cls = tc.get("classname", "")  # empty for a module skipped at collection
+        key = f"{cls}::{tc.get('name', '')}" if cls else tc.get("name", "")
         status, reason = PASSED, ""
         for child in tc:
             tag = child.tag
@@ -146,6 +147,9 @@ def junit_report(path: str) -> Optional[Dict[str, dict]]:
                 break
             if tag == "skipped":
                 status, reason = SKIPPED, child.get("message") or ""
+                m = re.search(r"Skipped: (.*?)['\"]?\)?$", (child.text or "").strip())
+                if reason == "collection skipped" and m:  # the reason is in the text
+                    reason = m.group(1)
         props = {p.get("name"): p.get("value") for p in tc.iter("property")}
         ws = props.get("world_size")
         out[key] = {"status": status, "seconds": _secs(tc.get("time")), "reason": reason,

@@ -126,7 +126,9 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 <skipped type="pytest.skip" message="needs torchcomms">t.py:3: needs torchcomms</skipped></testcase>
 <testcase classname="tests.gpu.failure.test_gpu_failure" name="test_gpu_killed_rank[raise-4]" time="9">
 <error message="fixture failed">trace</error></testcase>
-</testsuite></testsuites>"""
+<testcase classname="" name="tests.gpu.api.test_gpu_example" time="0.000">
+<skipped message="collection skipped">('/x/gpu_env.py', 39, 'Skipped: needs 2 CUDA GPUs, found 1')</skipped>
+</testcase></testsuite></testsuites>"""
 NODES = ["tests/gpu/api/test_gpu_memory.py::test_gpu_memory[shared3-a]",
          "tests/gpu/api/test_gpu_memory.py::test_gpu_memory[shared3-b]",
          "tests/gpu/api/test_gpu_memory.py::test_gpu_memory[shared3-c]",
@@ -138,7 +140,8 @@ def test_junit_cases_properties_and_unreported_ones(tmp_path):
     s = step(id="py/api@3", kind="pytest", report=str(tmp_path / "r.xml"), rc=1, expected=NODES)
     cases = vs.step_cases(s)
     c = by_name(cases)
-    assert vs.count(cases) == {"passed": 1, "failed": 1, "skipped": 1, "errored": 2}
+    assert vs.count(cases) == {"passed": 1, "failed": 1, "skipped": 2, "errored": 2}
+    assert c["tests.gpu.api.test_gpu_example"]["reason"] == "needs 2 CUDA GPUs, found 1"
     a = c["tests.gpu.api.test_gpu_memory::test_gpu_memory[shared3-a]"]
     assert a["world_size"] == 3 and a["seconds"] == 5.1
     assert c["tests.gpu.api.test_gpu_memory::test_gpu_memory[shared3-c]"]["reason"] == \
