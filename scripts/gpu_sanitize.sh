@@ -13,7 +13,7 @@
 #       results against the host twin (filters below, one or two cases where a binary has no
 #       such case); test_gpu_failure, whose every case waits out a timeout that the tools
 #       stretch, runs in the full mode only; CCLX_TEST_TIME_SCALE=10 (guards only: these cases
-#       wait out no timeout), 50 window rounds, 6 steps at once, a 520 s budget (what is not
+#       wait out no timeout), 50 window rounds, 6 steps at once, a 500 s budget (what is not
 #       done by then is reported as errored)
 #   SANITIZE_MODE=full   every case but the exclusions below, CCLX_TEST_TIME_SCALE=4 (the
 #       timeouts the failure cases wait out grow with it), no budget: about an hour
@@ -61,7 +61,7 @@ if [ "$MODE" = full ]; then
   filters='"*": "*"'; scale=4; args=(--budget 1000000 --jobs 4 --gpu-procs 8)
   [ -n "${RUN_TIMEOUT:-}" ] || RUN_TIMEOUT=1800
 else
-  filters=$QUICK; scale=10; args=(--budget "${VERIFY_BUDGET:-520}" --jobs 6 --gpu-procs 12)
+  filters=$QUICK; scale=10; args=(--budget "${VERIFY_BUDGET:-500}" --jobs 6 --gpu-procs 12)
   [ -n "${RUN_TIMEOUT:-}" ] || RUN_TIMEOUT=300
 fi
 [ -n "${GTEST_FILTER:-}" ] && filters="\"*\": \"$GTEST_FILTER\""

@@ -358,7 +358,7 @@ def main(argv=None) -> int:
     ap.add_argument("--match", default=os.environ.get("VERIFY_MATCH"), help="regex on step ids")
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("VERIFY_JOBS", "4")))
     ap.add_argument("--gpu-procs", type=int, default=int(os.environ.get("VERIFY_GPU_PROCS", "16")))
-    ap.add_argument("--budget", type=float, default=float(os.environ.get("VERIFY_BUDGET", "520")))
+    ap.add_argument("--budget", type=float, default=float(os.environ.get("VERIFY_BUDGET", "500")))
     ap.add_argument("--time-scale", type=float,
                     default=float(os.environ.get("CCLX_TEST_TIME_SCALE", "0.4")))
     ap.add_argument("--window-rounds", type=window_rounds,

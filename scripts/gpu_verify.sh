@@ -18,11 +18,12 @@
 #                                 failure. Without a GPU it says so and exits 0.
 #   scripts/gpu_verify.sh list    the plan: steps, world sizes, timeouts, estimated seconds
 # Settings (run): OUT (bench/results), VERIFY_SIZES ("3 8 2 4"), VERIFY_JOBS (4 steps at once),
-# VERIFY_GPU_PROCS (16 rank processes at once), VERIFY_BUDGET (520 s; steps still running are
+# VERIFY_GPU_PROCS (16 rank processes at once), VERIFY_BUDGET (500 s; steps still running are
 # stopped, those not started are reported, their cases errored), CCLX_TEST_TIME_SCALE (0.4:
 # tests/cpp/helpers/scale.h), VERIFY_WINDOW_ROUNDS (1000 at 2 ranks, 2/5 of it above),
 # VERIFY_MATCH (a regex on step ids, e.g. 'cpp/.*@3'), VERIFY_GPU (0). Build: EXT_PYTHON (the
 # Python the extension is built for: the GPU machine's, 3.12; default python3.12 when found),
+# NANOBIND_DIR (nanobind's CMake folder when EXT_PYTHON has no nanobind),
 # CUDA_ARCH (90), BUILD_DIR (build-dev), TARGETS (what to build, default everything above).
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -37,7 +38,7 @@ say() { echo "gpu_verify: $*"; }
 ext_python() {  # the interpreter whose ABI the extension is built for
   if [ -n "${EXT_PYTHON:-}" ]; then echo "$EXT_PYTHON"; return; fi
   for c in python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12 python3; do
-    if command -v "$c" >/dev/null 2>&1; then command -v "$c"; return; fi
+    if "$c" -c 'import sys' >/dev/null 2>&1; then command -v "$c"; return; fi
   done
 }
 
@@ -49,9 +50,11 @@ build() {
   local log="$BUILD/verify_build.log" py nb launch=() args src gt
   mkdir -p "$BUILD"
   py=$(ext_python)
-  nb=$("$py" -m nanobind --cmake_dir 2>/dev/null || { [ -x .venv/bin/python ] &&
-       .venv/bin/python -m nanobind --cmake_dir; } 2>/dev/null || true)
-  [ -n "$nb" ] || { say "BUILD FAILED: nanobind not found (pip install nanobind, or set EXT_PYTHON)"; return 1; }
+  nb=${NANOBIND_DIR:-}  # nanobind's CMake files: any interpreter's copy serves
+  for c in "$py" .venv/bin/python python3; do
+    [ -n "$nb" ] || nb=$("$c" -m nanobind --cmake_dir 2>/dev/null)
+  done
+  [ -n "$nb" ] || { say "BUILD FAILED: nanobind not found (pip install nanobind; NANOBIND_DIR)"; return 1; }
   command -v ccache >/dev/null && launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   args=()
   if command -v ninja >/dev/null; then args=(-G Ninja); fi
