@@ -274,7 +274,10 @@ def run_steps(steps: list, a, env: dict) -> None:
         now = time.time()
         if now > deadline:
             for s in running.values():
-                os.killpg(s["proc"].pid, signal.SIGKILL)
+                try:
+                    os.killpg(s["proc"].pid, signal.SIGKILL)
+                except ProcessLookupError:  # it ended meanwhile
+                    pass
                 s["proc"].wait()
                 s.update(rc=s["proc"].returncode, timed_out=True, seconds=round(now - s["t0"], 1),
                          reason=f"stopped: the run's time budget ({a.budget:.0f} s) was spent")
