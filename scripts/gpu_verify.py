@@ -9,7 +9,7 @@ Steps, in the order they start (the most telling first):
   1. the single-process binaries (device codec, dtype guard, stream temporaries; the suites that
      need one GPU per rank skip on one GPU) and the pytest modules of fixed world size;
   2. for each world size: every binary that takes CCLX_TEST_RANKS (found in its source) and the
-     multi-rank pytest modules (those that read CCLX_TEST_WORLD_SIZES, tests/gpu/gpu_env.py) in
+     multi-rank pytest modules (those that read it too, tests/gpu/gpu_env.py) in
      two groups;
   3. world size 1 of the shared suites (through NCCL), the perf baselines, the MPS soak (alone).
 Ranks time-slice the GPU: at most --jobs steps and --gpu-procs rank processes run at once.
@@ -121,7 +121,7 @@ def py_modules() -> tuple:
 def py_step(sid, targets, n, tier, procs, timeout, group, a) -> dict:
     env = {}
     if n is not None:  # every rank on one GPU; the fixed modules pick their GPUs themselves
-        env = {"CCLX_TEST_WORLD_SIZES": str(n), **one_gpu(a)}
+        env = {"CCLX_TEST_RANKS": str(n), **one_gpu(a)}
     return {"id": sid, "kind": "pytest", "name": " ".join(targets), "group": group,
             "targets": [os.path.join("tests/gpu", t) for t in targets], "world_size": n,
             "procs": procs, "env": env, "timeout": timeout, "tier": tier, "state": "ran",

@@ -3,9 +3,10 @@ case_suite (2 processes, one GPU each) and shared_suite (world size 1, ranks sha
 and a GPU each where there are two).
 
 World sizes: a module whose ranks share a GPU runs at its own list of world sizes, or at those of
-CCLX_TEST_WORLD_SIZES ("2 3 4 8"; commas work too) when that is set (world_sizes());
-scripts/gpu_verify.py runs each such module once per world size that way. A test fixed at one
-world size skips, saying so, where CCLX_TEST_WORLD_SIZES leaves that size out
+CCLX_TEST_RANKS when that is set (world_sizes(); the variable that gives the C++ GPU suites their
+world size, here also a list: "2 3 4 8", commas work too); scripts/gpu_verify.py runs each such
+module once per world size that way. A test fixed at one
+world size skips, saying so, where CCLX_TEST_RANKS leaves that size out
 (require_world_size()). Each test notes its world size in the JUnit XML (property world_size)."""
 import os
 
@@ -15,16 +16,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def world_sizes(default):
-    """The world sizes to run at: CCLX_TEST_WORLD_SIZES when set, else `default`."""
-    v = os.environ.get("CCLX_TEST_WORLD_SIZES", "").replace(",", " ").split()
+    """The world sizes to run at: CCLX_TEST_RANKS when set, else `default`."""
+    v = os.environ.get("CCLX_TEST_RANKS", "").replace(",", " ").split()
     return sorted({int(x) for x in v}) if v else list(default)
 
 
 def require_world_size(n):
-    """Skips a test that runs at exactly `n` ranks where CCLX_TEST_WORLD_SIZES leaves n out."""
+    """Skips a test that runs at exactly `n` ranks where CCLX_TEST_RANKS leaves n out."""
     if n not in world_sizes([n]):
-        pytest.skip(f"runs at {n} ranks only; CCLX_TEST_WORLD_SIZES="
-                    f"{os.environ.get('CCLX_TEST_WORLD_SIZES')}")
+        pytest.skip(f"runs at {n} ranks only; CCLX_TEST_RANKS="
+                    f"{os.environ.get('CCLX_TEST_RANKS')}")
 
 
 def note_world_size(request, n):
@@ -69,7 +70,7 @@ def case_suite(name):
 def shared_suite(name, timeout=600):
     """Skips the calling module without a GPU; else returns (module fixture running
     tests/gpu/<name> at world size 1 and with 2 and 3 ranks sharing the first GPU (or at the
-    sizes of CCLX_TEST_WORLD_SIZES, 1 meaning world size 1), plus 2 ranks with a GPU each where
+    sizes of CCLX_TEST_RANKS, 1 meaning world size 1), plus 2 ranks with a GPU each where
     there are two; a test parametrized over its cases). Assign them in the test module as
     `results` and a test_* name. results["__world_size__"] is the fixture's world size."""
     torch = pytest.importorskip("torch", reason="torch is not installed")

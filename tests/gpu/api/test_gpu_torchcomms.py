@@ -1,4 +1,4 @@
-"""cclx's C++ torchcomms backend on CUDA, 2 and 3 ranks sharing the GPU (or CCLX_TEST_WORLD_SIZES)
+"""cclx's C++ torchcomms backend on CUDA, 2 and 3 ranks sharing the GPU (or CCLX_TEST_RANKS)
 (cases_gpu_torchcomms.py beside this file; its windows: cases_gpu_torchcomms_window.py). Skipped, saying
 why, without a GPU, torchcomms or libcclx_torchcomms.so; the CPU twin is
 tests/python/api/test_torchcomms_cxx.py."""

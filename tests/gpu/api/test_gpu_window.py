@@ -1,5 +1,5 @@
 """One-sided windows with torch CUDA tensors (cases_gpu_window.py) on 2 processes (or at the
-sizes of CCLX_TEST_WORLD_SIZES, gpu_env.world_sizes): rank r on GPU r % count, so on one GPU
+sizes of CCLX_TEST_RANKS, gpu_env.world_sizes): rank r on GPU r % count, so on one GPU
 every rank shares GPU 0."""
 import os
 

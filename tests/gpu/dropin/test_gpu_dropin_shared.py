@@ -3,9 +3,9 @@ drop-in (`cclx-nccl run -- torchrun ...`), where NCCL itself refuses ranks that 
 torchrun per world size runs every case of dropin_shared_worker.py in one process group (every
 c10d collective and point-to-point pattern, every dtype, async handles, CUDA-graph replay,
 new_group, torch's cost estimator), each result bit-equal to a reference computed by the drop-in's
-rules on the CPU (CCLX_TEST_WORLD_SIZES picks other sizes: gpu_env.world_sizes). Then a rank
+rules on the CPU (CCLX_TEST_RANKS picks other sizes: gpu_env.world_sizes). Then a rank
 killed mid-loop at 3 ranks: every survivor's error names it within the timeout (and
-examples/tp_mlp.py at 4 ranks; each skips where CCLX_TEST_WORLD_SIZES leaves its size out). The CPU twin of the dispatch is tests/cpp/dropin/test_dropin_shared*.cc."""
+examples/tp_mlp.py at 4 ranks; each skips where CCLX_TEST_RANKS leaves its size out). The CPU twin of the dispatch is tests/cpp/dropin/test_dropin_shared*.cc."""
 import json
 import os
 import re

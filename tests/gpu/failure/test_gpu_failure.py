@@ -1,5 +1,5 @@
 """Failure semantics of CUDA comms through the Python API, 4 ranks (or each size of
-CCLX_TEST_WORLD_SIZES, gpu_env.world_sizes) sharing the GPUs present (one GPU suffices): the last
+CCLX_TEST_RANKS, gpu_env.world_sizes) sharing the GPUs present (one GPU suffices): the last
 rank is SIGKILLed. With abort_process_on_timeout_or_error=False the failed op's
 output is NaN after torch.cuda.synchronize(), its Work.is_completed() raises naming the dead rank
 and the next call raises; by default the watchdog ends every survivor by SIGABRT, also when the

@@ -1,5 +1,5 @@
 """A CUDA rank that fails during creation (a device that does not exist) makes the other rank
-fail at once with its message (2 ranks: skipped where CCLX_TEST_WORLD_SIZES leaves 2 out); the
+fail at once with its message (2 ranks: skipped where CCLX_TEST_RANKS leaves 2 out); the
 CPU twin is tests/python/failure/test_rendezvous.py."""
 import json
 import os

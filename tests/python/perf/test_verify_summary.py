@@ -233,10 +233,10 @@ def test_gpu_world_sizes_come_from_the_environment(monkeypatch):
     sys.path.insert(0, os.path.join(harness.ROOT, "tests", "gpu"))
     import gpu_env
 
-    monkeypatch.delenv("CCLX_TEST_WORLD_SIZES", raising=False)
+    monkeypatch.delenv("CCLX_TEST_RANKS", raising=False)
     assert gpu_env.world_sizes((1, 2, 3)) == [1, 2, 3]
     gpu_env.require_world_size(3)  # runs: no list given
-    monkeypatch.setenv("CCLX_TEST_WORLD_SIZES", "8,2 3")
+    monkeypatch.setenv("CCLX_TEST_RANKS", "8,2 3")
     assert gpu_env.world_sizes((1, 2, 3)) == [2, 3, 8]
     gpu_env.require_world_size(8)
     with pytest.raises(pytest.skip.Exception, match="runs at 4 ranks only"):
