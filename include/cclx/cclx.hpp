@@ -131,6 +131,29 @@ struct Options {
 /// TORCHCOMM_TIMEOUT_SECONDS, else 600 s; kInfiniteTimeout for "no timeout").
 std::chrono::milliseconds defaultTimeout();
 
+/// One entry of the table of settings and hints, as data: the table that parses the CCLX_*
+/// environment, checks hints and generates docs/SETTINGS.md.
+struct SettingInfo {
+  std::string env;                  // environment variable ("" for a hint only)
+  std::string alias;                // read when `env` is unset ("" for none)
+  std::string hint;                 // hint key ("" for none)
+  std::vector<std::string> values;  // the values a choice or list takes (empty: other kinds)
+  std::string defaultValue;         // as documented
+  std::string doc;                  // one line
+  bool library = true;              // read by the library (false: by the Python package, the
+                                    // build or the scripts)
+};
+/// Every entry, in table order.
+std::vector<SettingInfo> settingsTable();
+/// Every hint key (Options::hints, CollOptions::hints), in table order.
+std::vector<std::string> hintKeys();
+/// The values hint `key` takes; an unknown key is Error(cclxInvalidArgument) naming the valid
+/// keys.
+std::vector<std::string> hintValues(const std::string& key);
+/// The store secret of CCLX_STORE_TOKEN ("" when unset): what a TcpStore is given when its
+/// caller names none.
+std::string defaultStoreToken();
+
 /// Per-call options.
 struct CollOptions {
   bool async = false;

@@ -438,7 +438,7 @@ class Comm(GroupedOps, CommSettings):
                          static_scale: bool = False, out: bool = True,
                          hints: Optional[Dict[str, Any]] = None) -> str:
         """What all_reduce_rmsnorm would run ("fused_oneshot", "fused_twoshot",
-        "unfused(<allreduce>)"; CPU comms: "shm-fused-oneshot", ...) (diagnostics)."""
+        "unfused(<allreduce>)"; the names of docs/ALGORITHMS.md) (diagnostics)."""
         return self._c.select_all_reduce_rmsnorm_algo(int(tokens), int(hidden), int(dtype),
                                                       bool(out), quant == "fp8",
                                                       bool(static_scale), rdv.hints_dict(hints))

@@ -182,7 +182,7 @@ void CudaBackend::setupPeers(const GpuSetup& s, SetupSequence& seq) {
 }
 
 void CudaBackend::setupAlgorithms() {
-  algos_ = std::make_unique<AlgoTable>();
+  algos_ = std::make_unique<AlgoSet<DeviceAlgo>>(makeDeviceAlgorithms());
   barrier_ = algos_->find(CollType::Barrier, Algo::PeerBarrier);
   CCLX_INFO("GPU backend '%s': rank %d/%d on cuda:%d (%d SMs), peer memory %s%s", name(),
             ctx_.rank, ctx_.size, sh_->device, ctx_.smCount, pm_.usable ? "on" : "off: ",
@@ -237,28 +237,18 @@ Caps CudaBackend::caps(const CollArgs& a) const {
     }
     default: break;
   }
-  // Every registry entry of the collective: on when it accepts the call and its staging did not
-  // fail (after a failed growth, select() therefore never returns it again).
-  const bool fp8 = lowPrecisionWanted(a, cfg_);  // FP8 checks only when it may run
-  algos_->forEach(a.type, [&](const AlgoEntry& e, const DeviceAlgo& alg) {
-    c.allow(e.algo, (!e.lowPrecision || fp8) && runs(alg, a));
-  });
-  // reduce_scatter_quantized's FP8 payload runs on the FP8 reduce-scatter (select.h:
-  // quantizedAsFp8), asked only when the call's hint wants it.
-  if (a.type == CollType::ReduceScatterQuantized) {
-    const auto it = a.opts.hints.find("low_precision");
-    const DeviceAlgo* f = algos_->find(CollType::ReduceScatter, Algo::Fp8);
-    c.fp8 = it != a.opts.hints.end() && it->second == "fp8" && f && runs(*f, quantizedAsFp8(a));
-  }
+  // Every catalogue algorithm of the collective: on when its object accepts the call and its
+  // staging did not fail (after a failed growth, select() therefore never returns it again).
+  algos_->allow(c, a, cfg_, [&](const DeviceAlgo& alg, const CollArgs& x) { return runs(alg, x); });
   return c;
 }
 
 Algo CudaBackend::select(const CollArgs& a) const { return cclx::select(a, cfg_, caps(a)); }
 
-// The registry's object for (collective, algorithm); nullptr for Base and RmsUnfused (NCCL or
-// the unfused sequence). select() only returns a registered pair or one of those two.
+// The object of (collective, algorithm); nullptr for the kNoKernel rows (NCCL, the unfused
+// sequence). select() only returns an algorithm with an object here or one of those.
 DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
-  if (algo == Algo::Base || algo == Algo::RmsUnfused) return nullptr;
+  if (row(algo).flags & kNoKernel) return nullptr;
   DeviceAlgo* alg = algos_->find(a.type, algo);
   CCLX_REQUIRE(alg, cclxInternalError, "%s: algorithm '%s' is not registered for it",
                collLabel(a), algoName(algo));
@@ -267,11 +257,11 @@ DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
 
 std::string CudaBackend::selectAllReduce(const CollArgs& a) {
   const Algo algo = select(a);
-  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused)) {
+  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::Unfused)) {
     const CollArgs ar = rmsUnfusedAllReduce(a, nullptr);
     return "unfused(" + (algo == Algo::Base ? std::string("nccl") : selectAllReduce(ar)) + ")";
   }
-  return algo == Algo::Base ? "nccl" : algoFor(a, algo)->name();
+  return algo == Algo::Base ? "nccl" : algoName(algo);
 }
 
 void CudaBackend::enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
@@ -442,26 +432,16 @@ bool CudaBackend::stagingReady(const CollArgs& a, Algo algo) const {
 
 void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
   // Per-pair counts: a grouped form's peer kernel runs on every rank, whatever this rank's count.
-  if (a.type != CollType::AllToAllV && a.type != CollType::AllToAllVDevice &&
-      a.type != CollType::Barrier && a.count == 0 &&
-      !(a.type == CollType::SendRecv && algoFor(a, algo)))
-    return;
-  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused))
+  if (isEmpty(a, algoFor(a, algo) != nullptr)) return;
+  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::Unfused))
     return enqueueRmsUnfused(a, algo, s, capturing);
   if (DeviceAlgo* alg = algoFor(a, algo)) {
     orderPeerKernel(s, capturing);
     if (xchgNeedsStagedInput(a, ctx_.rank, ctx_.size)) {
       // Input and output overlap other than in place: the kernel reads a stream-ordered copy of
       // the input (legal inside capture, as NCCL's temporaries).
-      const bool one = a.type == CollType::AllGather || a.type == CollType::Broadcast ||
-                       a.type == CollType::Reduce;  // the input is one block
-      size_t in = a.bytes() * (one ? 1 : size_t(ctx_.size));
-      if (a.type == CollType::AllToAllV) {
-        in = 0;
-        for (size_t c : a.sendCounts) in += c * dtypeSize(a.dtype);
-      }
-      if (a.type == CollType::AllToAllVDevice)  // the counts are not known: the whole input
-        in = a.rows.sendCap * a.rows.rowElems * dtypeSize(a.dtype);
+      // All-to-all-v-device: the counts are not known here, so the whole input.
+      const size_t in = inputBytes(a, ctx_.size);
       gpures::StreamTemp tmp(in, s);
       CCLX_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), a.send, in, cudaMemcpyDeviceToDevice, s));
       CollArgs b = a;
@@ -498,22 +478,12 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
   ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
 }
 
-void CudaBackend::enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
-  std::lock_guard<std::mutex> lock(runMu_);
-  CCLX_REQUIRE(!finalized_, cclxInvalidUsage, "the CUDA communicator was finalized");
-  sh_->throwIfFailed();
-  sh_->checkDeviceError();
-  DeviceGuard guard(sh_->device);
-  algo = growStaging(a, algo, capturing);
-  enqueue(a, algo, s, capturing);
-}
-
 std::string CudaBackend::failureMessage() const {
   std::lock_guard<std::mutex> g(sh_->mu);
   return sh_->failMsg;
 }
 
-std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
+std::shared_ptr<Work> CudaBackend::run(const CollArgs& in, Algo& ran) {
   // Without NCCL (ranks sharing a GPU) a single send or receive is a batch of one message, which
   // the pipelined exchange runs between the two ranks alone.
   CollArgs p2p;
@@ -534,16 +504,14 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
   sh_->checkDeviceError();
   checkUsable(call);
   Algo algo = select(call);  // once per call; a bad "algo" hint fails here
+  if (call.peersOnly && algo == Algo::Base) return nullptr;  // the NCCL drop-in forwards it
   // reduce_scatter_quantized with the FP8 payload runs as the FP8 reduce-scatter.
-  const bool asFp8 = call.type == CollType::ReduceScatterQuantized && algo == Algo::Fp8;
-  const CollArgs lowered = asFp8 ? quantizedAsFp8(call) : CollArgs{};
+  const bool asFp8 = runsAs(call.type, algo) != call.type;
+  const CollArgs lowered = asFp8 ? lowerFor(call, algo) : CollArgs{};
   const CollArgs& a = asFp8 ? lowered : call;
   // A collective with nothing to move (the same count on every rank) enqueues nothing on any
   // path, so it needs no NCCL either.
-  const bool empty = a.count == 0 && a.type != CollType::AllToAllV &&
-                     a.type != CollType::AllToAllVDevice && a.type != CollType::Barrier &&
-                     a.type != CollType::SendRecv;
-  if (algo == Algo::Base && !empty) requireNccl(a);
+  if (algo == Algo::Base && !isEmpty(a, false)) requireNccl(a);
   DeviceGuard guard(sh_->device);
   cudaStream_t user = static_cast<cudaStream_t>(a.opts.stream);
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -557,8 +525,9 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
                "which reads the split sizes on the host and synchronizes the stream: it cannot be "
                "captured in a CUDA graph", ctx_.rank,
                ctx_.peerUsable() ? "its peer-memory kernel is not selected" : pm_.whyNot.c_str());
+  if (a.peersOnly && capturing && !stagingReady(a, algo)) return nullptr;  // no growth in capture
   if (!a.opts.buffersChecked) checkPointers(a);  // before growth: a failed growth poisons outputs
-  algo = growStaging(a, algo, capturing);
+  algo = ran = growStaging(a, algo, capturing);
   cudaStream_t s = user;
   if (a.opts.async) {
     CCLX_CUDA_CHECK(cudaEventRecord(forkEv_.get(), user));
@@ -582,7 +551,7 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
     if (start) sh_->returnEvent(start);
     throw;
   }
-  if (!a.opts.async && capturing) return completedWork();
+  if ((!a.opts.async && capturing) || a.peersOnly) return completedWork();
   EventRef ev = sh_->takeEventRef(sh_);
   CCLX_CUDA_CHECK(cudaEventRecord(ev.get(), s));
   if (start) {

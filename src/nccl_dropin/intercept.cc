@@ -110,20 +110,15 @@ bool tryRun(CollType type, const void* send, void* recv, size_t count, ncclDataT
   a.op = ReduceOp(op);
   a.opts.stream = stream;
   a.opts.timeout = snap.timeout;
+  a.opts.buffersChecked = true;  // NCCL checks no pointer attributes either
+  a.peersOnly = true;
   try {
-    const Algo algo = backend.select(a);
-    if (algo == Algo::Base) return forwarded(type, "the selection picks NCCL");
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaError_t e = cudaStreamIsCapturing(static_cast<::cudaStream_t>(stream), &cs);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      r = fail(nccl::ncclUnhandledCudaError, strFormat("cudaStreamIsCapturing: %s", cudaGetErrorString(e)));
-      return true;
-    }
-    const bool capturing = cs != cudaStreamCaptureStatusNone;
-    if (capturing && !backend.stagingReady(a, algo))  // no growth inside capture
-      return forwarded(type, "its staging is not allocated yet and the stream captures");
-    backend.enqueueSelected(a, algo, static_cast<::cudaStream_t>(stream), capturing);
+    // The backend's one door, as a cclx comm's calls take it (core/comm/backend.h): it declines
+    // what NCCL must run.
+    Algo ran = Algo::Base;
+    if (!backend.run(a, ran))
+      return forwarded(type, "the selection picks NCCL, or the stream captures and the "
+                             "algorithm's staging is not allocated yet");
     r = nccl::ncclSuccess;
   } catch (const Error& e) {
     r = fail(e);

@@ -90,7 +90,6 @@ __global__ void __launch_bounds__(kThreads) ddaXchgDevKernel(PipeParams in, DevR
 
 class DdaXchgDev final : public DeviceAlgo {
  public:
-  const char* name() const override { return "pipelined"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kXchg); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllToAllVDevice || !ctx.peerUsable() || ctx.size < 2 ||

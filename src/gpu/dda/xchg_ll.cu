@@ -157,7 +157,6 @@ size_t unitsPerBlock(size_t bytes) { return ((bytes + 7) / 8 + kFlatBlocks - 1) 
 
 class DdaXchgLL final : public DeviceAlgo {
  public:
-  const char* name() const override { return "ll"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFlat); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllGather && a.type != CollType::ReduceScatter &&

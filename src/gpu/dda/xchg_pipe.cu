@@ -60,7 +60,6 @@ __global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
 
 class DdaXchgPipe final : public DeviceAlgo {
  public:
-  const char* name() const override { return "pipelined"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kXchg); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllGather && a.type != CollType::ReduceScatter &&

@@ -210,7 +210,6 @@ __global__ void __launch_bounds__(512) rmsTwoShotKernel(PeerParams p) {
 
 class RmsTwoShot final : public DeviceAlgo {
  public:
-  const char* name() const override { return "fused_twoshot"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFused); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     return fusedEligible(a, ctx) && a.rms.tokens >= size_t(ctx.size) &&

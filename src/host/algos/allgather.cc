@@ -13,8 +13,6 @@ namespace {
 
 class HostAllGather final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-allgather"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllGather; }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const size_t bytes = a.bytes();
     const bool list = !a.recvList.empty();

@@ -26,8 +26,6 @@ namespace {
 
 class HostAllToAll final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-alltoall"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllToAll; }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const size_t es = dtypeSize(a.dtype);
     const size_t chunk = ctx.slotBytes() / es / size_t(ctx.size);
@@ -89,8 +87,6 @@ void moveV(const CollArgs& a, HostCtx& ctx, const std::vector<size_t>& sendCount
 
 class HostAllToAllV final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-alltoallv"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllToAllV; }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const size_t n = size_t(ctx.size);
     CCLX_ARG_CHECK(a.sendCounts.size() == n && a.recvCounts.size() == n,
@@ -127,10 +123,6 @@ class HostAllToAllV final : public HostAlgo {
 // every rank with the same message, naming the ranks; otherwise the rows move as all-to-all-v's.
 class HostAllToAllVDevice final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-alltoallv"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override {
-    return a.type == CollType::AllToAllVDevice;
-  }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const int n = ctx.size;
     const size_t len = deviceRowsRecordLen(n), re = a.rows.rowElems;

@@ -7,8 +7,6 @@ namespace {
 
 class HostBarrier final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-barrier"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::Barrier; }
   void run(const CollArgs&, HostCtx& ctx) override { ctx.barrier(); }
 };
 

@@ -12,8 +12,6 @@ namespace {
 
 class HostBroadcast final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-broadcast"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::Broadcast; }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const size_t bytes = a.bytes();
     const bool isRoot = ctx.rank == a.root;

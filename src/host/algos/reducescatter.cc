@@ -17,10 +17,6 @@ namespace {
 
 class HostReduceScatter final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-reducescatter"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override {
-    return a.type == CollType::ReduceScatter;
-  }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const size_t es = dtypeSize(a.dtype);
     const size_t chunk = ctx.slotBytes() / es / size_t(ctx.size);
@@ -48,10 +44,6 @@ class HostReduceScatter final : public HostAlgo {
 // offset contributes nothing to that round.
 class HostReduceScatterV final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-reducescatterv"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override {
-    return a.type == CollType::ReduceScatterV;
-  }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const size_t es = dtypeSize(a.dtype), n = size_t(ctx.size);
     CCLX_REQUIRE(n * sizeof(uint64_t) <= ctx.slotBytes(), cclxUnsupported,

@@ -96,7 +96,6 @@ void reduceRows(HostCtx& ctx, const CollArgs& a, uint64_t s, size_t firstInSlot,
 
 class HostRmsOneShot final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-fused-oneshot"; }
   bool canRun(const CollArgs& a, const HostCtx& ctx) const override {
     return a.type == CollType::AllReduceRmsNorm && rowBytes(a) <= ctx.slotBytes();
   }
@@ -116,7 +115,6 @@ class HostRmsOneShot final : public HostAlgo {
 
 class HostRmsTwoShot final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-fused-twoshot"; }
   bool canRun(const CollArgs& a, const HostCtx& ctx) const override {
     return a.type == CollType::AllReduceRmsNorm && packedRowBytes(a) <= ctx.slotBytes();
   }

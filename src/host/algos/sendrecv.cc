@@ -76,10 +76,6 @@ void runGroup(const CollArgs& a, HostCtx& ctx) {
 
 class HostSendRecv final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-p2p"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override {
-    return a.type == CollType::Send || a.type == CollType::Recv || a.type == CollType::SendRecv;
-  }
   void run(const CollArgs& a, HostCtx& ctx) override {
     if (a.type == CollType::SendRecv)
       runGroup(a, ctx);

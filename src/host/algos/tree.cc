@@ -37,8 +37,6 @@ void treeReduce(HostCtx& ctx, const void* in, void* out, size_t count, DataType 
 
 class HostTreeAllReduce final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-tree"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllReduce; }
   void run(const CollArgs& a, HostCtx& ctx) override {
     treeReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op, -1);
   }
@@ -48,8 +46,6 @@ class HostTreeAllReduce final : public HostAlgo {
 // out (its output is the only one written).
 class HostReduce final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-reduce"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::Reduce; }
   void run(const CollArgs& a, HostCtx& ctx) override {
     treeReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op, a.root);
   }
