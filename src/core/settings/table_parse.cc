@@ -283,4 +283,13 @@ std::vector<std::string> hintValues(const std::string& key) {
 
 std::string defaultStoreToken() { return rendezvousConfig().storeToken; }
 
+std::optional<bool> abortOnErrorSetting() {
+  try {
+    if (config().abortOnErrorSet) return config().abortOnError;
+  } catch (const Error&) {
+    // A malformed setting: creating a comm reports it, through the store, to every rank.
+  }
+  return std::nullopt;
+}
+
 }  // namespace cclx
