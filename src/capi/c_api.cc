@@ -395,19 +395,9 @@ cclxResult_t cclxAllReduceRmsNorm(const void* x, const void* residual, void* res
                                   cclxDataType_t datatype, float eps, cclxComm_t comm,
                                   void* stream) {
   return guard([&] {
-    RmsNormArgs r;
-    r.x = x;
-    r.residual = residual;
-    r.residualOut = residualOut;
-    r.weight = weight;
-    r.out = out;
-    r.fp8Out = fp8Out;
-    r.scales = scales;
-    r.staticScale = staticScale;
-    r.tokens = tokens;
-    r.hidden = hidden;
-    r.dtype = dtypeOf(datatype);
-    r.eps = eps;
+    const RmsNormArgs r{x,      residual, residualOut, weight, out,
+                        fp8Out, scales,   staticScale, tokens, hidden,
+                        dtypeOf(datatype), eps};
     handle(comm).comm->allReduceRmsNorm(r, streamOpts(stream));
   });
 }

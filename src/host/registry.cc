@@ -4,25 +4,9 @@
 
 namespace cclx {
 
-// A line whose algorithm the host backend runs without an object of its own.
-static std::unique_ptr<HostAlgo> noHost() { return nullptr; }
-
-#define CCLX_ALGO(...)
-#define CCLX_SERVES(id, colls, device, host) std::unique_ptr<HostAlgo> host();
-#include "core/select/algorithms.def"
-#undef CCLX_SERVES
-
-namespace {
-
-#define CCLX_SERVES(id, colls, device, host) {Algo::id, colls, &host},
-const AlgoSet<HostAlgo>::Binding kHostBindings[] = {
-#include "core/select/algorithms.def"
-};
-#undef CCLX_SERVES
-#undef CCLX_ALGO
-
-}  // namespace
-
-AlgoSet<HostAlgo> makeHostAlgorithms() { return AlgoSet<HostAlgo>(kHostBindings); }
+#define CCLX_BIND_OBJ HostAlgo
+#define CCLX_BIND_FACTORY(device, host) host
+#define CCLX_BIND_MAKE makeHostAlgorithms
+#include "core/select/algo_bindings.inc"
 
 }  // namespace cclx

@@ -34,16 +34,16 @@ struct CollArgs {
   DataType dtype = DataType::f32;
   ReduceOp op{};
   int root = -1;  // Reduce/Broadcast root; Send/Recv peer
-  std::vector<void*> recvList;        // AllGather list variant (size() entries)
-  std::vector<const void*> sendList;  // ReduceScatter list variant (size() entries)
-  std::vector<size_t> sendCounts;     // AllToAllV, elements per destination
-  std::vector<size_t> recvCounts;     // AllToAllV, elements per source; ReduceScatterV, per rank
-  std::vector<P2PSend> sends;         // SendRecv (count = total elements of sends and recvs)
-  std::vector<P2PRecv> recvs;         // SendRecv
+  std::vector<void*> recvList{};        // AllGather list variant (size() entries)
+  std::vector<const void*> sendList{};  // ReduceScatter list variant (size() entries)
+  std::vector<size_t> sendCounts{};     // AllToAllV, elements per destination
+  std::vector<size_t> recvCounts{};     // AllToAllV, elements per source; ReduceScatterV, per rank
+  std::vector<P2PSend> sends{};         // SendRecv (count = total elements of sends and recvs)
+  std::vector<P2PRecv> recvs{};         // SendRecv
   const char* what = nullptr;         // SendRecv: the collective lowered onto it ("Scatter", ...)
   size_t outCount = 0;                // ReduceScatterV: elements of this rank's output
-  CollOptions opts;                   // async, stream, timeout (resolved: never 0), hints
-  RmsNormArgs rms;                    // AllReduceRmsNorm (send = rms.x, recv = rms.out,
+  CollOptions opts{};                   // async, stream, timeout (resolved: never 0), hints
+  RmsNormArgs rms{};                    // AllReduceRmsNorm (send = rms.x, recv = rms.out,
                                       // count = tokens * hidden)
   struct DeviceRows {                 // AllToAllVDevice (count = 0; dtype = the rows' elements)
     const int64_t* send = nullptr;    // size() split sizes in rows (device memory on CUDA comms)
@@ -51,7 +51,7 @@ struct CollArgs {
     size_t rowElems = 0;              // elements per row
     size_t sendCap = 0;               // rows that send holds
     size_t recvCap = 0;               // rows that recv holds
-  } rows;
+  } rows{};
   const int64_t* seed = nullptr;      // ReduceScatterQuantized: one int64 (where the data is)
   bool peersOnly = false;             // the NCCL drop-in's call: run only on a peer algorithm
                                       // (and, while the stream captures, one whose staging is

@@ -98,6 +98,17 @@ void validateRms(const RmsNormArgs& r, bool buffers) {
   }
 }
 
+// One buffer of `count` elements (`one`), or the list variant's one per rank (`list`).
+template <class P>
+void checkOneOrList(const char* name, const void* one, const std::vector<P>& list, size_t count,
+                    int size, const char* what, const char* words) {
+  if (list.empty()) return checkBuf(one, count, what);
+  CCLX_ARG_CHECK(list.size() == size_t(size), "%s: %zu %s buffers for %d ranks", name, list.size(),
+                 words, size);
+  const std::string listed = std::string(what) + " list";
+  for (const P& p : list) checkBuf(p, count, listed.c_str());
+}
+
 void validate(const CollArgs& a, int rank, int size) {
   checkDtype(a.dtype);
   checkCount(a.count, a.dtype, size);
@@ -123,23 +134,11 @@ void validate(const CollArgs& a, int rank, int size) {
       break;
     case CollType::AllGather:
       checkBuf(a.send, a.count, "send");
-      if (a.recvList.empty()) {
-        checkBuf(a.recv, a.count, "recv");
-      } else {
-        CCLX_ARG_CHECK(a.recvList.size() == size_t(size), "%s: %zu receive buffers for %d ranks",
-                       name, a.recvList.size(), size);
-        for (void* p : a.recvList) checkBuf(p, a.count, "recv list");
-      }
+      checkOneOrList(name, a.recv, a.recvList, a.count, size, "recv", "receive");
       break;
     case CollType::ReduceScatter:
       checkBuf(a.recv, a.count, "recv");
-      if (a.sendList.empty()) {
-        checkBuf(a.send, a.count, "send");
-      } else {
-        CCLX_ARG_CHECK(a.sendList.size() == size_t(size), "%s: %zu send buffers for %d ranks",
-                       name, a.sendList.size(), size);
-        for (const void* p : a.sendList) checkBuf(p, a.count, "send list");
-      }
+      checkOneOrList(name, a.send, a.sendList, a.count, size, "send", "send");
       break;
     case CollType::AllToAllV: {
       CCLX_ARG_CHECK(a.sendCounts.size() == size_t(size), "%s: %zu send counts for %d ranks", name,
@@ -314,13 +313,7 @@ CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_
   CCLX_ARG_CHECK(o.timeout.count() >= 0, "%s: timeout must not be negative (got %lld ms)",
                  apiOf(t), (long long)o.timeout.count());
   checkHints(o.hints);
-  CollArgs a;
-  a.type = t;
-  a.send = send;
-  a.recv = recv;
-  a.count = count;
-  a.dtype = dtype;
-  a.opts = o;
+  CollArgs a{.type = t, .send = send, .recv = recv, .count = count, .dtype = dtype, .opts = o};
   if (a.opts.timeout.count() == 0) a.opts.timeout = st.info.opts.timeout;
   a.opts.hints = st.info.opts.hints;
   for (const auto& [k, v] : o.hints) a.opts.hints[k] = v;

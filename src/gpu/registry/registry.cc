@@ -4,26 +4,9 @@
 
 namespace cclx {
 
-// A line whose algorithm the GPU backend runs without an object of its own (NCCL, the unfused
-// sequence).
-static std::unique_ptr<DeviceAlgo> noDevice() { return nullptr; }
-
-#define CCLX_ALGO(...)
-#define CCLX_SERVES(id, colls, device, host) std::unique_ptr<DeviceAlgo> device();
-#include "core/select/algorithms.def"
-#undef CCLX_SERVES
-
-namespace {
-
-#define CCLX_SERVES(id, colls, device, host) {Algo::id, colls, &device},
-const AlgoSet<DeviceAlgo>::Binding kDeviceBindings[] = {
-#include "core/select/algorithms.def"
-};
-#undef CCLX_SERVES
-#undef CCLX_ALGO
-
-}  // namespace
-
-AlgoSet<DeviceAlgo> makeDeviceAlgorithms() { return AlgoSet<DeviceAlgo>(kDeviceBindings); }
+#define CCLX_BIND_OBJ DeviceAlgo
+#define CCLX_BIND_FACTORY(device, host) device
+#define CCLX_BIND_MAKE makeDeviceAlgorithms
+#include "core/select/algo_bindings.inc"
 
 }  // namespace cclx

@@ -27,6 +27,15 @@ class HostAlgo {
   virtual void run(const CollArgs& args, HostCtx& ctx) = 0;
 };
 
+/// The host algorithm that is the function `Run` (it accepts every call of its collectives).
+template <void (*Run)(const CollArgs&, HostCtx&)>
+std::unique_ptr<HostAlgo> hostAlgo() {
+  struct Fn final : HostAlgo {
+    void run(const CollArgs& a, HostCtx& ctx) override { Run(a, ctx); }
+  };
+  return std::make_unique<Fn>();
+}
+
 /// Every object of the host backend, one per catalogue line it has a factory for (registry.cc).
 AlgoSet<HostAlgo> makeHostAlgorithms();
 

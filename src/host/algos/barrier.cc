@@ -5,11 +5,8 @@
 namespace cclx {
 namespace {
 
-class HostBarrier final : public HostAlgo {
- public:
-  void run(const CollArgs&, HostCtx& ctx) override { ctx.barrier(); }
-};
+void barrier(const CollArgs&, HostCtx& ctx) { ctx.barrier(); }
 
 }  // namespace
-std::unique_ptr<HostAlgo> makeHostBarrier() { return std::make_unique<HostBarrier>(); }
+std::unique_ptr<HostAlgo> makeHostBarrier() { return hostAlgo<barrier>(); }
 }  // namespace cclx

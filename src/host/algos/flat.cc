@@ -21,13 +21,10 @@ void flatAllReduce(HostCtx& ctx, const void* in, void* out, size_t count, DataTy
   });
 }
 
-class HostFlatAllReduce final : public HostAlgo {
- public:
-  void run(const CollArgs& a, HostCtx& ctx) override {
-    flatAllReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op);
-  }
-};
+void flatRun(const CollArgs& a, HostCtx& ctx) {
+  flatAllReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op);
+}
 
 }  // namespace
-std::unique_ptr<HostAlgo> makeHostFlatAllReduce() { return std::make_unique<HostFlatAllReduce>(); }
+std::unique_ptr<HostAlgo> makeHostFlatAllReduce() { return hostAlgo<flatRun>(); }
 }  // namespace cclx
