@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) ddaXchgDevKernel(PipeParams in, DevR
   });
 }
 
-class DdaXchgDev final : public DeviceAlgo {
+class DdaPipelinedDevice final : public DeviceAlgo {
  public:
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kXchg); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
@@ -138,6 +138,6 @@ class DdaXchgDev final : public DeviceAlgo {
 
 }  // namespace
 
-std::unique_ptr<DeviceAlgo> makeDdaXchgDev() { return std::make_unique<DdaXchgDev>(); }
+std::unique_ptr<DeviceAlgo> makeDdaPipelinedDevice() { return std::make_unique<DdaPipelinedDevice>(); }
 
 }  // namespace cclx
