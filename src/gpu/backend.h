@@ -134,6 +134,8 @@ class CudaBackend final : public Backend {
   cclxResult_t asyncError() override;
   std::pair<cclxResult_t, std::string> poll() override;
 
+  /// The algorithm of a call (core/select/select.h with this comm's facts; tests ask it).
+  Algo select(const CollArgs& a) const;
   /// Bytes of peer staging this rank holds.
   size_t stagingBytesHeld() const { return pm_.allocatedBytes(); }
   /// The message of the failure that made the comm unusable ("" while healthy).
@@ -167,8 +169,6 @@ class CudaBackend final : public Backend {
   void setupAlgorithms();
   void growForPointToPoint(std::chrono::milliseconds timeout);
   Caps caps(const CollArgs& a) const;
-  /// The algorithm of a call (core/select/select.h with this comm's facts).
-  Algo select(const CollArgs& a) const;
   /// True when `algo` needs no staging that is not allocated yet (the drop-in never grows staging
   /// inside graph capture: such a call goes to NCCL).
   bool stagingReady(const CollArgs& a, Algo algo) const;
