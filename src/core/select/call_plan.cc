@@ -1,0 +1,36 @@
+// planCall / growPlan (call_plan.h).
+#include "core/select/call_plan.h"
+
+#include "base/error.h"
+
+namespace cclx {
+
+CallPlan planCall(const CollArgs& call, const CallSteps& steps) {
+  CallPlan p;
+  p.algo = steps.select(call);  // once per call; a bad "algo" hint fails here
+  if (runsAs(call.type, p.algo) != call.type) {
+    p.lowered = true;
+    p.loweredArgs = lowerFor(call, p.algo);
+  }
+  if (p.algo == Algo::Base && !isEmpty(p.args(call), false)) steps.requireNccl(p.args(call));
+  return p;
+}
+
+void growPlan(CallPlan& plan, const CollArgs& call, const CallPlace& at, const CallSteps& steps) {
+  plan.algo = steps.grow(plan.args(call), plan.algo, !plan.lowered);
+  if (plan.lowered && plan.algo == Algo::Base) {
+    // The lowered call's staging failed: the call chooses again as itself.
+    plan.lowered = false;
+    plan.loweredArgs = CollArgs{};
+    plan.algo = steps.select(call);
+    if (plan.algo == Algo::Base && !isEmpty(call, false)) steps.requireNccl(call);
+    plan.algo = steps.grow(call, plan.algo, true);
+  }
+  if (call.type == CollType::AllToAllVDevice && plan.algo == Algo::Base && at.capturing &&
+      at.worldSize > 1)
+    CCLX_THROW(cclxInvalidUsage, "rank %d: all_to_all_v_device runs through NCCL on this comm (%s), "
+               "which reads the split sizes on the host and synchronizes the stream: it cannot be "
+               "captured in a CUDA graph", at.rank, at.whyNccl.c_str());
+}
+
+}  // namespace cclx
