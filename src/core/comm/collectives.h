@@ -1,8 +1,10 @@
 // The collectives: their kinds (CollType) and one table of traits per collective that every layer
 // reads instead of switching on the kind: the names in messages, whether it reduces, when a call
 // moves nothing on any rank, how its counts become a rank's input bytes, and its rows of the
-// per-collective settings (low precision, the direct-access size). No other header of cclx.
+// per-collective settings (low precision, the direct-access size). Of cclx, only the public header.
 #pragma once
+
+#include <cclx/cclx.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -75,6 +77,11 @@ struct CollTraits {
   size_t Config::*ddaMax;      // CCLX_DDA_<COLL>_MAX_BYTES (0 = ddaMaxDefault), or nullptr
   size_t ddaMaxDefault;        // bytes of a rank's larger buffer auto runs on DDA (0 = never)
 };
+
+/// The bitwise reductions (NCCL has none; the direct-access kernels take them for integers).
+inline bool isBitwise(RedOpKind k) {
+  return k == RedOpKind::BAND || k == RedOpKind::BOR || k == RedOpKind::BXOR;
+}
 
 /// The row of `t`.
 const CollTraits& traits(CollType t);

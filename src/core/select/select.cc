@@ -28,10 +28,6 @@ HintChoice algoHint(const CollArgs& a) { return want(a, "algo", "auto", a.type);
 
 bool asks(const HintChoice& w, Algo algo) { return w.kind == HintChoice::Row && w.algo == algo; }
 
-bool isBitwise(RedOpKind k) {
-  return k == RedOpKind::BAND || k == RedOpKind::BOR || k == RedOpKind::BXOR;
-}
-
 // Auto may pick `algo` for `bytes`: within its range (every size where the tables do not apply:
 // `timed` false) and, for a kDataAsFlag row, where such kernels are known to be safe.
 bool autoFits(Algo algo, size_t bytes, const Config& cfg, const Caps& c, bool timed) {
