@@ -340,8 +340,9 @@ class Comm(GroupedOps, CommSettings):
 
         out: the tensors to write, in the order returned (None: new ones); residual_out may be
         `residual` itself (in place) and y may be `x`; with a static scale the scales entry may
-        be None. async_op=True returns (outputs, Work). hints: e.g. {"fused_algo": "oneshot"}
-        (auto|oneshot|twoshot|unfused), {"algo": "tree"} for the unfused sequence's allreduce.
+        be None. async_op=True returns (outputs, Work). hints: e.g. {"fused_algo": "fused_oneshot"}
+        (auto|fused_oneshot|fused_twoshot|unfused; aliases oneshot, twoshot), {"algo": "tree"} for
+        the unfused sequence's allreduce.
 
         torch tensors without out/async_op/hints/timeout go through the custom ops
         torch.ops.cclx.all_reduce_rmsnorm[_fp8] (CUDA graphs, torch.compile)."""
