@@ -1,18 +1,24 @@
 // cclx_settings_doc: writes docs/SETTINGS.md from the table of settings and hints
-// (src/core/settings/table.cc).
-//   cclx_settings_doc                   # to stdout
-//   cclx_settings_doc docs/SETTINGS.md  # writes the file
-//   cclx_settings_doc --check docs/SETTINGS.md  # exit 1 when the file is not current (a test)
+// (src/core/settings/table.cc), or with --algorithms docs/ALGORITHMS.md from the algorithm
+// catalogue (src/core/select/algorithms.def).
+//   cclx_settings_doc [--algorithms]                          # to stdout
+//   cclx_settings_doc [--algorithms] docs/SETTINGS.md         # writes the file
+//   cclx_settings_doc [--algorithms] --check docs/SETTINGS.md # exit 1 when the file is not
+//                                                             # current (a test)
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "core/select/algorithms.h"
 #include "core/settings/table.h"
 
 int main(int argc, char** argv) {
-  const std::string md = cclx::settings::settingsMarkdown();
+  const bool algorithms = argc > 1 && std::strcmp(argv[1], "--algorithms") == 0;
+  if (algorithms) --argc, ++argv;
+  const std::string md = algorithms ? cclx::algorithmsMarkdown() : cclx::settings::settingsMarkdown();
+  const char* source = algorithms ? "src/core/select/algorithms.def" : "src/core/settings/table.cc";
   if (argc == 1) {
     std::fwrite(md.data(), 1, md.size(), stdout);
     return 0;
@@ -23,10 +29,10 @@ int main(int argc, char** argv) {
     have << in.rdbuf();
     if (in && have.str() == md) return 0;
     std::fprintf(stderr,
-                 "%s is not current with src/core/settings/table.cc; regenerate it from the "
-                 "source root with:\n  cmake --build build --target cclx_settings_doc && "
-                 "build/cclx_settings_doc docs/SETTINGS.md\n",
-                 argv[2]);
+                 "%s is not current with %s; regenerate it from the source root with:\n"
+                 "  cmake --build build --target cclx_settings_doc && build/cclx_settings_doc "
+                 "%s%s\n",
+                 argv[2], source, algorithms ? "--algorithms " : "", argv[2]);
     return 1;
   }
   if (argc == 2 && argv[1][0] != '-') {
@@ -34,6 +40,6 @@ int main(int argc, char** argv) {
     out << md;
     return out.good() ? 0 : 1;
   }
-  std::fprintf(stderr, "usage: %s [--check] [docs/SETTINGS.md]\n", argv[0]);
+  std::fprintf(stderr, "usage: %s [--algorithms] [--check] [docs/SETTINGS.md]\n", argv[0]);
   return 2;
 }

@@ -93,6 +93,13 @@ class Error : public std::runtime_error {
  private:
   cclxResult_t code_;
 };
+/// Throws Error(code, the printf-style message).
+[[noreturn]] void throwError(cclxResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/// The printf-style string.
+std::string strFormat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+/// Writes one warning line to the library's log (CCLX_DEBUG, CCLX_DEBUG_FILE).
+void logWarning(const std::string& line);
 
 struct DeviceSpec {
   enum Type { CPU = 0, CUDA = 1 };
@@ -130,6 +137,37 @@ struct Options {
 /// The timeout of a comm whose Options::timeout is 0 (CCLX_TIMEOUT_MS, CCLX_TIMEOUT,
 /// TORCHCOMM_TIMEOUT_SECONDS, else 600 s; kInfiniteTimeout for "no timeout").
 std::chrono::milliseconds defaultTimeout();
+
+/// One entry of the table of settings and hints, as data: the table that parses the CCLX_*
+/// environment, checks hints and generates docs/SETTINGS.md.
+struct SettingInfo {
+  std::string env;                  // environment variable ("" for a hint only)
+  std::string alias;                // read when `env` is unset ("" for none)
+  std::string hint;                 // hint key ("" for none)
+  std::vector<std::string> values;  // the values a choice or list takes (empty: other kinds)
+  std::string defaultValue;         // as documented
+  std::string doc;                  // one line
+  bool library = true;              // read by the library (false: by the Python package, the
+                                    // build or the scripts)
+};
+/// Every entry, in table order.
+std::vector<SettingInfo> settingsTable();
+/// Every hint key (Options::hints, CollOptions::hints), in table order.
+std::vector<std::string> hintKeys();
+/// The values hint `key` takes; an unknown key is Error(cclxInvalidArgument) naming the valid
+/// keys.
+std::vector<std::string> hintValues(const std::string& key);
+/// The store secret of CCLX_STORE_TOKEN ("" when unset): what a TcpStore is given when its
+/// caller names none.
+std::string defaultStoreToken();
+/// CCLX_ABORT_ON_ERROR (else TORCHCOMM_ABORT_ON_ERROR) when set: whether a comm's timeout or
+/// error ends the process (Options::abortOnError); nullopt when neither is set or one is
+/// malformed (creating a comm then reports it).
+std::optional<bool> abortOnErrorSetting();
+/// The time creating a comm with `opts` may take, connecting to its store included: the comm's
+/// timeout (CCLX_TIMEOUT_MS, else opts.timeout, else defaultTimeout()), read leniently where a
+/// setting is malformed so that a rank still reaches the store to report it.
+std::chrono::milliseconds creationTimeout(const Options& opts);
 
 /// Per-call options.
 struct CollOptions {

@@ -340,8 +340,9 @@ class Comm(GroupedOps, CommSettings):
 
         out: the tensors to write, in the order returned (None: new ones); residual_out may be
         `residual` itself (in place) and y may be `x`; with a static scale the scales entry may
-        be None. async_op=True returns (outputs, Work). hints: e.g. {"fused_algo": "oneshot"}
-        (auto|oneshot|twoshot|unfused), {"algo": "tree"} for the unfused sequence's allreduce.
+        be None. async_op=True returns (outputs, Work). hints: e.g. {"fused_algo": "fused_oneshot"}
+        (auto|fused_oneshot|fused_twoshot|unfused; aliases oneshot, twoshot), {"algo": "tree"} for
+        the unfused sequence's allreduce.
 
         torch tensors without out/async_op/hints/timeout go through the custom ops
         torch.ops.cclx.all_reduce_rmsnorm[_fp8] (CUDA graphs, torch.compile)."""
@@ -438,7 +439,7 @@ class Comm(GroupedOps, CommSettings):
                          static_scale: bool = False, out: bool = True,
                          hints: Optional[Dict[str, Any]] = None) -> str:
         """What all_reduce_rmsnorm would run ("fused_oneshot", "fused_twoshot",
-        "unfused(<allreduce>)"; CPU comms: "shm-fused-oneshot", ...) (diagnostics)."""
+        "unfused(<allreduce>)"; the names of docs/ALGORITHMS.md) (diagnostics)."""
         return self._c.select_all_reduce_rmsnorm_algo(int(tokens), int(hidden), int(dtype),
                                                       bool(out), quant == "fp8",
                                                       bool(static_scale), rdv.hints_dict(hints))

@@ -11,7 +11,6 @@
 
 #include <string>
 
-#include "core/settings/table.h"
 
 #ifndef CCLX_GIT_COMMIT
 #define CCLX_GIT_COMMIT "unknown"
@@ -52,16 +51,12 @@ NB_MODULE(_C, m) {
       "Seconds of a comm's timeout when none is given (CCLX_TIMEOUT_MS, CCLX_TIMEOUT, "
       "TORCHCOMM_TIMEOUT_SECONDS, else 600; very large for no timeout).");
   m.def(
-      "hint_keys", [] { return cclx::settings::hintKeys(); },
+      "hint_keys", [] { return cclx::hintKeys(); },
       "Every hint key cclx knows (Options / call hints), from its table of settings and hints "
       "(docs/SETTINGS.md).");
   m.def(
       "hint_values",
-      [](const std::string& key) {
-        const cclx::settings::Entry* e = cclx::settings::findHint(key);
-        if (!e) cclx::settings::checkHint(key, "");  // raises, naming the valid keys
-        return cclx::settings::allowedValues(*e);
-      },
+      [](const std::string& key) { return cclx::hintValues(key); },
       nb::arg("key"), "The values hint `key` takes, from the same table.");
   bindErrors(m);
   bindTypes(m);

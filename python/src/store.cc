@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "core/settings/config.h"
 
 namespace cclx::py {
 namespace {
@@ -80,7 +79,7 @@ void bindStore(nb::module_& m) {
       .def(nb::new_([](const std::string& host, int port, bool isServer, const std::string& jobId,
                        double timeout, std::optional<std::string> token) {
              if (port < 0 || port > 65535) argError("TcpStore: port must be in 0..65535");
-             const std::string secret = token ? *token : rendezvousConfig().storeToken;
+             const std::string secret = token ? *token : defaultStoreToken();
              nb::gil_scoped_release nogil;
              return TcpStore::create(host, port, isServer, jobId, msOf(timeout), secret);
            }),

@@ -1,6 +1,7 @@
-// src/base: the bottom layer, which every other layer (store, core, the backends, the C API, the
-// bindings) includes and which includes nothing of cclx but its public header: errors (this file:
-// a cclx::Error with a formatted message, argument checks) and logging (log.h). Settings reach
+// src/base: the bottom layer, which every layer of the library (store, core, the backends)
+// includes and which includes nothing of cclx but its public header: errors (this file: argument
+// checks throwing a cclx::Error with a formatted message), logging (log.h) and platform utilities
+// (fd_pass.h). The front ends (C API, bindings, torchcomms, drop-in) use the public header. Settings reach
 // logging from above (core/settings/config.cc installs the level and file readers).
 #pragma once
 
@@ -8,13 +9,7 @@
 
 #include <string>
 
-namespace cclx {
-
-[[noreturn]] void throwError(cclxResult_t code, const char* fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-std::string strFormat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-
-}  // namespace cclx
+// cclx::throwError and cclx::strFormat are declared in the public header.
 
 #define CCLX_THROW(code, ...) ::cclx::throwError(code, __VA_ARGS__)
 #define CCLX_REQUIRE(cond, code, ...) \

@@ -108,4 +108,6 @@ void logMessage(LogLevel level, const char* file, int line, const char* fmt, ...
   std::fflush(f);
 }
 
+void logWarning(const std::string& line) { CCLX_WARN("%s", line.c_str()); }
+
 }  // namespace cclx

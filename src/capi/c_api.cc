@@ -11,15 +11,13 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <random>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
-#include "core/comm/backend.h"
-#include "store/auth.h"
-#include "store/bootstrap.h"
-#include "core/comm/comm_internal.h"
-#include "base/error.h"
-#include "base/log.h"
+#include "capi/check.h"
 
 struct cclxWindow {
   std::shared_ptr<cclx::Window> win;
@@ -91,6 +89,14 @@ std::string localAddress() {
   return s ? std::string(s) : std::string("127.0.0.1");
 }
 
+// 16 random bytes in hex: a unique id's store secret.
+std::string randomToken() {
+  std::random_device rd;
+  std::string hex;
+  for (int i = 0; i < 4; ++i) hex += strFormat("%08x", unsigned(rd()));
+  return hex;
+}
+
 struct Uid {
   std::string host;
   int port = 0;
@@ -105,7 +111,7 @@ Uid decodeUid(const cclxUniqueId& id) {
   if (std::sscanf(s.c_str(), "%15[^|]|%63[^|]|%d|%63[^|]|%64s", magic, host, &u.port, job,
                   token) != 5 ||
       std::strcmp(magic, kUidMagic) != 0 || u.port <= 0 || u.port > 65535)
-    CCLX_THROW(cclxInvalidArgument, "malformed cclxUniqueId (not made by cclxGetUniqueId?)");
+    throwError(cclxInvalidArgument, "malformed cclxUniqueId (not made by cclxGetUniqueId?)");
   u.host = host;
   u.job = job;
   u.token = token;
@@ -116,16 +122,14 @@ Options optionsFrom(const cclxConfig_t* c) {
   Options o;
   // NCCL's convention: errors are returned, the process is never aborted, unless
   // CCLX_ABORT_ON_ERROR / TORCHCOMM_ABORT_ON_ERROR ask for it.
-  try {
-    o.abortOnError = config().abortOnErrorSet && config().abortOnError;
-  } catch (const Error&) {
-    // A malformed setting: Comm::create reports it, through the store, to every rank.
-  }
+  // A malformed setting: unset here, Comm::create reports it, through the store, to every rank.
+  if (const std::optional<bool> set = abortOnErrorSetting()) o.abortOnError = *set;
+  else o.abortOnError = false;
   if (!c) return o;
-  CCLX_ARG_CHECK(c->size == sizeof(cclxConfig_t),
+  CAPI_ARG_CHECK(c->size == sizeof(cclxConfig_t),
                  "cclxConfig_t.size is %zu, expected %zu (use CCLX_CONFIG_INITIALIZER)", c->size,
                  sizeof(cclxConfig_t));
-  CCLX_ARG_CHECK(c->timeout_ms >= 0, "timeout_ms must not be negative (got %lld)",
+  CAPI_ARG_CHECK(c->timeout_ms >= 0, "timeout_ms must not be negative (got %lld)",
                  (long long)c->timeout_ms);
   if (c->timeout_ms > 0) o.timeout = std::chrono::milliseconds(c->timeout_ms);
   if (c->name) o.name = c->name;
@@ -134,7 +138,7 @@ Options optionsFrom(const cclxConfig_t* c) {
 }
 
 DeviceSpec deviceFrom(int device) {
-  CCLX_ARG_CHECK(device >= -1, "device %d is invalid (use -1 for CPU or a CUDA ordinal)", device);
+  CAPI_ARG_CHECK(device >= -1, "device %d is invalid (use -1 for CPU or a CUDA ordinal)", device);
   return device < 0 ? DeviceSpec::cpu() : DeviceSpec::cuda(device);
 }
 
@@ -147,9 +151,9 @@ std::unordered_set<const cclxComm*>& handles() {
 
 // A handle this process made; throws for NULL and for anything else.
 cclxComm& known(cclxComm_t c) {
-  CCLX_ARG_CHECK(c != nullptr, "communicator is NULL");
+  CAPI_ARG_CHECK(c != nullptr, "communicator is NULL");
   std::lock_guard<std::mutex> lk(gHandlesMu);
-  CCLX_ARG_CHECK(handles().count(c) != 0,
+  CAPI_ARG_CHECK(handles().count(c) != 0,
                  "communicator %p was not made by cclxCommInitRank in this process",
                  static_cast<const void*>(c));
   return *c;
@@ -158,7 +162,7 @@ cclxComm& known(cclxComm_t c) {
 // A live handle (not destroyed or aborted).
 cclxComm& handle(cclxComm_t c) {
   cclxComm& h = known(c);
-  CCLX_REQUIRE(h.comm != nullptr, cclxInvalidUsage, "communicator %p was destroyed or aborted",
+  CAPI_CHECK(h.comm != nullptr, cclxInvalidUsage, "communicator %p was destroyed or aborted",
                static_cast<const void*>(c));
   return h;
 }
@@ -171,20 +175,20 @@ std::shared_ptr<Comm> release(cclxComm& h) {
 }
 
 DataType dtypeOf(cclxDataType_t t) {
-  CCLX_ARG_CHECK(int(t) >= 0 && int(t) < cclxNumTypes, "unknown datatype %d", int(t));
+  CAPI_ARG_CHECK(int(t) >= 0 && int(t) < cclxNumTypes, "unknown datatype %d", int(t));
   return DataType(int(t));
 }
 
 ReduceOp opOf(cclxComm& c, cclxRedOp_t op) {
   int v = int(op);
   if (v >= 0 && v < cclxNumOps) {
-    CCLX_ARG_CHECK(op != cclxPremulSum,
+    CAPI_ARG_CHECK(op != cclxPremulSum,
                    "cclxPremulSum needs a factor: create the op with cclxRedOpCreatePreMulSum");
     return ReduceOp(RedOpKind(v));
   }
   std::lock_guard<std::mutex> lk(c.opsMu);
   auto it = c.premulOps.find(v);
-  CCLX_ARG_CHECK(it != c.premulOps.end(), "unknown reduction op %d on this communicator", v);
+  CAPI_ARG_CHECK(it != c.premulOps.end(), "unknown reduction op %d on this communicator", v);
   return ReduceOp::premulSum(it->second);
 }
 
@@ -208,7 +212,7 @@ void setOut(cclxComm_t* out, std::shared_ptr<Comm> comm) {
 
 namespace {
 cclx::Window& winOf(cclxWindow_t w) {
-  CCLX_ARG_CHECK(w != nullptr && w->win != nullptr, "window is NULL");
+  CAPI_ARG_CHECK(w != nullptr && w->win != nullptr, "window is NULL");
   return *w->win;
 }
 }  // namespace
@@ -217,7 +221,7 @@ extern "C" {
 
 cclxResult_t cclxGetVersion(int* version) {
   return guard([&] {
-    CCLX_ARG_CHECK(version != nullptr, "version is NULL");
+    CAPI_ARG_CHECK(version != nullptr, "version is NULL");
     *version = CCLX_VERSION_CODE;
   });
 }
@@ -244,7 +248,7 @@ const char* cclxGetLastError(cclxComm_t) { return tLastError.c_str(); }
 
 cclxResult_t cclxGetUniqueId(cclxUniqueId* id) {
   return guard([&] {
-    CCLX_ARG_CHECK(id != nullptr, "id is NULL");
+    CAPI_ARG_CHECK(id != nullptr, "id is NULL");
     std::string host = localAddress();
     std::string job = "uid-" + strFormat("%d-", int(::getpid()));
     {
@@ -256,12 +260,12 @@ cclxResult_t cclxGetUniqueId(cclxUniqueId* id) {
                                         .time_since_epoch().count(), (unsigned long long)n++);
     }
     // The id is the secret the ranks share (as NCCL's): it carries the store's token.
-    const std::string token = store::toHex(store::randomBytes(16).data(), 16);
+    const std::string token = randomToken();
     auto server =
         TcpStore::create(host, 0, true, job, std::chrono::milliseconds(600000), token);
     std::string enc = strFormat("%s|%s|%d|%s|%s", kUidMagic, host.c_str(), server->port(),
                                 job.c_str(), token.c_str());
-    CCLX_REQUIRE(enc.size() < CCLX_UNIQUE_ID_BYTES, cclxInternalError, "unique id too long");
+    CAPI_CHECK(enc.size() < CCLX_UNIQUE_ID_BYTES, cclxInternalError, "unique id too long");
     {
       std::lock_guard<std::mutex> lk(gServersMu);
       servers()[job] = OwnedServer{::getpid(), server};
@@ -274,9 +278,9 @@ cclxResult_t cclxGetUniqueId(cclxUniqueId* id) {
 cclxResult_t cclxCommInitRankConfig(cclxComm_t* comm, int nranks, cclxUniqueId id, int rank,
                                     int device, const cclxConfig_t* config) {
   return guard([&] {
-    CCLX_ARG_CHECK(comm != nullptr, "comm is NULL");
-    CCLX_ARG_CHECK(nranks >= 1, "nranks must be at least 1 (got %d)", nranks);
-    CCLX_ARG_CHECK(rank >= 0 && rank < nranks, "rank %d is outside [0, %d)", rank, nranks);
+    CAPI_ARG_CHECK(comm != nullptr, "comm is NULL");
+    CAPI_ARG_CHECK(nranks >= 1, "nranks must be at least 1 (got %d)", nranks);
+    CAPI_ARG_CHECK(rank >= 0 && rank < nranks, "rank %d is outside [0, %d)", rank, nranks);
     Options o = optionsFrom(config);
     DeviceSpec dev = deviceFrom(device);
     Uid u = decodeUid(id);
@@ -300,7 +304,7 @@ cclxResult_t cclxCommInitRank(cclxComm_t* comm, int nranks, cclxUniqueId id, int
 
 cclxResult_t cclxCommInitFromEnv(cclxComm_t* comm, int device, const cclxConfig_t* config) {
   return guard([&] {
-    CCLX_ARG_CHECK(comm != nullptr, "comm is NULL");
+    CAPI_ARG_CHECK(comm != nullptr, "comm is NULL");
     setOut(comm, Comm::fromEnv(deviceFrom(device), optionsFrom(config)));
   });
 }
@@ -312,7 +316,7 @@ cclxResult_t cclxCommFinalize(cclxComm_t comm) {
 cclxResult_t cclxCommDestroy(cclxComm_t comm) {
   return guard([&] {
     if (!comm) return;
-    CCLX_REQUIRE(known(comm).comm != nullptr, cclxInvalidUsage,
+    CAPI_CHECK(known(comm).comm != nullptr, cclxInvalidUsage,
                  "communicator %p was already destroyed or aborted", static_cast<void*>(comm));
     release(*comm).reset();
   });
@@ -328,28 +332,28 @@ cclxResult_t cclxCommAbort(cclxComm_t comm) {
 
 cclxResult_t cclxCommGetAsyncError(cclxComm_t comm, cclxResult_t* asyncError) {
   return guard([&] {
-    CCLX_ARG_CHECK(asyncError != nullptr, "asyncError is NULL");
+    CAPI_ARG_CHECK(asyncError != nullptr, "asyncError is NULL");
     *asyncError = handle(comm).comm->asyncError();
   });
 }
 
 cclxResult_t cclxCommCount(const cclxComm_t comm, int* count) {
   return guard([&] {
-    CCLX_ARG_CHECK(count != nullptr, "count is NULL");
+    CAPI_ARG_CHECK(count != nullptr, "count is NULL");
     *count = handle(comm).comm->size();
   });
 }
 
 cclxResult_t cclxCommUserRank(const cclxComm_t comm, int* rank) {
   return guard([&] {
-    CCLX_ARG_CHECK(rank != nullptr, "rank is NULL");
+    CAPI_ARG_CHECK(rank != nullptr, "rank is NULL");
     *rank = handle(comm).comm->rank();
   });
 }
 
 cclxResult_t cclxCommCuDevice(const cclxComm_t comm, int* device) {
   return guard([&] {
-    CCLX_ARG_CHECK(device != nullptr, "device is NULL");
+    CAPI_ARG_CHECK(device != nullptr, "device is NULL");
     DeviceSpec d = handle(comm).comm->device();
     *device = d.type == DeviceSpec::CPU ? -1 : d.index;
   });
@@ -357,11 +361,11 @@ cclxResult_t cclxCommCuDevice(const cclxComm_t comm, int* device) {
 
 cclxResult_t cclxRedOpCreatePreMulSum(cclxRedOp_t* op, double factor, cclxComm_t comm) {
   return guard([&] {
-    CCLX_ARG_CHECK(op != nullptr, "op is NULL");
-    CCLX_ARG_CHECK(std::isfinite(factor), "PREMUL_SUM factor %g is not finite", factor);
+    CAPI_ARG_CHECK(op != nullptr, "op is NULL");
+    CAPI_ARG_CHECK(std::isfinite(factor), "PREMUL_SUM factor %g is not finite", factor);
     cclxComm& c = handle(comm);
     std::lock_guard<std::mutex> lk(c.opsMu);
-    CCLX_REQUIRE(c.nextOp < (1 << 30), cclxInternalError, "too many reduction ops created");
+    CAPI_CHECK(c.nextOp < (1 << 30), cclxInternalError, "too many reduction ops created");
     int id = c.nextOp++;
     c.premulOps[id] = factor;
     *op = cclxRedOp_t(id);
@@ -372,7 +376,7 @@ cclxResult_t cclxRedOpDestroy(cclxRedOp_t op, cclxComm_t comm) {
   return guard([&] {
     cclxComm& c = handle(comm);
     std::lock_guard<std::mutex> lk(c.opsMu);
-    CCLX_ARG_CHECK(c.premulOps.erase(int(op)) == 1,
+    CAPI_ARG_CHECK(c.premulOps.erase(int(op)) == 1,
                    "reduction op %d was not created on this communicator", int(op));
   });
 }
@@ -391,19 +395,9 @@ cclxResult_t cclxAllReduceRmsNorm(const void* x, const void* residual, void* res
                                   cclxDataType_t datatype, float eps, cclxComm_t comm,
                                   void* stream) {
   return guard([&] {
-    RmsNormArgs r;
-    r.x = x;
-    r.residual = residual;
-    r.residualOut = residualOut;
-    r.weight = weight;
-    r.out = out;
-    r.fp8Out = fp8Out;
-    r.scales = scales;
-    r.staticScale = staticScale;
-    r.tokens = tokens;
-    r.hidden = hidden;
-    r.dtype = dtypeOf(datatype);
-    r.eps = eps;
+    const RmsNormArgs r{x,      residual, residualOut, weight, out,
+                        fp8Out, scales,   staticScale, tokens, hidden,
+                        dtypeOf(datatype), eps};
     handle(comm).comm->allReduceRmsNorm(r, streamOpts(stream));
   });
 }
@@ -455,7 +449,7 @@ cclxResult_t cclxAllToAllV(const void* sendbuff, const size_t* sendcounts, void*
                            void* stream) {
   return guard([&] {
     cclxComm& c = handle(comm);
-    CCLX_ARG_CHECK(sendcounts && recvcounts, "sendcounts and recvcounts must not be NULL");
+    CAPI_ARG_CHECK(sendcounts && recvcounts, "sendcounts and recvcounts must not be NULL");
     size_t n = size_t(c.comm->size());
     std::vector<size_t> sc(sendcounts, sendcounts + n), rc(recvcounts, recvcounts + n);
     c.comm->allToAllV(sendbuff, sc, recvbuff, rc, dtypeOf(datatype), streamOpts(stream));
@@ -485,10 +479,10 @@ cclxResult_t cclxGroupSendRecv(const cclxP2PMessage* sends, int nsends,
                                cclxComm_t comm, void* stream) {
   return guard([&] {
     cclxComm& c = handle(comm);
-    CCLX_ARG_CHECK(nsends >= 0 && nrecvs >= 0, "negative message count (%d sends, %d receives)",
+    CAPI_ARG_CHECK(nsends >= 0 && nrecvs >= 0, "negative message count (%d sends, %d receives)",
                    nsends, nrecvs);
-    CCLX_ARG_CHECK(sends || nsends == 0, "sends is NULL with nsends %d", nsends);
-    CCLX_ARG_CHECK(recvs || nrecvs == 0, "recvs is NULL with nrecvs %d", nrecvs);
+    CAPI_ARG_CHECK(sends || nsends == 0, "sends is NULL with nsends %d", nsends);
+    CAPI_ARG_CHECK(recvs || nrecvs == 0, "recvs is NULL with nrecvs %d", nrecvs);
     std::vector<P2PSend> s;
     std::vector<P2PRecv> r;
     for (int i = 0; i < nsends; ++i) s.push_back({sends[i].peer, sends[i].buff, sends[i].count});
@@ -500,7 +494,7 @@ cclxResult_t cclxGroupSendRecv(const cclxP2PMessage* sends, int nsends,
 cclxResult_t cclxWinCreate(cclxWindow_t* win, void* buff, size_t count, cclxDataType_t datatype,
                            cclxComm_t comm) {
   return guard([&] {
-    CCLX_ARG_CHECK(win != nullptr, "win is NULL");
+    CAPI_ARG_CHECK(win != nullptr, "win is NULL");
     auto w = handle(comm).comm->newWindow();
     w->registerBuffer(buff, count, dtypeOf(datatype));
     *win = new cclxWindow{std::move(w)};
@@ -530,14 +524,14 @@ cclxResult_t cclxWaitSignal(int peer, cclxWindow_t win, void* stream) {
 
 cclxResult_t cclxWinRemotePtr(cclxWindow_t win, int rank, void** ptr) {
   return guard([&] {
-    CCLX_ARG_CHECK(ptr != nullptr, "ptr is NULL");
+    CAPI_ARG_CHECK(ptr != nullptr, "ptr is NULL");
     *ptr = winOf(win).remotePtr(rank);
   });
 }
 
 cclxResult_t cclxMemAllocShared(void** ptr, size_t size) {
   return guard([&] {
-    CCLX_ARG_CHECK(ptr != nullptr, "ptr is NULL");
+    CAPI_ARG_CHECK(ptr != nullptr, "ptr is NULL");
     *ptr = allocShared(size);
   });
 }
@@ -548,7 +542,7 @@ cclxResult_t cclxMemFreeShared(void* ptr) {
 
 cclxResult_t cclxMemAlloc(void** ptr, size_t size) {
   return guard([&] {
-    CCLX_ARG_CHECK(ptr != nullptr, "ptr is NULL");
+    CAPI_ARG_CHECK(ptr != nullptr, "ptr is NULL");
     *ptr = memAlloc(size);
   });
 }
@@ -560,16 +554,16 @@ cclxResult_t cclxMemFree(void* ptr) {
 void* cclxTorchAlloc(ptrdiff_t size, int device, void*) {
   void* p = nullptr;
   const cclxResult_t r = guard([&] {
-    CCLX_ARG_CHECK(size > 0, "allocation of %lld bytes", (long long)size);
+    CAPI_ARG_CHECK(size > 0, "allocation of %lld bytes", (long long)size);
     p = memAlloc(size_t(size), device);
   });
-  if (r != cclxSuccess) CCLX_WARN("cclxTorchAlloc: %s", cclxGetLastError(nullptr));
+  if (r != cclxSuccess) logWarning(std::string("cclxTorchAlloc: ") + cclxGetLastError(nullptr));
   return r == cclxSuccess ? p : nullptr;
 }
 
 void cclxTorchFree(void* ptr, ptrdiff_t, int, void*) {
   if (guard([&] { memFree(ptr); }) != cclxSuccess)
-    CCLX_WARN("cclxTorchFree: %s", cclxGetLastError(nullptr));
+    logWarning(std::string("cclxTorchFree: ") + cclxGetLastError(nullptr));
 }
 
 cclxResult_t cclxCommRegister(cclxComm_t comm, void* buff, size_t size) {

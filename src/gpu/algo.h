@@ -1,7 +1,9 @@
 // The device-algorithm interface (DDA, FP8: one algorithm per file, each answering "can I run
-// these arguments?" and "launch them") and what an algorithm needs to launch: this rank's device
-// facts, configuration, peer memory, per-block epoch counters and the timeout error words. The GPU
-// backend owns the context; algorithms receive it by reference. Plain C++: no CUDA headers.
+// these arguments?" and "launch them"; its factory, std::unique_ptr<DeviceAlgo> make...(), is
+// named by its row of the algorithm catalogue, core/select/algorithms.def) and what an
+// algorithm needs to launch: this rank's device facts, configuration, peer memory, per-block
+// epoch counters and the timeout error words. The GPU backend owns the context; algorithms
+// receive it by reference. Plain C++: no CUDA headers.
 #pragma once
 
 #include <algorithm>
@@ -126,7 +128,8 @@ inline FailParams failParams(const CollArgs& a, const DeviceCtx& ctx) {
 class DeviceAlgo {
  public:
   virtual ~DeviceAlgo() = default;
-  virtual const char* name() const = 0;
+  /// Unused: an algorithm is named by its catalogue row (core/select/algorithms.def, algoName).
+  virtual const char* name() const { return nullptr; }
   /// True when this algorithm can run these (validated) arguments on this comm.
   virtual bool canRun(const CollArgs& args, const DeviceCtx& ctx) const = 0;
   /// The staging regions (regionBit of StagingRegion) a launch of these arguments uses; the

@@ -21,10 +21,6 @@ namespace cclx {
 
 namespace {
 
-bool isBitwise(RedOpKind k) {
-  return k == RedOpKind::BAND || k == RedOpKind::BOR || k == RedOpKind::BXOR;
-}
-
 // A call that fails before its kernel is enqueued (a staging growth that timed out or was
 // aborted) leaves its outputs all-ones, as a kernel that stops does (docs/design/failure.md),
 // in the order of the call's stream. Not inside capture: the capture is the caller's to
@@ -183,7 +179,7 @@ void CudaBackend::setupPeers(const GpuSetup& s, SetupSequence& seq) {
 }
 
 void CudaBackend::setupAlgorithms() {
-  algos_ = std::make_unique<AlgoTable>();
+  algos_ = std::make_unique<AlgoSet<DeviceAlgo>>(makeDeviceAlgorithms());
   barrier_ = algos_->find(CollType::Barrier, Algo::PeerBarrier);
   CCLX_INFO("GPU backend '%s': rank %d/%d on cuda:%d (%d SMs), peer memory %s%s", name(),
             ctx_.rank, ctx_.size, sh_->device, ctx_.smCount, pm_.usable ? "on" : "off: ",
@@ -238,28 +234,18 @@ Caps CudaBackend::caps(const CollArgs& a) const {
     }
     default: break;
   }
-  // Every registry entry of the collective: on when it accepts the call and its staging did not
-  // fail (after a failed growth, select() therefore never returns it again).
-  const bool fp8 = lowPrecisionWanted(a, cfg_);  // FP8 checks only when it may run
-  algos_->forEach(a.type, [&](const AlgoEntry& e, const DeviceAlgo& alg) {
-    c.allow(e.algo, (!e.lowPrecision || fp8) && runs(alg, a));
-  });
-  // reduce_scatter_quantized's FP8 payload runs on the FP8 reduce-scatter (select.h:
-  // quantizedAsFp8), asked only when the call's hint wants it.
-  if (a.type == CollType::ReduceScatterQuantized) {
-    const auto it = a.opts.hints.find("low_precision");
-    const DeviceAlgo* f = algos_->find(CollType::ReduceScatter, Algo::Fp8);
-    c.fp8 = it != a.opts.hints.end() && it->second == "fp8" && f && runs(*f, quantizedAsFp8(a));
-  }
+  // Every catalogue algorithm of the collective: on when its object accepts the call and its
+  // staging did not fail (after a failed growth, select() therefore never returns it again).
+  algos_->allow(c, a, cfg_, [&](const DeviceAlgo& alg, const CollArgs& x) { return runs(alg, x); });
   return c;
 }
 
 Algo CudaBackend::select(const CollArgs& a) const { return cclx::select(a, cfg_, caps(a)); }
 
-// The registry's object for (collective, algorithm); nullptr for Base and RmsUnfused (NCCL or
-// the unfused sequence). select() only returns a registered pair or one of those two.
+// The object of (collective, algorithm); nullptr for the kNoKernel rows (NCCL, the unfused
+// sequence). select() only returns an algorithm with an object here or one of those.
 DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
-  if (algo == Algo::Base || algo == Algo::RmsUnfused) return nullptr;
+  if (row(algo).flags & kNoKernel) return nullptr;
   DeviceAlgo* alg = algos_->find(a.type, algo);
   CCLX_REQUIRE(alg, cclxInternalError, "%s: algorithm '%s' is not registered for it",
                collLabel(a), algoName(algo));
@@ -268,11 +254,11 @@ DeviceAlgo* CudaBackend::algoFor(const CollArgs& a, Algo algo) const {
 
 std::string CudaBackend::selectAllReduce(const CollArgs& a) {
   const Algo algo = select(a);
-  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused)) {
+  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::Unfused)) {
     const CollArgs ar = rmsUnfusedAllReduce(a, nullptr);
     return "unfused(" + (algo == Algo::Base ? std::string("nccl") : selectAllReduce(ar)) + ")";
   }
-  return algo == Algo::Base ? "nccl" : algoFor(a, algo)->name();
+  return algo == Algo::Base ? "nccl" : algoName(algo);
 }
 
 void CudaBackend::enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
@@ -294,55 +280,6 @@ void CudaBackend::enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s
   enqueue(ar, inner, s, capturing);
   launchRmsLocal(a, ar.recv, ctx_, s);
   if (tmp) tmp->free();
-}
-
-void CudaBackend::checkPointer(const void* p, const char* what) const {
-  if (!p) return;
-  int device = -1;
-  const gpurt::MemKind kind = gpurt::memKind(p, device);
-  if (kind == gpurt::MemKind::kManaged) return;
-  if (kind != gpurt::MemKind::kDevice)
-    CCLX_THROW(cclxInvalidUsage, "%s buffer %p is host memory, not memory of the comm's device cuda:%d",
-               what, p, sh_->device);
-  if (device != sh_->device)
-    CCLX_THROW(cclxInvalidUsage, "%s buffer %p is on cuda:%d but the comm uses cuda:%d", what, p,
-               device, sh_->device);
-}
-
-void CudaBackend::checkPointers(const CollArgs& a) const {
-  if (a.type == CollType::AllToAllVDevice) {  // the split sizes are read on the device
-    checkPointer(a.rows.send, "send split sizes");
-    checkPointer(a.rows.recv, "recv split sizes");
-    if (a.rows.sendCap) checkPointer(a.send, "send");
-    if (a.rows.recvCap && a.recv != a.send) checkPointer(a.recv, "recv");
-    return;
-  }
-  size_t total = a.count;
-  if (a.type == CollType::AllToAllV) {
-    total = 0;
-    for (size_t c : a.sendCounts) total += c;
-    for (size_t c : a.recvCounts) total += c;
-  }
-  if (a.type == CollType::Barrier || total == 0) return;
-  if (a.type == CollType::AllReduceRmsNorm) {
-    const RmsNormArgs& r = a.rms;
-    checkPointer(r.x, "x");
-    checkPointer(r.residual, "residual");
-    checkPointer(r.residualOut, "residualOut");
-    checkPointer(r.weight, "weight");
-    checkPointer(r.out, "out");
-    checkPointer(r.fp8Out, "fp8Out");
-    checkPointer(r.scales, "scales");
-    checkPointer(r.staticScale, "static scale");
-    return;
-  }
-  checkPointer(a.send, "send");
-  if (a.recv != a.send) checkPointer(a.recv, "recv");
-  if (a.type == CollType::ReduceScatterQuantized) checkPointer(a.seed, "seed");
-  for (void* p : a.recvList) checkPointer(p, "recv list");
-  for (const void* p : a.sendList) checkPointer(p, "send list");
-  for (const P2PSend& m : a.sends) if (m.count) checkPointer(m.buf, "send");
-  for (const P2PRecv& m : a.recvs) if (m.count) checkPointer(m.buf, "recv");
 }
 
 // What no algorithm of this comm can run fails here, before anything is enqueued.
@@ -444,26 +381,16 @@ bool CudaBackend::stagingReady(const CollArgs& a, Algo algo) const {
 
 void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
   // Per-pair counts: a grouped form's peer kernel runs on every rank, whatever this rank's count.
-  if (a.type != CollType::AllToAllV && a.type != CollType::AllToAllVDevice &&
-      a.type != CollType::Barrier && a.count == 0 &&
-      !(a.type == CollType::SendRecv && algoFor(a, algo)))
-    return;
-  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::RmsUnfused))
+  if (isEmpty(a, algoFor(a, algo) != nullptr)) return;
+  if (a.type == CollType::AllReduceRmsNorm && (algo == Algo::Base || algo == Algo::Unfused))
     return enqueueRmsUnfused(a, algo, s, capturing);
   if (DeviceAlgo* alg = algoFor(a, algo)) {
     orderPeerKernel(s, capturing);
     if (xchgNeedsStagedInput(a, ctx_.rank, ctx_.size)) {
       // Input and output overlap other than in place: the kernel reads a stream-ordered copy of
       // the input (legal inside capture, as NCCL's temporaries).
-      const bool one = a.type == CollType::AllGather || a.type == CollType::Broadcast ||
-                       a.type == CollType::Reduce;  // the input is one block
-      size_t in = a.bytes() * (one ? 1 : size_t(ctx_.size));
-      if (a.type == CollType::AllToAllV) {
-        in = 0;
-        for (size_t c : a.sendCounts) in += c * dtypeSize(a.dtype);
-      }
-      if (a.type == CollType::AllToAllVDevice)  // the counts are not known: the whole input
-        in = a.rows.sendCap * a.rows.rowElems * dtypeSize(a.dtype);
+      // All-to-all-v-device: the counts are not known here, so the whole input.
+      const size_t in = inputBytes(a, ctx_.size);
       gpures::StreamTemp tmp(in, s);
       CCLX_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), a.send, in, cudaMemcpyDeviceToDevice, s));
       CollArgs b = a;
@@ -537,22 +464,12 @@ void CudaBackend::enqueueAllToAllVDeviceNccl(const CollArgs& a, cudaStream_t s) 
   }
 }
 
-void CudaBackend::enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
-  std::lock_guard<std::mutex> lock(runMu_);
-  CCLX_REQUIRE(!finalized_, cclxInvalidUsage, "the CUDA communicator was finalized");
-  sh_->throwIfFailed();
-  sh_->checkDeviceError();
-  DeviceGuard guard(sh_->device);
-  algo = growStaging(a, algo, capturing);
-  enqueue(a, algo, s, capturing);
-}
-
 std::string CudaBackend::failureMessage() const {
   std::lock_guard<std::mutex> g(sh_->mu);
   return sh_->failMsg;
 }
 
-std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
+std::shared_ptr<Work> CudaBackend::run(const CollArgs& in, Algo& ran) {
   // Without NCCL (ranks sharing a GPU) a single send or receive is a batch of one message, which
   // the pipelined exchange runs between the two ranks alone.
   CollArgs p2p;
@@ -585,6 +502,11 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
       },
       [this](const CollArgs& c) { requireNccl(c); }};
   CallPlan plan = planCall(call, steps);
+  // The NCCL drop-in's call: NCCL takes what does not run on a peer algorithm and, while the
+  // stream captures, what would grow staging first (no growth inside capture).
+  if (call.peersOnly &&
+      (plan.algo == Algo::Base || (capturing && !stagingReady(plan.args(call), plan.algo))))
+    return nullptr;
   // Host-only queries (pointer attributes, event creation) are harmless during capture, but a
   // global-mode capture may count them as unsafe: run them with this thread in relaxed mode.
   RelaxedCapture relaxed(capturing);
@@ -595,7 +517,7 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
                                        : pm_.whyNot},
            steps);
   const CollArgs& a = plan.args(call);
-  const Algo algo = plan.algo;
+  const Algo algo = ran = plan.algo;
   cudaStream_t s = user;
   if (a.opts.async) {
     CCLX_CUDA_CHECK(cudaEventRecord(forkEv_.get(), user));
@@ -619,7 +541,7 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
     if (start) sh_->returnEvent(start);
     throw;
   }
-  if (!a.opts.async && capturing) return completedWork();
+  if ((!a.opts.async && capturing) || a.peersOnly) return completedWork();
   EventRef ev = sh_->takeEventRef(sh_);
   CCLX_CUDA_CHECK(cudaEventRecord(ev.get(), s));
   if (start) {

@@ -136,25 +136,17 @@ class CudaBackend final : public Backend {
   bool peerUsable() const { return pm_.usable; }
 
   const char* name() const override { return plainNccl_ ? "nccl" : "cclx"; }
-  std::shared_ptr<Work> run(const CollArgs& a) override;
+  /// Runs a call (CollArgs::peersOnly: the NCCL drop-in's calls, which NCCL takes where this
+  /// returns nullptr).
+  std::shared_ptr<Work> run(const CollArgs& a, Algo& ran) override;
   std::string selectAllReduce(const CollArgs& a) override;
   void finalize() override;
   void abort() override;
   cclxResult_t asyncError() override;
   std::pair<cclxResult_t, std::string> poll() override;
 
-  /// The algorithm of a call (core/select/select.h with this comm's facts).
+  /// The algorithm of a call (core/select/select.h with this comm's facts; tests ask it).
   Algo select(const CollArgs& a) const;
-  /// True when `algo` runs on the peer kernels (not NCCL).
-  static bool onPeers(Algo algo) { return algo != Algo::Base; }
-  /// Enqueues a call already validated and selected on `s`, without a Work: the drop-in's path,
-  /// which checks what NCCL checks (no pointer attributes). run() adds pointer checks, stream
-  /// forking and the Work. Allocates the staging the algorithm needs first (collective:
-  /// peerMemGrow), which may change the algorithm (an allocation failed on some rank).
-  void enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
-  /// True when `algo` needs no staging that is not allocated yet (the drop-in never grows staging
-  /// inside graph capture: such a call goes to NCCL).
-  bool stagingReady(const CollArgs& a, Algo algo) const;
   /// Bytes of peer staging this rank holds.
   size_t stagingBytesHeld() const { return pm_.allocatedBytes(); }
   /// The message of the failure that made the comm unusable ("" while healthy).
@@ -188,6 +180,9 @@ class CudaBackend final : public Backend {
   void setupAlgorithms();
   void growForPointToPoint(std::chrono::milliseconds timeout);
   Caps caps(const CollArgs& a) const;
+  /// True when `algo` needs no staging that is not allocated yet (the drop-in never grows staging
+  /// inside graph capture: such a call goes to NCCL).
+  bool stagingReady(const CollArgs& a, Algo algo) const;
   DeviceAlgo* algoFor(const CollArgs& a, Algo algo) const;
   void checkPointer(const void* p, const char* what) const;
   void checkPointers(const CollArgs& a) const;
@@ -247,7 +242,7 @@ class CudaBackend final : public Backend {
   bool captureValid_ = false;
   gpures::DeviceMem counters_;  // ctx_.counters
   gpures::DeviceMem scratch_;   // 1-element NCCL barrier buffer
-  std::unique_ptr<AlgoTable> algos_;  // one object per registry entry (gpu/registry/registry.h)
+  std::unique_ptr<AlgoSet<DeviceAlgo>> algos_;  // one object per catalogue line (registry.h)
   DeviceAlgo* barrier_ = nullptr;     // algos_'s peer barrier (teardown's quiescence)
   std::mutex runMu_;
   bool finalized_ = false;

@@ -151,4 +151,55 @@ void memFree(void* ptr) {
 
 #endif
 
+// A call's buffers must be memory of the comm's device (or managed memory): checked before
+// anything is enqueued.
+void CudaBackend::checkPointer(const void* p, const char* what) const {
+  if (!p) return;
+  int device = -1;
+  const gpurt::MemKind kind = gpurt::memKind(p, device);
+  if (kind == gpurt::MemKind::kManaged) return;
+  if (kind != gpurt::MemKind::kDevice)
+    CCLX_THROW(cclxInvalidUsage, "%s buffer %p is host memory, not memory of the comm's device cuda:%d",
+               what, p, sh_->device);
+  if (device != sh_->device)
+    CCLX_THROW(cclxInvalidUsage, "%s buffer %p is on cuda:%d but the comm uses cuda:%d", what, p,
+               device, sh_->device);
+}
+
+void CudaBackend::checkPointers(const CollArgs& a) const {
+  if (a.type == CollType::AllToAllVDevice) {  // the split sizes are read on the device
+    checkPointer(a.rows.send, "send split sizes");
+    checkPointer(a.rows.recv, "recv split sizes");
+    if (a.rows.sendCap) checkPointer(a.send, "send");
+    if (a.rows.recvCap && a.recv != a.send) checkPointer(a.recv, "recv");
+    return;
+  }
+  size_t total = a.count;
+  if (a.type == CollType::AllToAllV) {
+    total = 0;
+    for (size_t c : a.sendCounts) total += c;
+    for (size_t c : a.recvCounts) total += c;
+  }
+  if (a.type == CollType::Barrier || total == 0) return;
+  if (a.type == CollType::AllReduceRmsNorm) {
+    const RmsNormArgs& r = a.rms;
+    checkPointer(r.x, "x");
+    checkPointer(r.residual, "residual");
+    checkPointer(r.residualOut, "residualOut");
+    checkPointer(r.weight, "weight");
+    checkPointer(r.out, "out");
+    checkPointer(r.fp8Out, "fp8Out");
+    checkPointer(r.scales, "scales");
+    checkPointer(r.staticScale, "static scale");
+    return;
+  }
+  checkPointer(a.send, "send");
+  if (a.recv != a.send) checkPointer(a.recv, "recv");
+  if (a.type == CollType::ReduceScatterQuantized) checkPointer(a.seed, "seed");
+  for (void* p : a.recvList) checkPointer(p, "recv list");
+  for (const void* p : a.sendList) checkPointer(p, "send list");
+  for (const P2PSend& m : a.sends) if (m.count) checkPointer(m.buf, "send");
+  for (const P2PRecv& m : a.recvs) if (m.count) checkPointer(m.buf, "recv");
+}
+
 }  // namespace cclx

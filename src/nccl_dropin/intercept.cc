@@ -66,17 +66,6 @@ bool settingsError(ncclResult_t& r) {
   }
 }
 
-bool toCclx(ncclRedOp_t op, RedOpKind& out) {
-  switch (op) {
-    case nccl::ncclSum: out = RedOpKind::SUM; return true;
-    case nccl::ncclProd: out = RedOpKind::PRODUCT; return true;
-    case nccl::ncclMax: out = RedOpKind::MAX; return true;
-    case nccl::ncclMin: out = RedOpKind::MIN; return true;
-    case nccl::ncclAvg: out = RedOpKind::AVG; return true;
-    default: return false;  // a PreMulSum handle: NCCL's
-  }
-}
-
 // Why a collective goes to NCCL (CCLX_DEBUG=TRACE).
 bool forwarded(CollType type, const char* why) {
   CCLX_TRACE("NCCL drop-in: %s forwarded: %s", collName(type), why);
@@ -101,29 +90,18 @@ bool tryRun(CollType type, const void* send, void* recv, size_t count, ncclDataT
   }
   if (snap.state != DropinComm::State::Ready) return forwarded(type, "the comm is not set up");
   CudaBackend& backend = *snap.backend;  // alive while `snap` holds it
-  CollArgs a;
-  a.type = type;
-  a.send = send;
-  a.recv = recv;
-  a.count = count;
-  a.dtype = dt;
-  a.op = ReduceOp(op);
+  CollArgs a{.type = type, .send = send, .recv = recv, .count = count, .dtype = dt,
+             .op = ReduceOp(op), .peersOnly = true};
   a.opts.stream = stream;
   a.opts.timeout = snap.timeout;
+  a.opts.buffersChecked = true;  // NCCL checks no pointer attributes either
   try {
-    const Algo algo = backend.select(a);
-    if (algo == Algo::Base) return forwarded(type, "the selection picks NCCL");
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaError_t e = cudaStreamIsCapturing(static_cast<::cudaStream_t>(stream), &cs);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      r = fail(nccl::ncclUnhandledCudaError, strFormat("cudaStreamIsCapturing: %s", cudaGetErrorString(e)));
-      return true;
-    }
-    const bool capturing = cs != cudaStreamCaptureStatusNone;
-    if (capturing && !backend.stagingReady(a, algo))  // no growth inside capture
-      return forwarded(type, "its staging is not allocated yet and the stream captures");
-    backend.enqueueSelected(a, algo, static_cast<::cudaStream_t>(stream), capturing);
+    // The backend's one door, as a cclx comm's calls take it (core/comm/backend.h): it declines
+    // what NCCL must run.
+    Algo ran = Algo::Base;
+    if (!backend.run(a, ran))
+      return forwarded(type, "the selection picks NCCL, or the stream captures and the "
+                             "algorithm's staging is not allocated yet");
     r = nccl::ncclSuccess;
   } catch (const Error& e) {
     r = fail(e);
@@ -164,7 +142,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size
   if (!fn) return missing("ncclAllReduce");
   RedOpKind k;
   ncclResult_t r;
-  if (intercepting(kForwardAllReduce) && toCclx(op, k) &&
+  if (intercepting(kForwardAllReduce) && toCclxOp(op, k) &&
       tryRun(CollType::AllReduce, send, recv, count, t, k, comm, stream, r))
     return r;
   return fn(send, recv, count, t, op, comm, stream);
@@ -179,7 +157,7 @@ CCLX_DROPIN_EXPORT ncclResult_t ncclReduceScatter(const void* send, void* recv, 
   if (!fn) return missing("ncclReduceScatter");
   RedOpKind k;
   ncclResult_t r;
-  if (intercepting(kForwardReduceScatter) && toCclx(op, k) &&
+  if (intercepting(kForwardReduceScatter) && toCclxOp(op, k) &&
       tryRun(CollType::ReduceScatter, send, recv, count, t, k, comm, stream, r))
     return r;
   return fn(send, recv, count, t, op, comm, stream);

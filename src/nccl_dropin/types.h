@@ -1,4 +1,5 @@
-// NCCL's element types as cclx's: the one mapping the drop-in's paths share.
+// NCCL's element types and built-in reductions as cclx's: the one mapping the drop-in's paths
+// share.
 #pragma once
 
 #include <cclx/cclx.hpp>
@@ -25,6 +26,18 @@ inline bool toCclxType(ncclDataType_t t, DataType& out, bool fp8) {
     case nccl::ncclFloat8e4m3: out = DataType::fp8_e4m3; return fp8;
     case nccl::ncclFloat8e5m2: out = DataType::fp8_e5m2; return fp8;
     default: return false;  // anything newer: NCCL's
+  }
+}
+
+/// cclx's reduction of NCCL's built-in `op`; false for anything else (a PreMulSum handle).
+inline bool toCclxOp(ncclRedOp_t op, RedOpKind& out) {
+  switch (op) {
+    case nccl::ncclSum: out = RedOpKind::SUM; return true;
+    case nccl::ncclProd: out = RedOpKind::PRODUCT; return true;
+    case nccl::ncclMax: out = RedOpKind::MAX; return true;
+    case nccl::ncclMin: out = RedOpKind::MIN; return true;
+    case nccl::ncclAvg: out = RedOpKind::AVG; return true;
+    default: return false;
   }
 }
 

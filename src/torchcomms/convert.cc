@@ -9,7 +9,6 @@
 #include <set>
 #include <thread>
 
-#include "core/select/select.h"
 #include "core/settings/config.h"
 
 namespace cclx::tc {

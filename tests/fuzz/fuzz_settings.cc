@@ -199,10 +199,9 @@ void fuzzHints(FuzzedDataProvider& p) {
   a.opts.hints = hints;
   Caps c;
   c.worldSize = p.ConsumeIntegralInRange<int>(1, 1024);
-  bool* flags[] = {&c.host, &c.nccl, &c.plainNccl, &c.timed, &c.peer, &c.flat, &c.lamport,
-                   &c.tree, &c.fp8, &c.fp8OneShot, &c.peerBarrier, &c.rmsOneShot,
-                   &c.rmsTwoShot, &c.dataAsFlag};
+  bool* flags[] = {&c.host, &c.nccl, &c.plainNccl, &c.timed, &c.peer, &c.dataAsFlag};
   for (bool* f : flags) *f = p.ConsumeBool();
+  for (const AlgoRow& r : algorithms()) c.allow(r.id, p.ConsumeBool());
   Config cfg;  // defaults, with the sizes and switches the selection reads fuzzed
   size_t* sizes[] = {&cfg.ddaFlatMaxBytes, &cfg.ddaLamportMaxBytes, &cfg.ddaTreeMaxBytes,
                      &cfg.ddaAllGatherMaxBytes, &cfg.ddaReduceScatterMaxBytes,
@@ -224,9 +223,9 @@ void fuzzHints(FuzzedDataProvider& p) {
   check(std::string(algoName(algo)) != "?", "select returned no algorithm");
   (void)lowPrecisionWanted(a, cfg);
   for (int w : {1, 2, 3, 8, c.worldSize}) {
-    (void)ddaFlatMaxBytes(cfg, w);
+    (void)autoMaxBytes(Algo::Flat, cfg, w);
     (void)ddaExchangeMaxBytes(cfg, a.type, w);
-    (void)fusedTwoShotMaxBytes(cfg, w);
+    (void)autoMaxBytes(Algo::FusedTwoShot, cfg, w);
   }
 }
 

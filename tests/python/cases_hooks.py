@@ -49,10 +49,10 @@ def case_properties_and_settings(ctx):
     # Hints: the comm's, replaced by set_hints, overridden per call.
     c.set_hints({"algo": "tree"})
     assert c.get_options().hints == {"algo": "tree"}
-    assert c.get_algo(100, cclx.DataType.f32) == "shm-tree"
+    assert c.get_algo(100, cclx.DataType.f32) == "tree"
     c.set_hints({"algo": "flat"})
-    assert c.get_algo(1 << 22, cclx.DataType.f32) == "shm-flat"
-    assert c.get_algo(1 << 22, cclx.DataType.f32, hints={"algo": "tree"}) == "shm-tree"
+    assert c.get_algo(1 << 22, cclx.DataType.f32) == "flat"
+    assert c.get_algo(1 << 22, cclx.DataType.f32, hints={"algo": "tree"}) == "tree"
     c.set_hints(None)
     assert c.get_options().hints == {}
     c.set_hints({"algo": "nonsense"})

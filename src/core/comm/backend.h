@@ -15,33 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/collectives.h"
+#include "core/select/algorithms.h"
 #include "core/settings/config.h"
 #include "core/comm/window.h"
 
 namespace cclx {
 
-enum class CollType : int {
-  AllReduce,
-  Reduce,
-  Broadcast,
-  AllGather,      // recv = concat of sends (recvList non-empty: list variant)
-  ReduceScatter,  // sendList non-empty: list variant
-  AllToAll,
-  AllToAllV,
-  Send,
-  Recv,
-  Barrier,
-  SendRecv,        // grouped point to point (sends/recvs); scatter, gather, all-gather-v and
-                   // all-to-all (lists) are lowered onto it by Comm (`what` names them)
-  ReduceScatterV,  // sendList (size() entries of recvCounts[r] elements); recv gets recvCounts[rank]
-  AllReduceRmsNorm,  // fused allreduce + residual add + RMSNorm (+ FP8): CollArgs::rms
-  AllToAllVDevice,   // split sizes in rows where the data is (CollArgs::rows)
-  ReduceScatterQuantized,  // f32 in/out, bf16 stochastic rounding on the wire (CollArgs::seed)
-};
-const char* collName(CollType t);
-struct CollArgs;
-/// The name of a call in messages: the lowered collective's (`what`) when set, else collName.
-const char* collLabel(const CollArgs& a);
 /// The allreduce of AllReduceRmsNorm's unfused sequence, into `recv`: a plain SUM allreduce of x
 /// with a's options, never FP8 (both backends run it before their row epilogue).
 CollArgs rmsUnfusedAllReduce(const CollArgs& a, void* recv);
@@ -54,16 +34,16 @@ struct CollArgs {
   DataType dtype = DataType::f32;
   ReduceOp op{};
   int root = -1;  // Reduce/Broadcast root; Send/Recv peer
-  std::vector<void*> recvList;        // AllGather list variant (size() entries)
-  std::vector<const void*> sendList;  // ReduceScatter list variant (size() entries)
-  std::vector<size_t> sendCounts;     // AllToAllV, elements per destination
-  std::vector<size_t> recvCounts;     // AllToAllV, elements per source; ReduceScatterV, per rank
-  std::vector<P2PSend> sends;         // SendRecv (count = total elements of sends and recvs)
-  std::vector<P2PRecv> recvs;         // SendRecv
+  std::vector<void*> recvList{};        // AllGather list variant (size() entries)
+  std::vector<const void*> sendList{};  // ReduceScatter list variant (size() entries)
+  std::vector<size_t> sendCounts{};     // AllToAllV, elements per destination
+  std::vector<size_t> recvCounts{};     // AllToAllV, elements per source; ReduceScatterV, per rank
+  std::vector<P2PSend> sends{};         // SendRecv (count = total elements of sends and recvs)
+  std::vector<P2PRecv> recvs{};         // SendRecv
   const char* what = nullptr;         // SendRecv: the collective lowered onto it ("Scatter", ...)
   size_t outCount = 0;                // ReduceScatterV: elements of this rank's output
-  CollOptions opts;                   // async, stream, timeout (resolved: never 0), hints
-  RmsNormArgs rms;                    // AllReduceRmsNorm (send = rms.x, recv = rms.out,
+  CollOptions opts{};                   // async, stream, timeout (resolved: never 0), hints
+  RmsNormArgs rms{};                    // AllReduceRmsNorm (send = rms.x, recv = rms.out,
                                       // count = tokens * hidden)
   struct DeviceRows {                 // AllToAllVDevice (count = 0; dtype = the rows' elements)
     const int64_t* send = nullptr;    // size() split sizes in rows (device memory on CUDA comms)
@@ -71,8 +51,12 @@ struct CollArgs {
     size_t rowElems = 0;              // elements per row
     size_t sendCap = 0;               // rows that send holds
     size_t recvCap = 0;               // rows that recv holds
-  } rows;
+  } rows{};
   const int64_t* seed = nullptr;      // ReduceScatterQuantized: one int64 (where the data is)
+  bool peersOnly = false;             // the NCCL drop-in's call: run only on a peer algorithm
+                                      // (and, while the stream captures, one whose staging is
+                                      // allocated); else Backend::run enqueues nothing and
+                                      // returns no Work, and the drop-in hands it to NCCL
   size_t bytes() const { return count * dtypeSize(dtype); }
   bool inPlace() const { return send == recv; }
 };
@@ -97,8 +81,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
-  /// Runs or enqueues one collective; returns its Work.
-  virtual std::shared_ptr<Work> run(const CollArgs& args) = 0;
+  /// Runs or enqueues one collective; returns its Work and sets `ran` to the algorithm that ran
+  /// it (the one select() returned, after any choice made again on a failed staging growth).
+  virtual std::shared_ptr<Work> run(const CollArgs& args, Algo& ran) = 0;
   /// Name of the algorithm run() would use for an AllReduce with these args.
   virtual std::string selectAllReduce(const CollArgs& args) = 0;
   virtual void finalize() = 0;

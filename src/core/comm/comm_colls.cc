@@ -16,35 +16,7 @@ namespace cclx {
 
 namespace {
 
-// The collective's name in messages: the Python API's (torchcomms') name.
-const char* apiName(CollType t) {
-  switch (t) {
-    case CollType::AllReduce: return "all_reduce";
-    case CollType::Reduce: return "reduce";
-    case CollType::Broadcast: return "broadcast";
-    case CollType::AllGather: return "all_gather";
-    case CollType::ReduceScatter: return "reduce_scatter";
-    case CollType::AllToAll: return "all_to_all";
-    case CollType::AllToAllV: return "all_to_all_v";
-    case CollType::Send: return "send";
-    case CollType::Recv: return "recv";
-    case CollType::Barrier: return "barrier";
-    case CollType::SendRecv: return "batch";
-    case CollType::ReduceScatterV: return "reduce_scatter_v";
-    case CollType::AllReduceRmsNorm: return "all_reduce_rmsnorm";
-    case CollType::AllToAllVDevice: return "all_to_all_v_device";
-    case CollType::ReduceScatterQuantized: return "reduce_scatter_quantized";
-  }
-  return "collective";
-}
-
-// The name of a call in messages: the lowered collective's (`what`) when set, else apiName.
-const char* apiLabel(const CollArgs& a) { return a.what ? a.what : apiName(a.type); }
-
-bool isReduction(CollType t) {
-  return t == CollType::AllReduce || t == CollType::Reduce || t == CollType::ReduceScatter ||
-         t == CollType::ReduceScatterV || t == CollType::ReduceScatterQuantized;
-}
+const char* apiOf(CollType t) { return traits(t).api; }
 
 void checkDtype(DataType dtype) {
   CCLX_ARG_CHECK(int(dtype) >= 0 && int(dtype) < cclxNumTypes, "unknown data type %d", int(dtype));
@@ -126,11 +98,22 @@ void validateRms(const RmsNormArgs& r, bool buffers) {
   }
 }
 
+// One buffer of `count` elements (`one`), or the list variant's one per rank (`list`).
+template <class P>
+void checkOneOrList(const char* name, const void* one, const std::vector<P>& list, size_t count,
+                    int size, const char* what, const char* words) {
+  if (list.empty()) return checkBuf(one, count, what);
+  CCLX_ARG_CHECK(list.size() == size_t(size), "%s: %zu %s buffers for %d ranks", name, list.size(),
+                 words, size);
+  const std::string listed = std::string(what) + " list";
+  for (const P& p : list) checkBuf(p, count, listed.c_str());
+}
+
 void validate(const CollArgs& a, int rank, int size) {
   checkDtype(a.dtype);
   checkCount(a.count, a.dtype, size);
-  if (isReduction(a.type)) checkOp(a.op, a.dtype);
-  const char* name = apiName(a.type);
+  if (traits(a.type).reduction) checkOp(a.op, a.dtype);
+  const char* name = apiOf(a.type);
   switch (a.type) {
     case CollType::AllReduce:
     case CollType::AllToAll:
@@ -151,23 +134,11 @@ void validate(const CollArgs& a, int rank, int size) {
       break;
     case CollType::AllGather:
       checkBuf(a.send, a.count, "send");
-      if (a.recvList.empty()) {
-        checkBuf(a.recv, a.count, "recv");
-      } else {
-        CCLX_ARG_CHECK(a.recvList.size() == size_t(size), "%s: %zu receive buffers for %d ranks",
-                       name, a.recvList.size(), size);
-        for (void* p : a.recvList) checkBuf(p, a.count, "recv list");
-      }
+      checkOneOrList(name, a.recv, a.recvList, a.count, size, "recv", "receive");
       break;
     case CollType::ReduceScatter:
       checkBuf(a.recv, a.count, "recv");
-      if (a.sendList.empty()) {
-        checkBuf(a.send, a.count, "send");
-      } else {
-        CCLX_ARG_CHECK(a.sendList.size() == size_t(size), "%s: %zu send buffers for %d ranks",
-                       name, a.sendList.size(), size);
-        for (const void* p : a.sendList) checkBuf(p, a.count, "send list");
-      }
+      checkOneOrList(name, a.send, a.sendList, a.count, size, "send", "send");
       break;
     case CollType::AllToAllV: {
       CCLX_ARG_CHECK(a.sendCounts.size() == size_t(size), "%s: %zu send counts for %d ranks", name,
@@ -229,21 +200,21 @@ void validate(const CollArgs& a, int rank, int size) {
 }
 
 std::string describe(const CollArgs& a) {
-  std::string s = strFormat("%s count=%zu dtype=%s", apiName(a.type), a.count, dtypeName(a.dtype));
-  if (isReduction(a.type)) s += strFormat(" op=%s", opName(a.op.kind));
+  std::string s = strFormat("%s count=%zu dtype=%s", apiOf(a.type), a.count, dtypeName(a.dtype));
+  if (traits(a.type).reduction) s += strFormat(" op=%s", opName(a.op.kind));
   if (a.type == CollType::Reduce || a.type == CollType::Broadcast)
     s += strFormat(" root=%d", a.root);
   if (a.type == CollType::AllGather) s += a.recvList.empty() ? "" : " list";
   if (a.type == CollType::ReduceScatter) s += a.sendList.empty() ? "" : " list";
-  if (a.type == CollType::AllToAllV) s = strFormat("%s dtype=%s", apiName(a.type), dtypeName(a.dtype));
+  if (a.type == CollType::AllToAllV) s = strFormat("%s dtype=%s", apiOf(a.type), dtypeName(a.dtype));
   if (a.type == CollType::AllToAllVDevice)  // the split sizes are checked where they are read
-    s = strFormat("%s dtype=%s row=%zu", apiName(a.type), dtypeName(a.dtype), a.rows.rowElems);
+    s = strFormat("%s dtype=%s row=%zu", apiOf(a.type), dtypeName(a.dtype), a.rows.rowElems);
   if (a.type == CollType::SendRecv) {  // a lowered collective: per-pair counts checked apart
     s = strFormat("%s dtype=%s", apiLabel(a), dtypeName(a.dtype));
     if (a.root >= 0) s += strFormat(" root=%d", a.root);
   }
   if (a.type == CollType::ReduceScatterV)
-    s = strFormat("%s dtype=%s op=%s counts=%s", apiName(a.type), dtypeName(a.dtype),
+    s = strFormat("%s dtype=%s op=%s counts=%s", apiOf(a.type), dtypeName(a.dtype),
                   opName(a.op.kind), joinCounts(a.recvCounts).c_str());
   if (a.type == CollType::AllReduceRmsNorm)
     s += strFormat(" tokens=%zu hidden=%zu out=%d fp8=%d static=%d", a.rms.tokens, a.rms.hidden,
@@ -274,7 +245,7 @@ void checkModeExchange(CommState& st, const CollArgs& a) {
   std::string key = strFormat("check/%llu", (unsigned long long)seq);
   auto all = storeAllGather(*i.store, key, mine, i.rank, i.size, a.opts.timeout,
                             strFormat("check mode, collective #%llu (%s) of comm '%s'",
-                                      (unsigned long long)seq, apiName(a.type),
+                                      (unsigned long long)seq, apiOf(a.type),
                                       i.opts.name.c_str()));
   if (seq > 0) {
     try {
@@ -338,17 +309,11 @@ std::string joinCounts(const std::vector<size_t>& v) {
 
 CollArgs baseArgs(CommState& st, CollType t, const void* send, void* recv, size_t count,
                   DataType dtype, const CollOptions& o) {
-  requireUsable(st, apiName(t));
+  requireUsable(st, apiOf(t));
   CCLX_ARG_CHECK(o.timeout.count() >= 0, "%s: timeout must not be negative (got %lld ms)",
-                 apiName(t), (long long)o.timeout.count());
+                 apiOf(t), (long long)o.timeout.count());
   checkHints(o.hints);
-  CollArgs a;
-  a.type = t;
-  a.send = send;
-  a.recv = recv;
-  a.count = count;
-  a.dtype = dtype;
-  a.opts = o;
+  CollArgs a{.type = t, .send = send, .recv = recv, .count = count, .dtype = dtype, .opts = o};
   if (a.opts.timeout.count() == 0) a.opts.timeout = st.info.opts.timeout;
   a.opts.hints = st.info.opts.hints;
   for (const auto& [k, v] : o.hints) a.opts.hints[k] = v;
@@ -368,9 +333,9 @@ std::shared_ptr<Work> dispatch(CommState& st, const CollArgs& a) {
   try {
     if (st.info.cfg.checkMode && collective) checkModeExchange(st, a);
     CCLX_TRACE("%s count=%zu dtype=%s", apiLabel(a), a.count, dtypeName(a.dtype));
-    (void)takeSelectedAlgo();
-    std::shared_ptr<Work> w = st.backend->run(a);
-    trackReturned(st, apiLabel(a), seq, w, takeSelectedAlgo());
+    Algo ran = Algo::Base;
+    std::shared_ptr<Work> w = st.backend->run(a, ran);
+    trackReturned(st, apiLabel(a), seq, w, algoName(ran));
     return w;
   } catch (const Error& e) {
     trackThrew(st);

@@ -19,10 +19,7 @@ int envInt(const char* name, const char* v, long lo, long hi);
 /// CCLX_TIMEOUT / TORCHCOMM_TIMEOUT_SECONDS (0: kInfiniteTimeout), else 600 s.
 std::chrono::milliseconds resolveCommTimeout(const Options& opts);
 
-/// The timeout that bounds creating a comm (connecting to the store included): as
-/// resolveCommTimeout, but from what rendezvousConfig() can read when a setting is malformed, so
-/// that the rank still reaches the store to report it.
-std::chrono::milliseconds creationTimeout(const Options& opts);
+// creationTimeout(opts): the public header.
 
 /// Builds a comm whose keys live under `prefix` in `rootStore` (collective over all ranks).
 std::shared_ptr<Comm> createComm(DeviceSpec device, const Options& opts,

@@ -85,29 +85,6 @@ bool opSupported(RedOpKind op, DataType t) {
   }
 }
 
-const char* collName(CollType t) {
-  switch (t) {
-    case CollType::AllReduce: return "AllReduce";
-    case CollType::Reduce: return "Reduce";
-    case CollType::Broadcast: return "Broadcast";
-    case CollType::AllGather: return "AllGather";
-    case CollType::ReduceScatter: return "ReduceScatter";
-    case CollType::AllToAll: return "AllToAll";
-    case CollType::AllToAllV: return "AllToAllV";
-    case CollType::Send: return "Send";
-    case CollType::Recv: return "Recv";
-    case CollType::Barrier: return "Barrier";
-    case CollType::SendRecv: return "SendRecv";
-    case CollType::ReduceScatterV: return "ReduceScatterV";
-    case CollType::AllReduceRmsNorm: return "AllReduceRmsNorm";
-    case CollType::AllToAllVDevice: return "AllToAllVDevice";
-    case CollType::ReduceScatterQuantized: return "ReduceScatterQuantized";
-  }
-  return "Unknown";
-}
-
-const char* collLabel(const CollArgs& a) { return a.what ? a.what : collName(a.type); }
-
 CollArgs rmsUnfusedAllReduce(const CollArgs& a, void* recv) {
   CollArgs ar;
   ar.type = CollType::AllReduce;

@@ -178,6 +178,19 @@ void requireRegistered(const Window::State& w, const char* op) {
   CCLX_REQUIRE(w.registered, cclxInvalidUsage,
                "%s: window #%d has no registered buffer (call tensor_register first)", op, w.id);
 }
+
+// signal and wait_signal: the window's checks, then `op` on its transport.
+template <class Op>
+std::shared_ptr<Work> signalOp(Window::State& w, const char* what, const char* arg, int peer,
+                               const CollOptions& o, Op&& op) {
+  CommState& cs = *w.cs;
+  requireUsable(cs, what);
+  requireRegistered(w, what);
+  checkPeer(cs, what, arg, peer);
+  const CollOptions co = resolved(cs, o);
+  ++cs.opSeq;
+  return guarded(cs, what, [&] { return op(*w.impl, peer, co); });
+}
 }  // namespace
 
 std::shared_ptr<Work> Window::put(const void* src, size_t count, int dst, size_t targetOffset,
@@ -199,25 +212,13 @@ std::shared_ptr<Work> Window::put(const void* src, size_t count, int dst, size_t
 }
 
 std::shared_ptr<Work> Window::signal(int dst, const CollOptions& o) {
-  State& w = *st_;
-  CommState& cs = *w.cs;
-  requireUsable(cs, "signal");
-  requireRegistered(w, "signal");
-  checkPeer(cs, "signal", "dst_rank", dst);
-  const CollOptions co = resolved(cs, o);
-  ++cs.opSeq;
-  return guarded(cs, "signal", [&] { return w.impl->signal(dst, co); });
+  return signalOp(*st_, "signal", "dst_rank", dst, o,
+                  [](WinImpl& w, int peer, const CollOptions& co) { return w.signal(peer, co); });
 }
 
 std::shared_ptr<Work> Window::waitSignal(int src, const CollOptions& o) {
-  State& w = *st_;
-  CommState& cs = *w.cs;
-  requireUsable(cs, "wait_signal");
-  requireRegistered(w, "wait_signal");
-  checkPeer(cs, "wait_signal", "peer_rank", src);
-  const CollOptions co = resolved(cs, o);
-  ++cs.opSeq;
-  return guarded(cs, "wait_signal", [&] { return w.impl->waitSignal(src, co); });
+  return signalOp(*st_, "wait_signal", "peer_rank", src, o,
+                  [](WinImpl& w, int peer, const CollOptions& co) { return w.waitSignal(peer, co); });
 }
 
 void* Window::remotePtr(int rank) const {

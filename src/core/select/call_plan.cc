@@ -5,19 +5,14 @@
 
 namespace cclx {
 
-bool movesNothing(const CollArgs& a) {
-  return a.count == 0 && a.type != CollType::AllToAllV && a.type != CollType::AllToAllVDevice &&
-         a.type != CollType::Barrier && a.type != CollType::SendRecv;
-}
-
 CallPlan planCall(const CollArgs& call, const CallSteps& steps) {
   CallPlan p;
   p.algo = steps.select(call);  // once per call; a bad "algo" hint fails here
-  if (call.type == CollType::ReduceScatterQuantized && p.algo == Algo::Fp8) {
+  if (runsAs(call.type, p.algo) != call.type) {
     p.lowered = true;
-    p.loweredArgs = quantizedAsFp8(call);
+    p.loweredArgs = lowerFor(call, p.algo);
   }
-  if (p.algo == Algo::Base && !movesNothing(p.args(call))) steps.requireNccl(p.args(call));
+  if (p.algo == Algo::Base && !isEmpty(p.args(call), false)) steps.requireNccl(p.args(call));
   return p;
 }
 
@@ -28,7 +23,7 @@ void growPlan(CallPlan& plan, const CollArgs& call, const CallPlace& at, const C
     plan.lowered = false;
     plan.loweredArgs = CollArgs{};
     plan.algo = steps.select(call);
-    if (plan.algo == Algo::Base && !movesNothing(call)) steps.requireNccl(call);
+    if (plan.algo == Algo::Base && !isEmpty(call, false)) steps.requireNccl(call);
     plan.algo = steps.grow(call, plan.algo, true);
   }
   if (call.type == CollType::AllToAllVDevice && plan.algo == Algo::Base && at.capturing &&

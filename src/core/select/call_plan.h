@@ -1,7 +1,8 @@
 // The order in which a GPU call settles what it runs on (CudaBackend::run), written once and
 // without the GPU runtime so that a CPU test drives it with the backend's steps replaced:
-//  1. choose (select) for the call; reduce_scatter_quantized whose choice is the FP8 payload is
-//     lowered onto the FP8 reduce-scatter (quantizedAsFp8);
+//  1. choose (select) for the call; a call whose choice runs it as another collective is lowered
+//     (lowerFor: reduce_scatter_quantized whose choice is the FP8 payload, onto the FP8
+//     reduce-scatter);
 //  2. grow the staging the choice needs. A failed growth (collective: every rank alike) chooses
 //     again, and a lowered call chooses again from the call itself, never from what it was
 //     lowered to (so the quantized op keeps its own rounding rather than becoming an exact
@@ -37,7 +38,7 @@ struct CallPlan {
   const CollArgs& args(const CollArgs& call) const { return lowered ? loweredArgs : call; }
 };
 
-/// Step 1. NCCL is required for a Base choice unless the call moves nothing.
+/// Step 1. NCCL is required for a Base choice unless the call moves nothing (isEmpty).
 CallPlan planCall(const CollArgs& call, const CallSteps& steps);
 /// Where the call runs: this rank, the world size, whether the stream captures, and why the
 /// NCCL path is taken (for the refusal's message).
@@ -49,7 +50,5 @@ struct CallPlace {
 };
 /// Steps 2 and 3 on `plan` (from planCall of the same call).
 void growPlan(CallPlan& plan, const CollArgs& call, const CallPlace& at, const CallSteps& steps);
-/// A collective with nothing to move (the same on every rank): it enqueues nothing on any path.
-bool movesNothing(const CollArgs& a);
 
 }  // namespace cclx

@@ -4,6 +4,8 @@
 
 #include <iterator>
 
+#include "core/select/algorithms.h"
+
 namespace cclx::settings {
 
 namespace {
@@ -19,6 +21,9 @@ void put(std::string& f, const Value& v) { f = v.s; }
 #define CCLX_FIELD(f) #f, [](Config& c, const Value& v) { put(c.f, v); }
 
 constexpr int64_t kMaxMs = int64_t(1) << 40;
+// The values of a hint that names algorithms: the catalogue's (core/select/algorithms.def),
+// filled in by table().
+constexpr const char* kFromCatalogue = nullptr;
 constexpr const char* kTuned = "0 (tuned)";
 
 LogLevel logLevel(const std::string& s) {
@@ -105,12 +110,13 @@ const Entry kLibrary[] = {
     {"CCLX_NCCL_PIP_DIR", nullptr, nullptr, K::Text, nullptr, 0, 0, "set by the Python package",
      "`lib` directory of the `nvidia-nccl` pip package, tried after an already-loaded NCCL",
      CCLX_FIELD(ncclPipDir)},
-    {"CCLX_ALLREDUCE_ALGO", nullptr, "algo", K::Choice, "auto|flat|lamport|tree|nccl|dda", 0, 0,
-     "auto",
-     "Allreduce algorithm: `flat`, `lamport` (one shot, data as flag), `tree`, `nccl`, `dda` "
-     "(the direct-access kernels at every size) or `auto` (by size). The hint also applies to "
-     "all-gather, reduce-scatter and all-to-all (`flat` = LL exchange, `tree` = pipelined) and "
-     "to the collectives on grouped messages; the setting to allreduce only",
+    {"CCLX_ALLREDUCE_ALGO", nullptr, "algo", K::Choice, kFromCatalogue, 0, 0, "auto",
+     "Algorithm by its name in docs/ALGORITHMS.md: allreduce `flat`, `lamport`, `tree`; "
+     "all-gather, reduce-scatter, all-to-all `ll` (alias `flat`), `pipelined` (alias `tree`); "
+     "`base` (alias `nccl`); `dda` (the direct-access kernels at every size) or `auto` (by "
+     "size). The hint applies to every collective (a name that does not serve it means `auto`, "
+     "on the collectives on grouped messages the pipelined exchange); the setting to allreduce "
+     "only",
      CCLX_FIELD(allreduceAlgo)},
     {"CCLX_DDA_ENABLE", nullptr, nullptr, K::Bool, nullptr, 0, 0, "1",
      "`0` disables the direct-access (DDA) kernels (allreduce, all-gather, reduce-scatter, "
@@ -182,21 +188,20 @@ const Entry kLibrary[] = {
     {"CCLX_FP8_TILES_PER_CTA", nullptr, nullptr, K::Int, nullptr, 1, 64, "1",
      "FP8 collectives: tiles each CTA pipelines at least, where the message is large enough",
      CCLX_FIELD(fp8TilesPerCta)},
-    {"CCLX_FP8_ALLREDUCE_ALGO", nullptr, "fp8_algo", K::Choice, "auto|oneshot|twoshot", 0, 0,
-     "auto",
-     "FP8 allreduce: `oneshot` (every rank pushes its quantized input to every peer, one "
-     "quantization), `twoshot` (reduce-scatter + all-gather) or `auto` (by size)",
+    {"CCLX_FP8_ALLREDUCE_ALGO", nullptr, "fp8_algo", K::Choice, kFromCatalogue, 0, 0, "auto",
+     "FP8 allreduce: `fp8_oneshot` (alias `oneshot`: every rank pushes its quantized input to "
+     "every peer, one quantization), `fp8` (alias `twoshot`: reduce-scatter + all-gather) or "
+     "`auto` (by size)",
      CCLX_FIELD(fp8AllReduceAlgo)},
     {"CCLX_FP8_ONESHOT_MAX_BYTES", nullptr, nullptr, K::Size, nullptr, 0, 0,
      "0 (= 32M for 2 ranks, off for more)",
      "auto runs the FP8 allreduce one-shot up to this size (when it fits the inboxes)",
      CCLX_FIELD(fp8OneShotMaxBytes)},
     // Fused allreduce + residual add + RMSNorm.
-    {"CCLX_FUSED_ALGO", nullptr, "fused_algo", K::Choice, "auto|oneshot|twoshot|unfused", 0, 0,
-     "auto",
-     "Fused allreduce + residual add + RMSNorm: `oneshot`, `twoshot`, `unfused` (the allreduce, "
-     "then a norm kernel) or `auto` (the size rule of docs/DESIGN.md \"Fused allreduce + "
-     "RMSNorm\")",
+    {"CCLX_FUSED_ALGO", nullptr, "fused_algo", K::Choice, kFromCatalogue, 0, 0, "auto",
+     "Fused allreduce + residual add + RMSNorm: `fused_oneshot` (alias `oneshot`), "
+     "`fused_twoshot` (alias `twoshot`), `unfused` (the allreduce, then a norm kernel) or `auto` "
+     "(the size rule of docs/design/fused-rmsnorm.md)",
      CCLX_FIELD(fusedAlgo)},
     {"CCLX_FUSED_ONESHOT_MAX_BYTES", nullptr, nullptr, K::Size, nullptr, 0, 0, kTuned,
      "auto runs the fused one-shot up to this size (tokens x hidden x element bytes) when it "
@@ -283,6 +288,8 @@ const Entry kOutside[] = {
 const std::vector<Entry>& table() {
   static const std::vector<Entry> t = [] {
     std::vector<Entry> v(std::begin(kLibrary), std::end(kLibrary));
+    for (Entry& e : v)
+      if (e.kind == Kind::Choice && !e.values) e.values = catalogueHintValues(e.hint);
     v.insert(v.end(), std::begin(kOutside), std::end(kOutside));
     return v;
   }();

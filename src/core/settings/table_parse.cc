@@ -253,3 +253,43 @@ const std::vector<std::string>& knownEnvNames() {
 }
 
 }  // namespace cclx::settings
+
+// The table as the public API gives it (include/cclx/cclx.hpp).
+namespace cclx {
+
+std::vector<SettingInfo> settingsTable() {
+  std::vector<SettingInfo> out;
+  for (const settings::Entry& e : settings::table()) {
+    SettingInfo i;
+    i.env = e.env ? e.env : "";
+    i.alias = e.alias ? e.alias : "";
+    i.hint = e.hint ? e.hint : "";
+    i.values = settings::allowedValues(e);
+    i.defaultValue = e.def;
+    i.doc = e.doc;
+    i.library = e.reader == settings::Reader::Library;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+std::vector<std::string> hintKeys() { return settings::hintKeys(); }
+
+std::vector<std::string> hintValues(const std::string& key) {
+  const settings::Entry* e = settings::findHint(key);
+  if (!e) settings::checkHint(key, "");  // throws, naming the valid keys
+  return settings::allowedValues(*e);
+}
+
+std::string defaultStoreToken() { return rendezvousConfig().storeToken; }
+
+std::optional<bool> abortOnErrorSetting() {
+  try {
+    if (config().abortOnErrorSet) return config().abortOnError;
+  } catch (const Error&) {
+    // A malformed setting: creating a comm reports it, through the store, to every rank.
+  }
+  return std::nullopt;
+}
+
+}  // namespace cclx

@@ -24,7 +24,6 @@ __global__ void ddaBarrierKernel(dev::PeerPtrs peers, uint64_t* counter, FailPar
 
 class DdaBarrier final : public DeviceAlgo {
  public:
-  const char* name() const override { return "peer-barrier"; }
   uint32_t regions(const CollArgs&) const override { return 0; }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     return a.type == CollType::Barrier && ctx.peerUsable();

@@ -21,14 +21,14 @@ std::unique_ptr<DeviceAlgo> makeDdaTree();     // "tree": reduce-scatter + all-g
 std::unique_ptr<DeviceAlgo> makeDdaBarrier();  // barrier over the signal areas (1 block)
 /// "ll": all-gather, reduce-scatter, all-to-all in one shot over the LL16 slots of the flat
 /// allreduce (same counters); messages up to one slot per block and peer.
-std::unique_ptr<DeviceAlgo> makeDdaXchgLL();
+std::unique_ptr<DeviceAlgo> makeDdaLL();
 /// "pipelined": all-gather, reduce-scatter, all-to-all, all-to-all-v, reduce-scatter-v,
 /// broadcast, reduce and the collectives lowered onto grouped messages at any size, chunks
 /// through double-buffered inboxes with per-pair flags.
-std::unique_ptr<DeviceAlgo> makeDdaXchgPipe();
+std::unique_ptr<DeviceAlgo> makeDdaPipelined();
 /// "pipelined" for all_to_all_v_device: the pipelined exchange with its plan made on the device
 /// from split sizes in device memory (xchg_dev.cu); any size, no host synchronization.
-std::unique_ptr<DeviceAlgo> makeDdaXchgDev();
+std::unique_ptr<DeviceAlgo> makeDdaPipelinedDevice();
 /// all_to_all_v_device at world size 1: a local copy by one kernel that reads the split sizes on
 /// the device (capturable; bad sizes fail the call in the error words, output poisoned).
 void launchDeviceRowsLocal(const CollArgs& a, const DeviceCtx& ctx, void* stream);

@@ -126,7 +126,6 @@ bool flatFits(size_t bytes, const DeviceCtx& ctx) {
 
 class DdaFlat final : public DeviceAlgo {
  public:
-  const char* name() const override { return "flat"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFlat); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     return a.type == CollType::AllReduce && ddaOpSupported(a.op.kind, a.dtype) &&

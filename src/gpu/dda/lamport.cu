@@ -239,7 +239,6 @@ bool lamportFits(size_t bytes, DataType t, const DeviceCtx& ctx) {
 
 class DdaLamport final : public DeviceAlgo {
  public:
-  const char* name() const override { return "lamport"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kLamport); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     return a.type == CollType::AllReduce && ddaOpSupported(a.op.kind, a.dtype) &&

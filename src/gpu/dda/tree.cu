@@ -293,7 +293,6 @@ namespace {
 
 class DdaTree final : public DeviceAlgo {
  public:
-  const char* name() const override { return "tree"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kTree); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     return a.type == CollType::AllReduce && ctx.peerUsable() && ctx.size >= 2 && a.count > 0 &&

@@ -88,9 +88,8 @@ __global__ void __launch_bounds__(kThreads) ddaXchgDevKernel(PipeParams in, DevR
   });
 }
 
-class DdaXchgDev final : public DeviceAlgo {
+class DdaPipelinedDevice final : public DeviceAlgo {
  public:
-  const char* name() const override { return "pipelined"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kXchg); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllToAllVDevice || !ctx.peerUsable() || ctx.size < 2 ||
@@ -172,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) localRowsKernel(DevRows d, uint32_t*
 
 }  // namespace
 
-std::unique_ptr<DeviceAlgo> makeDdaXchgDev() { return std::make_unique<DdaXchgDev>(); }
+std::unique_ptr<DeviceAlgo> makeDdaPipelinedDevice() { return std::make_unique<DdaPipelinedDevice>(); }
 
 void launchDeviceRowsLocal(const CollArgs& a, const DeviceCtx& ctx, void* stream) {
   const size_t rowBytes = a.rows.rowElems * dtypeSize(a.dtype);

@@ -155,9 +155,8 @@ __global__ void __launch_bounds__(512) ddaXchgLLKernel(LLXParams p) {
 
 size_t unitsPerBlock(size_t bytes) { return ((bytes + 7) / 8 + kFlatBlocks - 1) / kFlatBlocks; }
 
-class DdaXchgLL final : public DeviceAlgo {
+class DdaLL final : public DeviceAlgo {
  public:
-  const char* name() const override { return "ll"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFlat); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllGather && a.type != CollType::ReduceScatter &&
@@ -199,6 +198,6 @@ class DdaXchgLL final : public DeviceAlgo {
 
 }  // namespace
 
-std::unique_ptr<DeviceAlgo> makeDdaXchgLL() { return std::make_unique<DdaXchgLL>(); }
+std::unique_ptr<DeviceAlgo> makeDdaLL() { return std::make_unique<DdaLL>(); }
 
 }  // namespace cclx

@@ -58,9 +58,8 @@ __global__ void __launch_bounds__(kThreads) ddaXchgPipeKernel(PipeParams p) {
   pipeCall<T>(p, [] { return false; });
 }
 
-class DdaXchgPipe final : public DeviceAlgo {
+class DdaPipelined final : public DeviceAlgo {
  public:
-  const char* name() const override { return "pipelined"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kXchg); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllGather && a.type != CollType::ReduceScatter &&
@@ -132,6 +131,6 @@ class DdaXchgPipe final : public DeviceAlgo {
 
 }  // namespace
 
-std::unique_ptr<DeviceAlgo> makeDdaXchgPipe() { return std::make_unique<DdaXchgPipe>(); }
+std::unique_ptr<DeviceAlgo> makeDdaPipelined() { return std::make_unique<DdaPipelined>(); }
 
 }  // namespace cclx

@@ -220,7 +220,6 @@ struct AllReduceNeed {
 
 class Fp8AllReduce : public DeviceAlgo {
  public:
-  const char* name() const override { return "fp8"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFp8); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::AllReduce) return false;

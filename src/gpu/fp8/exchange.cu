@@ -226,7 +226,6 @@ struct ExchangeNeed {
 template <int M>
 class Fp8Exchange : public DeviceAlgo {
  public:
-  const char* name() const override { return "fp8"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFp8); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     const CollType want = M == kAllGather       ? CollType::AllGather

@@ -10,8 +10,8 @@
 
 namespace cclx {
 
-std::unique_ptr<DeviceAlgo> makeRmsOneShot();  // "fused_oneshot" (oneshot.cu)
-std::unique_ptr<DeviceAlgo> makeRmsTwoShot();  // "fused_twoshot" (twoshot.cu)
+std::unique_ptr<DeviceAlgo> makeFusedOneShot();  // "fused_oneshot" (oneshot.cu)
+std::unique_ptr<DeviceAlgo> makeFusedTwoShot();  // "fused_twoshot" (twoshot.cu)
 
 /// Enqueues the residual add, norm and quantization of every row of `a` (an AllReduceRmsNorm) on
 /// `stream` from `ar`, the allreduce result of a.rms.x (the layout of x; may be a.rms.out or

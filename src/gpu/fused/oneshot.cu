@@ -99,9 +99,8 @@ __global__ void __launch_bounds__(512) rmsOneShotKernel(PeerParams p) {
   });
 }
 
-class RmsOneShot final : public DeviceAlgo {
+class FusedOneShot final : public DeviceAlgo {
  public:
-  const char* name() const override { return "fused_oneshot"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFused); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     return fusedEligible(a, ctx) && a.rms.tokens * rowVectors(a) * 16 <= oneShotSlot(ctx);
@@ -118,6 +117,6 @@ class RmsOneShot final : public DeviceAlgo {
 
 }  // namespace
 
-std::unique_ptr<DeviceAlgo> makeRmsOneShot() { return std::make_unique<RmsOneShot>(); }
+std::unique_ptr<DeviceAlgo> makeFusedOneShot() { return std::make_unique<FusedOneShot>(); }
 
 }  // namespace cclx

@@ -208,9 +208,8 @@ __global__ void __launch_bounds__(512) rmsTwoShotKernel(PeerParams p) {
   });
 }
 
-class RmsTwoShot final : public DeviceAlgo {
+class FusedTwoShot final : public DeviceAlgo {
  public:
-  const char* name() const override { return "fused_twoshot"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFused); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     return fusedEligible(a, ctx) && a.rms.tokens >= size_t(ctx.size) &&
@@ -229,6 +228,6 @@ class RmsTwoShot final : public DeviceAlgo {
 
 }  // namespace
 
-std::unique_ptr<DeviceAlgo> makeRmsTwoShot() { return std::make_unique<RmsTwoShot>(); }
+std::unique_ptr<DeviceAlgo> makeFusedTwoShot() { return std::make_unique<FusedTwoShot>(); }
 
 }  // namespace cclx

@@ -178,7 +178,6 @@ struct Need {
 
 class SrBf16ReduceScatter final : public DeviceAlgo {
  public:
-  const char* name() const override { return "sr_bf16"; }
   uint32_t regions(const CollArgs&) const override { return regionBit(StagingRegion::kFp8); }
   bool canRun(const CollArgs& a, const DeviceCtx& ctx) const override {
     if (a.type != CollType::ReduceScatterQuantized || a.dtype != DataType::f32 || !a.seed)

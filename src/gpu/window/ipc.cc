@@ -4,7 +4,7 @@
 // Registration exports the allocation that holds the registered buffer plus the buffer's offset
 // in it (a tensor of torch's caching allocator sits at an offset inside a larger segment), in a
 // record every rank publishes through the store, together with the address of an FdMailbox of
-// its own and its network namespace (host/fd_pass.h):
+// its own and its network namespace (base/fd_pass.h):
 //  * 'H' record: memory of cudaMalloc: the CUDA IPC handle of the allocation's base (found with
 //    the driver); every peer opens it.
 //  * 'V' record: memory of CUDA's virtual memory management API (cuMemCreate + cuMemMap:
@@ -48,7 +48,7 @@
 #include "gpu/runtime.h"
 #include "gpu/window/vmm.h"
 #include "gpu/window/window.h"
-#include "host/fd_pass.h"
+#include "base/fd_pass.h"
 
 namespace cclx {
 

@@ -1,7 +1,7 @@
 // Memory of CUDA's virtual memory management API (cuMemCreate + cuMemMap: cclx::memAlloc,
 // ncclMemAlloc, torch's MemPool over either) shared between the processes of one host: the
 // exporter turns the allocation that holds a buffer into a POSIX file descriptor, which travels
-// to the peers (host/fd_pass.h); each peer imports it and maps the whole allocation into an
+// to the peers (base/fd_pass.h); each peer imports it and maps the whole allocation into an
 // address range of its own. Legacy CUDA IPC (cudaIpcGetMemHandle) refuses such memory.
 // HIP builds: no such memory (vmmExport says no, vmmImport is cclxUnsupported).
 #pragma once

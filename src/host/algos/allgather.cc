@@ -6,32 +6,24 @@
 #include <cstring>
 
 #include "host/algos/algos.h"
+#include "host/algos/chunk_loop.h"
 #include "host/shm.h"
 
 namespace cclx {
 namespace {
 
-class HostAllGather final : public HostAlgo {
- public:
-  const char* name() const override { return "shm-allgather"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllGather; }
-  void run(const CollArgs& a, HostCtx& ctx) override {
-    const size_t bytes = a.bytes();
-    const bool list = !a.recvList.empty();
-    for (size_t off = 0; off < bytes; off += ctx.slotBytes()) {
-      const size_t n = std::min(ctx.slotBytes(), bytes - off);
-      const uint64_t s = ctx.nextStep();
-      std::memcpy(ctx.slot(ctx.rank, s), static_cast<const char*>(a.send) + off, n);
-      ctx.sync(s);
-      for (int p = 0; p < ctx.size; ++p) {
-        char* dst = list ? static_cast<char*>(a.recvList[size_t(p)]) + off
-                         : static_cast<char*>(a.recv) + size_t(p) * bytes + off;
-        std::memcpy(dst, ctx.slot(p, s), n);
-      }
+void allGather(const CollArgs& a, HostCtx& ctx) {
+  const size_t bytes = a.bytes();
+  const bool list = !a.recvList.empty();
+  forEachSyncedChunk(ctx, a.send, bytes, 1, [&](size_t off, size_t n, uint64_t s) {
+    for (int p = 0; p < ctx.size; ++p) {
+      char* dst = list ? static_cast<char*>(a.recvList[size_t(p)]) + off
+                       : static_cast<char*>(a.recv) + size_t(p) * bytes + off;
+      std::memcpy(dst, ctx.slot(p, s), n);
     }
-  }
-};
+  });
+}
 
 }  // namespace
-std::unique_ptr<HostAlgo> makeHostAllGather() { return std::make_unique<HostAllGather>(); }
+std::unique_ptr<HostAlgo> makeHostAllGather() { return hostAlgo<allGather>(); }
 }  // namespace cclx

@@ -19,32 +19,22 @@
 #include "base/error.h"
 #include "core/comm/device_rows.h"
 #include "host/algos/algos.h"
+#include "host/algos/chunk_loop.h"
 #include "host/shm.h"
 
 namespace cclx {
 namespace {
 
-class HostAllToAll final : public HostAlgo {
- public:
-  const char* name() const override { return "shm-alltoall"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllToAll; }
-  void run(const CollArgs& a, HostCtx& ctx) override {
-    const size_t es = dtypeSize(a.dtype);
-    const size_t chunk = ctx.slotBytes() / es / size_t(ctx.size);
-    for (size_t off = 0; off < a.count; off += chunk) {
-      const size_t m = std::min(chunk, a.count - off);
-      const uint64_t s = ctx.nextStep();
-      char* mine = ctx.slot(ctx.rank, s);
-      for (int b = 0; b < ctx.size; ++b)
-        std::memcpy(mine + size_t(b) * chunk * es,
-                    static_cast<const char*>(a.send) + (size_t(b) * a.count + off) * es, m * es);
-      ctx.sync(s);
-      for (int p = 0; p < ctx.size; ++p)
-        std::memcpy(static_cast<char*>(a.recv) + (size_t(p) * a.count + off) * es,
-                    ctx.slot(p, s) + size_t(ctx.rank) * chunk * es, m * es);
-    }
-  }
-};
+void allToAll(const CollArgs& a, HostCtx& ctx) {
+  const size_t es = dtypeSize(a.dtype);
+  auto src = [&](int b, size_t off) {
+    return static_cast<const char*>(a.send) + (size_t(b) * a.count + off) * es;
+  };
+  exchangeBlocks(ctx, a.count, es, src, [&](size_t off, size_t m, auto from) {
+    for (int p = 0; p < ctx.size; ++p)
+      std::memcpy(static_cast<char*>(a.recv) + (size_t(p) * a.count + off) * es, from(p), m * es);
+  });
+}
 
 
 /// The data rounds of all-to-all-v once the counts (elements) are known to agree on every
@@ -89,8 +79,6 @@ void moveV(const CollArgs& a, HostCtx& ctx, const std::vector<size_t>& sendCount
 
 class HostAllToAllV final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-alltoallv"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllToAllV; }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const size_t n = size_t(ctx.size);
     CCLX_ARG_CHECK(a.sendCounts.size() == n && a.recvCounts.size() == n,
@@ -127,10 +115,6 @@ class HostAllToAllV final : public HostAlgo {
 // every rank with the same message, naming the ranks; otherwise the rows move as all-to-all-v's.
 class HostAllToAllVDevice final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-alltoallv"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override {
-    return a.type == CollType::AllToAllVDevice;
-  }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const int n = ctx.size;
     const size_t len = deviceRowsRecordLen(n), re = a.rows.rowElems;
@@ -159,7 +143,7 @@ class HostAllToAllVDevice final : public HostAlgo {
 };
 
 }  // namespace
-std::unique_ptr<HostAlgo> makeHostAllToAll() { return std::make_unique<HostAllToAll>(); }
+std::unique_ptr<HostAlgo> makeHostAllToAll() { return hostAlgo<allToAll>(); }
 std::unique_ptr<HostAlgo> makeHostAllToAllV() { return std::make_unique<HostAllToAllV>(); }
 std::unique_ptr<HostAlgo> makeHostAllToAllVDevice() {
   return std::make_unique<HostAllToAllVDevice>();

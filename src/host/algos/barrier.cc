@@ -5,13 +5,8 @@
 namespace cclx {
 namespace {
 
-class HostBarrier final : public HostAlgo {
- public:
-  const char* name() const override { return "shm-barrier"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::Barrier; }
-  void run(const CollArgs&, HostCtx& ctx) override { ctx.barrier(); }
-};
+void barrier(const CollArgs&, HostCtx& ctx) { ctx.barrier(); }
 
 }  // namespace
-std::unique_ptr<HostAlgo> makeHostBarrier() { return std::make_unique<HostBarrier>(); }
+std::unique_ptr<HostAlgo> makeHostBarrier() { return hostAlgo<barrier>(); }
 }  // namespace cclx

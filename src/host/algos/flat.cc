@@ -21,15 +21,10 @@ void flatAllReduce(HostCtx& ctx, const void* in, void* out, size_t count, DataTy
   });
 }
 
-class HostFlatAllReduce final : public HostAlgo {
- public:
-  const char* name() const override { return "shm-flat"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllReduce; }
-  void run(const CollArgs& a, HostCtx& ctx) override {
-    flatAllReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op);
-  }
-};
+void flatRun(const CollArgs& a, HostCtx& ctx) {
+  flatAllReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op);
+}
 
 }  // namespace
-std::unique_ptr<HostAlgo> makeHostFlatAllReduce() { return std::make_unique<HostFlatAllReduce>(); }
+std::unique_ptr<HostAlgo> makeHostFlatAllReduce() { return hostAlgo<flatRun>(); }
 }  // namespace cclx

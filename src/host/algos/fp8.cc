@@ -151,9 +151,9 @@ const char* segPtr(const void* base, size_t count, DataType dt, int r) {
 class HostFp8Base : public HostAlgo {
  public:
   HostFp8Base(CollType t, int regions) : type_(t), regions_(regions) {}
-  const char* name() const override { return "fp8"; }
   bool canRun(const CollArgs& a, const HostCtx& ctx) const override {
-    if (a.type != type_ || !fp8TypeOk(a)) return false;
+    if (a.type != type_ || !fp8TypeOk(a) || !a.recvList.empty() || !a.sendList.empty())
+      return false;
     if ((type_ == CollType::AllReduce || type_ == CollType::ReduceScatter) &&
         a.op.kind != RedOpKind::SUM && a.op.kind != RedOpKind::AVG)
       return false;
@@ -209,7 +209,6 @@ class HostFp8AllReduce : public HostFp8Base {
 class HostFp8OneShot : public HostFp8Base {
  public:
   HostFp8OneShot() : HostFp8Base(CollType::AllReduce, 1) {}
-  const char* name() const override { return "fp8_oneshot"; }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const int B = ctx.cfg.fp8BlockSize;
     forEachChunk(a, ctx, [&](size_t c0, size_t nb) {

@@ -50,7 +50,6 @@ void exchange(HostCtx& ctx, const char* send, char* const* contrib, size_t bytes
 
 class HostLamportAllReduce final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-lamport"; }
   bool canRun(const CollArgs& a, const HostCtx& ctx) const override {
     return a.type == CollType::AllReduce && ctx.size >= 2 && lamport::typeSupported(a.dtype) &&
            (a.bytes() + 15) / 16 * 16 <= ctx.lamportBytes();

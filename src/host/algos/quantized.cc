@@ -20,7 +20,6 @@ namespace {
 
 class HostQuantizedReduceScatter final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-sr-bf16"; }
   bool canRun(const CollArgs& a, const HostCtx& ctx) const override {
     return a.type == CollType::ReduceScatterQuantized && a.dtype == DataType::f32 &&
            (a.op.kind == RedOpKind::SUM || a.op.kind == RedOpKind::AVG) && a.seed &&

@@ -9,38 +9,27 @@
 #include "core/comm/comm_internal.h"
 #include "base/error.h"
 #include "host/algos/algos.h"
+#include "host/algos/chunk_loop.h"
 #include "host/algos/reduce_kernels.h"
 #include "host/shm.h"
 
 namespace cclx {
 namespace {
 
-class HostReduceScatter final : public HostAlgo {
- public:
-  const char* name() const override { return "shm-reducescatter"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override {
-    return a.type == CollType::ReduceScatter;
-  }
-  void run(const CollArgs& a, HostCtx& ctx) override {
-    const size_t es = dtypeSize(a.dtype);
-    const size_t chunk = ctx.slotBytes() / es / size_t(ctx.size);
-    const bool list = !a.sendList.empty();
-    std::vector<const void*> srcs(size_t(ctx.size));
-    for (size_t off = 0; off < a.count; off += chunk) {
-      const size_t m = std::min(chunk, a.count - off);
-      const uint64_t s = ctx.nextStep();
-      char* mine = ctx.slot(ctx.rank, s);
-      for (int b = 0; b < ctx.size; ++b) {
-        const char* src = list ? static_cast<const char*>(a.sendList[size_t(b)]) + off * es
-                               : static_cast<const char*>(a.send) + (size_t(b) * a.count + off) * es;
-        std::memcpy(mine + size_t(b) * chunk * es, src, m * es);
-      }
-      ctx.sync(s);
-      for (int p = 0; p < ctx.size; ++p) srcs[size_t(p)] = ctx.slot(p, s) + size_t(ctx.rank) * chunk * es;
-      reduceInto(static_cast<char*>(a.recv) + off * es, srcs.data(), ctx.size, m, a.dtype, a.op, ctx.size);
-    }
-  }
-};
+void reduceScatter(const CollArgs& a, HostCtx& ctx) {
+  const size_t es = dtypeSize(a.dtype);
+  const bool list = !a.sendList.empty();
+  std::vector<const void*> srcs(size_t(ctx.size));
+  auto src = [&](int b, size_t off) {
+    return list ? static_cast<const char*>(a.sendList[size_t(b)]) + off * es
+                : static_cast<const char*>(a.send) + (size_t(b) * a.count + off) * es;
+  };
+  exchangeBlocks(ctx, a.count, es, src, [&](size_t off, size_t m, auto from) {
+    for (int p = 0; p < ctx.size; ++p) srcs[size_t(p)] = from(p);
+    reduceInto(static_cast<char*>(a.recv) + off * es, srcs.data(), ctx.size, m, a.dtype, a.op,
+               ctx.size);
+  });
+}
 
 // Reduce-scatter-v: a first step checks that every rank passed the same counts (a mismatch fails
 // on every rank alike with cclxInvalidArgument, nothing written); then rounds of L elements per
@@ -48,10 +37,6 @@ class HostReduceScatter final : public HostAlgo {
 // offset contributes nothing to that round.
 class HostReduceScatterV final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-reducescatterv"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override {
-    return a.type == CollType::ReduceScatterV;
-  }
   void run(const CollArgs& a, HostCtx& ctx) override {
     const size_t es = dtypeSize(a.dtype), n = size_t(ctx.size);
     CCLX_REQUIRE(n * sizeof(uint64_t) <= ctx.slotBytes(), cclxUnsupported,
@@ -91,6 +76,6 @@ class HostReduceScatterV final : public HostAlgo {
 };
 
 }  // namespace
-std::unique_ptr<HostAlgo> makeHostReduceScatter() { return std::make_unique<HostReduceScatter>(); }
+std::unique_ptr<HostAlgo> makeHostReduceScatter() { return hostAlgo<reduceScatter>(); }
 std::unique_ptr<HostAlgo> makeHostReduceScatterV() { return std::make_unique<HostReduceScatterV>(); }
 }  // namespace cclx

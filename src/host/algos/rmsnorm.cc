@@ -94,9 +94,8 @@ void reduceRows(HostCtx& ctx, const CollArgs& a, uint64_t s, size_t firstInSlot,
   reduceInto(ar, srcs.data(), ctx.size, rows * a.rms.hidden, a.dtype, RedOpKind::SUM, ctx.size);
 }
 
-class HostRmsOneShot final : public HostAlgo {
+class HostFusedOneShot final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-fused-oneshot"; }
   bool canRun(const CollArgs& a, const HostCtx& ctx) const override {
     return a.type == CollType::AllReduceRmsNorm && rowBytes(a) <= ctx.slotBytes();
   }
@@ -114,9 +113,8 @@ class HostRmsOneShot final : public HostAlgo {
   }
 };
 
-class HostRmsTwoShot final : public HostAlgo {
+class HostFusedTwoShot final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-fused-twoshot"; }
   bool canRun(const CollArgs& a, const HostCtx& ctx) const override {
     return a.type == CollType::AllReduceRmsNorm && packedRowBytes(a) <= ctx.slotBytes();
   }
@@ -179,7 +177,7 @@ void hostRmsRows(const CollArgs& a, const void* ar, size_t row0, size_t rows) {
              dtypeName(a.dtype));
 }
 
-std::unique_ptr<HostAlgo> makeHostRmsOneShot() { return std::make_unique<HostRmsOneShot>(); }
-std::unique_ptr<HostAlgo> makeHostRmsTwoShot() { return std::make_unique<HostRmsTwoShot>(); }
+std::unique_ptr<HostAlgo> makeHostFusedOneShot() { return std::make_unique<HostFusedOneShot>(); }
+std::unique_ptr<HostAlgo> makeHostFusedTwoShot() { return std::make_unique<HostFusedTwoShot>(); }
 
 }  // namespace cclx

@@ -49,20 +49,23 @@ void runGroup(const CollArgs& a, HostCtx& ctx) {
     bool progress = false;
     waiting.clear();
     for (size_t p = 0; p < n; ++p) {
-      for (auto& q = out[p]; !q.empty();) {
-        Pending& m = q.front();
-        const size_t len = std::min(piece, m.bytes - m.done);
-        if (!ctx.trySendPiece(int(p), m.data + m.done, len, m.bytes)) break;
-        progress = true;
-        if ((m.done += len) == m.bytes) q.pop_front();
-      }
-      for (auto& q = in[p]; !q.empty();) {
-        Pending& m = q.front();
-        const size_t len = std::min(piece, m.bytes - m.done);
-        if (!ctx.tryRecvPiece(int(p), m.data + m.done, len, m.bytes)) break;
-        progress = true;
-        if ((m.done += len) == m.bytes) q.pop_front();
-      }
+      // Moves the pieces of q's messages that `move` (a try of the transport) takes now.
+      auto drain = [&](std::deque<Pending>& q, auto move) {
+        for (; !q.empty(); q.pop_front()) {
+          Pending& m = q.front();
+          for (size_t len; m.done < m.bytes; m.done += len) {
+            len = std::min(piece, m.bytes - m.done);
+            if (!move(m.data + m.done, len, m.bytes)) return;
+            progress = true;
+          }
+        }
+      };
+      drain(out[p], [&](char* d, size_t len, size_t total) {
+        return ctx.trySendPiece(int(p), d, len, total);
+      });
+      drain(in[p], [&](char* d, size_t len, size_t total) {
+        return ctx.tryRecvPiece(int(p), d, len, total);
+      });
       if (!out[p].empty() || !in[p].empty()) waiting.push_back(int(p));
     }
     if (waiting.empty()) return;
@@ -76,10 +79,6 @@ void runGroup(const CollArgs& a, HostCtx& ctx) {
 
 class HostSendRecv final : public HostAlgo {
  public:
-  const char* name() const override { return "shm-p2p"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override {
-    return a.type == CollType::Send || a.type == CollType::Recv || a.type == CollType::SendRecv;
-  }
   void run(const CollArgs& a, HostCtx& ctx) override {
     if (a.type == CollType::SendRecv)
       runGroup(a, ctx);

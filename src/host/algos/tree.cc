@@ -35,27 +35,17 @@ void treeReduce(HostCtx& ctx, const void* in, void* out, size_t count, DataType 
   });
 }
 
-class HostTreeAllReduce final : public HostAlgo {
- public:
-  const char* name() const override { return "shm-tree"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::AllReduce; }
-  void run(const CollArgs& a, HostCtx& ctx) override {
-    treeReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op, -1);
-  }
-};
+void treeAllReduce(const CollArgs& a, HostCtx& ctx) {
+  treeReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op, -1);
+}
 
 // Reduce to root: the tree's reduce-scatter phase, then only the root copies the reduced slices
 // out (its output is the only one written).
-class HostReduce final : public HostAlgo {
- public:
-  const char* name() const override { return "shm-reduce"; }
-  bool canRun(const CollArgs& a, const HostCtx&) const override { return a.type == CollType::Reduce; }
-  void run(const CollArgs& a, HostCtx& ctx) override {
-    treeReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op, a.root);
-  }
-};
+void reduceRun(const CollArgs& a, HostCtx& ctx) {
+  treeReduce(ctx, a.send, a.recv, a.count, a.dtype, a.op, a.root);
+}
 
 }  // namespace
-std::unique_ptr<HostAlgo> makeHostTreeAllReduce() { return std::make_unique<HostTreeAllReduce>(); }
-std::unique_ptr<HostAlgo> makeHostReduce() { return std::make_unique<HostReduce>(); }
+std::unique_ptr<HostAlgo> makeHostTreeAllReduce() { return hostAlgo<treeAllReduce>(); }
+std::unique_ptr<HostAlgo> makeHostReduce() { return hostAlgo<reduceRun>(); }
 }  // namespace cclx

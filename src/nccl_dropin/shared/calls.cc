@@ -81,13 +81,10 @@ ncclResult_t badType(const char* call, ncclDataType_t t) {
 // NCCL's op as cclx's: a built-in one, or a PreMulSum handle of this comm made for this type.
 bool toOp(SharedComm& c, ncclRedOp_t op, ncclDataType_t t, const char* call, ReduceOp& out,
           ncclResult_t& r) {
-  switch (op) {
-    case nccl::ncclSum: out = RedOpKind::SUM; return true;
-    case nccl::ncclProd: out = RedOpKind::PRODUCT; return true;
-    case nccl::ncclMax: out = RedOpKind::MAX; return true;
-    case nccl::ncclMin: out = RedOpKind::MIN; return true;
-    case nccl::ncclAvg: out = RedOpKind::AVG; return true;
-    default: break;
+  RedOpKind k;
+  if (toCclxOp(op, k)) {
+    out = k;
+    return true;
   }
   std::lock_guard<std::mutex> lk(c.mu);
   auto it = c.premul.find(int(op));

@@ -21,7 +21,7 @@ const char* nameOf(Algo a) {
     case Algo::Base: return "base";
     case Algo::Fp8: return "fp8";
     case Algo::SrBf16: return "sr_bf16";
-    case Algo::XchgPipe: return "pipelined";
+    case Algo::Pipelined: return "pipelined";
     default: return "other";
   }
 }
@@ -125,12 +125,12 @@ TEST(CallPlan, QuantizedWhoseFp8StagingGrewRunsLowered) {
 
 TEST(CallPlan, DeviceRowsFallingBackToNcclInsideCaptureAreRefused) {
   FakeBackend b;
-  b.choice[CollType::AllToAllVDevice] = Algo::XchgPipe;
-  b.failing = Algo::XchgPipe;
+  b.choice[CollType::AllToAllVDevice] = Algo::Pipelined;
+  b.failing = Algo::Pipelined;
   const CollArgs call = deviceRows();
   const CallSteps steps = b.steps();
   CallPlan p = planCall(call, steps);
-  EXPECT_EQ(p.algo, Algo::XchgPipe);
+  EXPECT_EQ(p.algo, Algo::Pipelined);
   try {
     growPlan(p, call, CallPlace{2, 4, true, "its staging failed"}, steps);
     ADD_FAILURE() << "not refused";

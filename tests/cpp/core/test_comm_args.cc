@@ -228,7 +228,7 @@ TEST(CommArgs, CreateRejectsBadArguments) {
   bad.backend = "cclx";
   bad.hints = {{"fp8_algo", "bogus"}};
   EXPECT_EQ(codeOf([&] { cclx::Comm::create(cpu, bad, server, 0, 1); }, &msg), cclxInvalidArgument);
-  EXPECT_EQ(msg, "hint fp8_algo='bogus' is not one of auto, oneshot, twoshot");
+  EXPECT_EQ(msg, "hint fp8_algo='bogus' is not one of auto, fp8, fp8_oneshot, twoshot, oneshot");
   bad.hints = {{"lowprecision", "fp8"}};
   EXPECT_EQ(codeOf([&] { cclx::Comm::create(cpu, bad, server, 0, 1); }, &msg), cclxInvalidArgument);
   bad.hints.clear();

@@ -35,9 +35,9 @@ struct AlgoCase {
   Hints hints;
 };
 const AlgoCase kAlgos[] = {
-    {"shm-flat", {{"algo", "flat"}}},
-    {"shm-tree", {{"algo", "tree"}}},
-    {"shm-lamport", {{"algo", "lamport"}}},
+    {"flat", {{"algo", "flat"}}},
+    {"tree", {{"algo", "tree"}}},
+    {"lamport", {{"algo", "lamport"}}},
     {"fp8-twoshot", {{"low_precision", "fp8"}, {"fp8_algo", "twoshot"}}},
     {"fp8-oneshot", {{"low_precision", "fp8"}, {"fp8_algo", "oneshot"}}},
 };

@@ -35,7 +35,10 @@ Caps gpu(int n) {
   Caps c;
   c.worldSize = n;
   c.nccl = true;
-  c.peer = c.flat = c.lamport = c.tree = c.ll = c.pipelined = c.fp8 = c.fp8OneShot = true;
+  c.peer = true;
+  for (Algo a : {Algo::Flat, Algo::Lamport, Algo::Tree, Algo::LL, Algo::Pipelined, Algo::Fp8,
+                 Algo::Fp8OneShot})
+    c.allow(a, true);
   return c;
 }
 
@@ -57,7 +60,7 @@ TEST(Select, GpuTablesByWorldSize) {
   EXPECT_EQ(select(allreduce(2 << 20), cfg, gpu(8)), Algo::Tree);  // Lamport off above 2 ranks
   EXPECT_EQ(select(allreduce(64 << 20), cfg, gpu(8)), Algo::Base);
   Caps noFlat = gpu(2);
-  noFlat.flat = false;  // the message does not fit one slot set
+  noFlat.allow(Algo::Flat, false);  // the message does not fit one slot set
   EXPECT_EQ(select(allreduce(4 << 10), cfg, noFlat), Algo::Lamport);
   cfg.ddaTreeMaxBytes = size_t(1) << 30;  // a setting moves a threshold
   EXPECT_EQ(select(allreduce(size_t(128) << 20), cfg, gpu(2)), Algo::Tree);
@@ -71,9 +74,9 @@ TEST(Select, SharedGpuRunsPeerAlgorithmsAtEverySize) {
   c.timed = false;
   EXPECT_EQ(select(allreduce(4 << 10), cfg, c), Algo::Flat);
   EXPECT_EQ(select(allreduce(size_t(256) << 20), cfg, c), Algo::Flat);  // flat fits (made up)
-  c.flat = false;
+  c.allow(Algo::Flat, false);
   EXPECT_EQ(select(allreduce(size_t(256) << 20), cfg, c), Algo::Lamport);
-  c.lamport = false;
+  c.allow(Algo::Lamport, false);
   EXPECT_EQ(select(allreduce(size_t(1) << 30), cfg, c), Algo::Tree);
   // A hint still forces one.
   CollArgs a = allreduce(1 << 10);
@@ -91,7 +94,7 @@ TEST(Select, HintsAndSettings) {
   EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Flat);
   a.opts.hints["algo"] = "lamport";
   Caps c = gpu(2);
-  c.lamport = false;
+  c.allow(Algo::Lamport, false);
   EXPECT_EQ(select(a, cfg, c), Algo::Tree);  // a forced Lamport that does not fit runs the tree
   a.opts.hints["algo"] = "nccl";
   EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Base);
@@ -123,7 +126,7 @@ TEST(Select, HostRules) {
   EXPECT_EQ(select(a, cfg, host(4)), Algo::Flat);
   a.opts.hints["algo"] = "lamport";
   Caps c = host(4);
-  c.lamport = false;
+  c.allow(Algo::Lamport, false);
   EXPECT_EQ(select(a, cfg, c), Algo::Tree);
 }
 
@@ -135,7 +138,7 @@ TEST(Select, LowPrecision) {
   EXPECT_EQ(select(allreduce(size_t(64) << 20), cfg, gpu(2)), Algo::Fp8);
   EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Fp8);  // one-shot off above 2 ranks
   Caps c = gpu(2);
-  c.fp8OneShot = false;  // a one-shot that does not fit the inboxes runs two-shot
+  c.allow(Algo::Fp8OneShot, false);  // a one-shot that does not fit the inboxes runs two-shot
   EXPECT_EQ(select(a, cfg, c), Algo::Fp8);
   a.opts.hints["fp8_algo"] = "twoshot";
   EXPECT_EQ(select(a, cfg, gpu(2)), Algo::Fp8);
@@ -143,7 +146,7 @@ TEST(Select, LowPrecision) {
   EXPECT_THROW((void)select(a, cfg, gpu(2)), Error);
   // Bitwise ops and backend "nccl" never take FP8; small messages need the hint.
   Caps ints = gpu(2);
-  ints.lamport = false;  // the data-as-flag protocol carries float types only
+  ints.allow(Algo::Lamport, false);  // the data-as-flag protocol carries float types only
   EXPECT_EQ(select(allreduce(size_t(16) << 20, DataType::i32, RedOpKind::BAND), cfg, ints), Algo::Tree);
   Caps plain = gpu(2);
   plain.plainNccl = true;
@@ -156,8 +159,8 @@ TEST(Select, LowPrecision) {
   ag.opts.hints["low_precision"] = "fp8";
   EXPECT_EQ(select(ag, cfg, gpu(2)), Algo::Fp8);
   Caps noFp8 = gpu(2);
-  noFp8.fp8 = false;
-  EXPECT_EQ(select(ag, cfg, noFp8), Algo::XchgLL);  // the DDA exchange, where FP8 cannot run
+  noFp8.allow(Algo::Fp8, false);
+  EXPECT_EQ(select(ag, cfg, noFp8), Algo::LL);  // the DDA exchange, where FP8 cannot run
   noFp8.peer = false;
   EXPECT_EQ(select(ag, cfg, noFp8), Algo::Base);
 }
@@ -188,7 +191,7 @@ TEST(Select, Barrier) {
   b.type = CollType::Barrier;
   Caps c = gpu(2);
   EXPECT_EQ(select(b, cfg, c), Algo::Base);
-  c.peerBarrier = true;
+  c.allow(Algo::PeerBarrier, true);
   EXPECT_EQ(select(b, cfg, c), Algo::PeerBarrier);
   c.plainNccl = true;
   EXPECT_EQ(select(b, cfg, c), Algo::Base);
@@ -201,33 +204,33 @@ TEST(Select, ExchangeTablesByCollective) {
   Config cfg;
   const int n = 8;
   // All-gather: 16 MiB of output.
-  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::XchgLL);
-  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 20), cfg, gpu(n)), Algo::XchgPipe);
-  EXPECT_EQ(select(exchange(CollType::AllGather, 2 << 20), cfg, gpu(n)), Algo::XchgPipe);   // 16 MiB
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::LL);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 20), cfg, gpu(n)), Algo::Pipelined);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 2 << 20), cfg, gpu(n)), Algo::Pipelined);   // 16 MiB
   EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 20), cfg, gpu(n)), Algo::Base);   // 32 MiB
   // Reduce-scatter: 8 MiB of input; all-to-all: 2 MiB.
-  EXPECT_EQ(select(exchange(CollType::ReduceScatter, 1 << 20), cfg, gpu(n)), Algo::XchgPipe);
+  EXPECT_EQ(select(exchange(CollType::ReduceScatter, 1 << 20), cfg, gpu(n)), Algo::Pipelined);
   EXPECT_EQ(select(exchange(CollType::ReduceScatter, 2 << 20), cfg, gpu(n)), Algo::Base);
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(n)), Algo::XchgPipe);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(n)), Algo::Pipelined);
   EXPECT_EQ(select(exchange(CollType::AllToAll, 512 << 10), cfg, gpu(n)), Algo::Base);
   EXPECT_EQ(ddaExchangeMaxBytes(cfg, CollType::AllGather, 2), size_t(16) << 20);
   EXPECT_EQ(ddaExchangeMaxBytes(cfg, CollType::ReduceScatter, 4), size_t(8) << 20);
   EXPECT_EQ(ddaExchangeMaxBytes(cfg, CollType::AllToAll, 8), size_t(2) << 20);
   // LL follows the flat allreduce's size per message (2 ranks: 512 KiB).
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(2)), Algo::XchgLL);
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 768 << 10), cfg, gpu(2)), Algo::XchgPipe);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 256 << 10), cfg, gpu(2)), Algo::LL);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 768 << 10), cfg, gpu(2)), Algo::Pipelined);
   Caps noLL = gpu(2);
-  noLL.ll = false;  // the block does not fit one LL slot
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 4 << 10), cfg, noLL), Algo::XchgPipe);
+  noLL.allow(Algo::LL, false);  // the block does not fit one LL slot
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 4 << 10), cfg, noLL), Algo::Pipelined);
   // The settings.
   cfg.ddaAllGatherMaxBytes = size_t(64) << 20;
   cfg.ddaReduceScatterMaxBytes = 1 << 20;
   cfg.ddaAllToAllMaxBytes = size_t(1) << 30;
-  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 20), cfg, gpu(n)), Algo::XchgPipe);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 20), cfg, gpu(n)), Algo::Pipelined);
   EXPECT_EQ(select(exchange(CollType::ReduceScatter, 256 << 10), cfg, gpu(n)), Algo::Base);
-  EXPECT_EQ(select(exchange(CollType::AllToAll, 8 << 20), cfg, gpu(n)), Algo::XchgPipe);
+  EXPECT_EQ(select(exchange(CollType::AllToAll, 8 << 20), cfg, gpu(n)), Algo::Pipelined);
   cfg.ddaFlatMaxBytes = 1 << 10;
-  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::XchgPipe);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 4 << 10), cfg, gpu(n)), Algo::Pipelined);
 }
 
 // Hints force either side; all-to-all-v has no size rule and never runs LL; bitwise
@@ -237,35 +240,35 @@ TEST(Select, ExchangeHintsAllToAllVAndBitwise) {
   CollArgs a = exchange(CollType::AllGather, 8 << 20);  // 64 MiB at 8 ranks: NCCL by size
   EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Base);
   a.opts.hints["algo"] = "dda";
-  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::XchgPipe);
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Pipelined);
   a.opts.hints["algo"] = "flat";  // LL when it fits, else pipelined
-  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::XchgLL);
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::LL);
   Caps noLL = gpu(8);
-  noLL.ll = false;
-  EXPECT_EQ(select(a, cfg, noLL), Algo::XchgPipe);
+  noLL.allow(Algo::LL, false);
+  EXPECT_EQ(select(a, cfg, noLL), Algo::Pipelined);
   a.opts.hints["algo"] = "tree";
-  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::XchgPipe);
+  EXPECT_EQ(select(a, cfg, gpu(8)), Algo::Pipelined);
   CollArgs small = exchange(CollType::ReduceScatter, 1 << 10);
   small.opts.hints["algo"] = "nccl";
   EXPECT_EQ(select(small, cfg, gpu(8)), Algo::Base);
   small.opts.hints["algo"] = "lamport";  // an allreduce name: auto for the exchanges
-  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::XchgLL);
+  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::LL);
   cfg.allreduceAlgo = "nccl";  // CCLX_ALLREDUCE_ALGO is about allreduce only
   small.opts.hints.clear();
-  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::XchgLL);
+  EXPECT_EQ(select(small, cfg, gpu(8)), Algo::LL);
   cfg = Config{};
   // All-to-all-v: pipelined whatever the size (the counts differ per rank), NCCL only by hint.
   CollArgs v;
   v.type = CollType::AllToAllV;
   v.dtype = DataType::f32;
   v.sendCounts = v.recvCounts = std::vector<size_t>(4, size_t(64) << 20);
-  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::XchgPipe);
+  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::Pipelined);
   v.opts.hints["algo"] = "flat";
-  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::XchgPipe);
+  EXPECT_EQ(select(v, cfg, gpu(4)), Algo::Pipelined);
   v.opts.hints["algo"] = "nccl";
   EXPECT_EQ(select(v, cfg, gpu(4)), Algo::Base);
   Caps noPipe = gpu(4);
-  noPipe.pipelined = false;  // its staging failed to allocate: NCCL
+  noPipe.allow(Algo::Pipelined, false);  // its staging failed to allocate: NCCL
   v.opts.hints.clear();
   EXPECT_EQ(select(v, cfg, noPipe), Algo::Base);
   // All-to-all-v with device split sizes: the device-planned pipelined kernel (no size is known
@@ -275,9 +278,9 @@ TEST(Select, ExchangeHintsAllToAllVAndBitwise) {
   d.type = CollType::AllToAllVDevice;
   d.dtype = DataType::bf16;
   d.rows.rowElems = 7168;
-  EXPECT_EQ(select(d, cfg, gpu(8)), Algo::XchgPipe);
+  EXPECT_EQ(select(d, cfg, gpu(8)), Algo::Pipelined);
   d.opts.hints["algo"] = "flat";
-  EXPECT_EQ(select(d, cfg, gpu(8)), Algo::XchgPipe);
+  EXPECT_EQ(select(d, cfg, gpu(8)), Algo::Pipelined);
   d.opts.hints["algo"] = "nccl";
   EXPECT_EQ(select(d, cfg, gpu(8)), Algo::Base);
   d.opts.hints.clear();
@@ -290,9 +293,9 @@ TEST(Select, ExchangeHintsAllToAllVAndBitwise) {
   EXPECT_EQ(select(d, cfg, noPeerD), Algo::Base);
   // Bitwise reduce-scatter: DDA at any size, even when asked for NCCL.
   CollArgs bw = exchange(CollType::ReduceScatter, size_t(64) << 20, DataType::i32, RedOpKind::BXOR);
-  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::XchgPipe);
+  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::Pipelined);
   bw.opts.hints["algo"] = "nccl";
-  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::XchgPipe);
+  EXPECT_EQ(select(bw, cfg, gpu(8)), Algo::Pipelined);
   // Bad names are argument errors for every collective and backend.
   for (CollType t : {CollType::AllGather, CollType::ReduceScatter, CollType::AllToAll,
                      CollType::AllToAllV})
@@ -317,7 +320,7 @@ TEST(Select, ExchangeHintsAllToAllVAndBitwise) {
   // HIP: auto never takes LL (LL16 packets are data as flag); a hint still does.
   Caps hip = gpu(2);
   hip.dataAsFlag = false;
-  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 10), cfg, hip), Algo::XchgPipe);
+  EXPECT_EQ(select(exchange(CollType::AllGather, 1 << 10), cfg, hip), Algo::Pipelined);
 }
 
 // Ranks that share a GPU: every size on DDA (LL where it fits, else pipelined).
@@ -326,10 +329,10 @@ TEST(Select, ExchangeOnASharedGpu) {
   Caps c = gpu(5);
   c.nccl = false;
   c.timed = false;
-  EXPECT_EQ(select(exchange(CollType::AllGather, size_t(256) << 20), cfg, c), Algo::XchgLL);
-  c.ll = false;
+  EXPECT_EQ(select(exchange(CollType::AllGather, size_t(256) << 20), cfg, c), Algo::LL);
+  c.allow(Algo::LL, false);
   for (CollType t : {CollType::AllGather, CollType::ReduceScatter, CollType::AllToAll})
-    EXPECT_EQ(select(exchange(t, size_t(256) << 20), cfg, c), Algo::XchgPipe) << collName(t);
+    EXPECT_EQ(select(exchange(t, size_t(256) << 20), cfg, c), Algo::Pipelined) << collName(t);
   // FP8 where asked, as on GPUs of their own.
   CollArgs f = exchange(CollType::ReduceScatter, size_t(256) << 20);
   f.opts.hints["low_precision"] = "fp8";
@@ -359,20 +362,20 @@ TEST(Select, GroupedFormsAndReduceScatterV) {
     Caps shared = gpu(4);
     shared.nccl = false;
     shared.timed = false;
-    EXPECT_EQ(select(a, cfg, shared), Algo::XchgPipe) << collName(a.type);
+    EXPECT_EQ(select(a, cfg, shared), Algo::Pipelined) << collName(a.type);
     Caps noNccl = gpu(4);
     noNccl.nccl = false;
-    EXPECT_EQ(select(a, cfg, noNccl), Algo::XchgPipe) << collName(a.type);
+    EXPECT_EQ(select(a, cfg, noNccl), Algo::Pipelined) << collName(a.type);
     for (const char* h : {"dda", "tree", "flat", "lamport"}) {
       CollArgs b = a;
       b.opts.hints["algo"] = h;
-      EXPECT_EQ(select(b, cfg, gpu(4)), Algo::XchgPipe) << collName(a.type) << " " << h;
+      EXPECT_EQ(select(b, cfg, gpu(4)), Algo::Pipelined) << collName(a.type) << " " << h;
     }
     CollArgs n = a;
     n.opts.hints["algo"] = "nccl";
     EXPECT_EQ(select(n, cfg, gpu(4)), Algo::Base);
     Caps noPipe = shared;
-    noPipe.pipelined = false;  // no plan (a batch) or its staging failed: NCCL, which refuses it
+    noPipe.allow(Algo::Pipelined, false);  // no plan (a batch) or its staging failed: NCCL, which refuses it
     EXPECT_EQ(select(a, cfg, noPipe), Algo::Base);
     Caps noPeer = shared;
     noPeer.peer = false;
@@ -399,16 +402,16 @@ TEST(Select, PointToPointBatches) {
   Caps shared = gpu(4);
   shared.nccl = false;
   shared.timed = false;
-  EXPECT_EQ(select(b, cfg, shared), Algo::XchgPipe);
+  EXPECT_EQ(select(b, cfg, shared), Algo::Pipelined);
   EXPECT_EQ(select(b, cfg, gpu(4)), Algo::Base);
   for (const char* h : {"dda", "tree", "flat", "lamport", "nccl"}) {
     CollArgs x = b;
     x.opts.hints["algo"] = h;
     EXPECT_EQ(select(x, cfg, gpu(4)), Algo::Base) << h;
-    EXPECT_EQ(select(x, cfg, shared), Algo::XchgPipe) << h;
+    EXPECT_EQ(select(x, cfg, shared), Algo::Pipelined) << h;
   }
   Caps noPipe = shared;
-  noPipe.pipelined = false;
+  noPipe.allow(Algo::Pipelined, false);
   EXPECT_EQ(select(b, cfg, noPipe), Algo::Base);
   Caps plain = shared;
   plain.plainNccl = true;
@@ -438,29 +441,31 @@ TEST(Select, AllReduceDdaHint) {
 TEST(Select, AllReduceWithoutTheTree) {
   Config cfg;
   Caps c = gpu(2);
-  c.tree = false;
+  c.allow(Algo::Tree, false);
   EXPECT_EQ(select(allreduce(size_t(32) << 20), cfg, c), Algo::Base);  // auto, tree-sized
   EXPECT_EQ(select(allreduce(4 << 10), cfg, c), Algo::Flat);  // what fits elsewhere still runs
   for (const char* h : {"tree", "flat", "lamport", "dda", "auto"}) {
     CollArgs a = allreduce(size_t(32) << 20);
     a.opts.hints["algo"] = h;
     Caps none = c;
-    none.flat = none.lamport = false;  // nothing of the peers fits: NCCL
+    none.allow(Algo::Flat, false);
+    none.allow(Algo::Lamport, false);  // nothing of the peers fits: NCCL
     EXPECT_EQ(select(a, cfg, none), Algo::Base) << h;
   }
   Caps shared = c;  // ranks share a GPU: no size table, no NCCL
   shared.nccl = false;
   shared.timed = false;
-  shared.flat = shared.lamport = false;
+  shared.allow(Algo::Flat, false);
+  shared.allow(Algo::Lamport, false);
   EXPECT_EQ(select(allreduce(size_t(32) << 20), cfg, shared), Algo::Base);  // "needs NCCL"
   CollArgs bw = allreduce(size_t(32) << 20, DataType::i32, RedOpKind::BOR);
   EXPECT_EQ(select(bw, cfg, c), Algo::Flat);
   Caps onlyLamport = c;
-  onlyLamport.flat = false;
+  onlyLamport.allow(Algo::Flat, false);
   EXPECT_EQ(select(bw, cfg, onlyLamport), Algo::Lamport);
   // The host's twin: its tree and flat take every call, but the rule is the same.
   Caps h = host(4);
-  h.tree = false;
+  h.allow(Algo::Tree, false);
   EXPECT_EQ(select(allreduce(size_t(32) << 20), cfg, h), Algo::Flat);
 }
 
@@ -474,7 +479,7 @@ TEST(Select, ReduceScatterQuantized) {
   CollArgs a = exchange(CollType::ReduceScatterQuantized, size_t(1) << 30, DataType::f32);
   Caps c = gpu(4);
   EXPECT_EQ(select(a, cfg, c), Algo::Base);  // the kernel does not accept the call
-  c.srBf16 = true;
+  c.allow(Algo::SrBf16, true);
   EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);
   a.count = 1;
   EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);
@@ -497,11 +502,12 @@ TEST(Select, ReduceScatterQuantized) {
   EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);  // c.fp8 without the hint
   a.opts.hints["low_precision"] = "fp8";
   EXPECT_EQ(select(a, cfg, c), Algo::Fp8);
-  c.fp8 = false;
+  c.allow(Algo::Fp8, false);
   EXPECT_EQ(select(a, cfg, c), Algo::SrBf16);
-  c.fp8 = c.host = true;
+  c.allow(Algo::Fp8, true);
+  c.host = true;
   EXPECT_EQ(select(a, cfg, c), Algo::Fp8);
-  const CollArgs b = quantizedAsFp8(a);
+  const CollArgs b = lowerFor(a, Algo::Fp8);
   EXPECT_EQ(b.type, CollType::ReduceScatter);
   EXPECT_EQ(b.seed, nullptr);
   EXPECT_TRUE(lowPrecisionWanted(b, cfg));
@@ -521,12 +527,12 @@ TEST(Select, NeverAnAlgorithmThatCannotRun) {
                             CollType::Reduce,        CollType::ReduceScatterV, CollType::SendRecv,
                             CollType::Barrier,       CollType::AllReduceRmsNorm,
                             CollType::ReduceScatterQuantized};
-  const char* algos[] = {nullptr, "auto", "flat", "lamport", "tree", "nccl", "dda"};
-  const char* fused[] = {nullptr, "auto", "oneshot", "twoshot", "unfused"};
-  const char* fp8[] = {nullptr, "auto", "oneshot", "twoshot"};
-  const Algo all[] = {Algo::Flat,       Algo::Lamport,     Algo::Tree,        Algo::XchgLL,
-                      Algo::XchgPipe,   Algo::Fp8,         Algo::Fp8OneShot,  Algo::PeerBarrier,
-                      Algo::RmsOneShot, Algo::RmsTwoShot, Algo::SrBf16};
+  const char* algos[] = {nullptr, "auto", "flat", "lamport", "tree", "nccl", "dda", "ll", "pipelined", "base"};
+  const char* fused[] = {nullptr, "auto", "oneshot", "twoshot", "unfused", "fused_oneshot", "fused_twoshot"};
+  const char* fp8[] = {nullptr, "auto", "oneshot", "twoshot", "fp8", "fp8_oneshot"};
+  const Algo all[] = {Algo::Flat,       Algo::Lamport,     Algo::Tree,        Algo::LL,
+                      Algo::Pipelined,   Algo::Fp8,         Algo::Fp8OneShot,  Algo::PeerBarrier,
+                      Algo::FusedOneShot, Algo::FusedTwoShot, Algo::SrBf16};
   for (int i = 0; i < 40000; ++i) {
     const uint64_t r = next();
     Caps c;
@@ -545,9 +551,9 @@ TEST(Select, NeverAnAlgorithmThatCannotRun) {
     a.count = size_t(1) << (r >> 31) % 28;
     if (a.type == CollType::AllToAllV) a.sendCounts = a.recvCounts = std::vector<size_t>(2, a.count);
     if (a.type == CollType::SendRecv && (r >> 36 & 1)) a.what = "Scatter";
-    if (const char* h = algos[(r >> 37) % 7]) a.opts.hints["algo"] = h;
-    if (const char* h = fused[(r >> 40) % 5]) a.opts.hints["fused_algo"] = h;
-    if (const char* h = fp8[(r >> 43) % 4]) a.opts.hints["fp8_algo"] = h;
+    if (const char* h = algos[(r >> 37) % 10]) a.opts.hints["algo"] = h;
+    if (const char* h = fused[(r >> 40) % 7]) a.opts.hints["fused_algo"] = h;
+    if (const char* h = fp8[(r >> 43) % 6]) a.opts.hints["fp8_algo"] = h;
     if (r >> 46 & 1) a.opts.hints["low_precision"] = "fp8";
     Algo got = Algo::Base;
     ASSERT_NO_THROW(got = select(a, cfg, c)) << collName(a.type) << " draw " << i;

@@ -155,7 +155,7 @@ TEST(GpuA2avDevice, EqualsHostTwin) {
     a.type = CollType::AllToAllVDevice;
     a.dtype = DataType::f32;
     a.rows.rowElems = 1;
-    MP_CHECK(xchgtest::backendOf(*r.gpu).select(a) == Algo::XchgPipe, "not the pipelined kernel");
+    MP_CHECK(xchgtest::backendOf(*r.gpu).select(a) == Algo::Pipelined, "not the pipelined kernel");
     runShapes(r, 100);
   });
 }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/collectives.h"
 #include "core/elements/dtype_math.h"
 #include "base/error.h"
 #include "helpers/mp.h"
@@ -76,9 +77,7 @@ inline uint64_t mix(uint64_t x) {
 inline bool isFloat(DataType t) {
   return t == DataType::f32 || t == DataType::f64 || t == DataType::f16 || t == DataType::bf16;
 }
-inline bool isBitwise(RedOpKind k) {
-  return k == RedOpKind::BAND || k == RedOpKind::BOR || k == RedOpKind::BXOR;
-}
+using cclx::isBitwise;  // core/comm/collectives.h
 
 /// Element i of rank r's input, written as dtypeSize(t) bytes at dst. Never all zeros; small
 /// magnitudes so sums and products stay finite; full random bits for bitwise ops.

@@ -244,11 +244,11 @@ TEST(Fp8Select, CommPicksFp8ByHint) {
     auto c = fp8Comm(rank, size, store, "1048576", "128");
     // 2 ranks: one-shot by default up to the table's size, two-shot by hint or above it.
     MP_CHECK(c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::SUM) == "fp8_oneshot");
-    const size_t table = fp8OneShotMaxBytes(Config{}, 2) / 4;  // f32 elements
+    const size_t table = autoMaxBytes(Algo::Fp8OneShot, Config{}, 2) / 4;  // f32 elements
     MP_CHECK(table > 0, "2 ranks: one-shot expected in the table");
     MP_CHECK(c->selectAllReduceAlgo(table, DataType::f32, RedOpKind::SUM) == "fp8_oneshot");
     MP_CHECK(c->selectAllReduceAlgo(table + 1, DataType::f32, RedOpKind::SUM) == "fp8");
-    MP_CHECK(fp8OneShotMaxBytes(Config{}, 3) == 0 && fp8OneShotMaxBytes(Config{}, 8) == 0, "3-8 ranks: two-shot");
+    MP_CHECK(autoMaxBytes(Algo::Fp8OneShot, Config{}, 3) == 0 && autoMaxBytes(Algo::Fp8OneShot, Config{}, 8) == 0, "3-8 ranks: two-shot");
     CollOptions two, bad;
     two.hints["fp8_algo"] = "twoshot";
     MP_CHECK(c->selectAllReduceAlgo(100, DataType::f32, RedOpKind::SUM, two) == "fp8");

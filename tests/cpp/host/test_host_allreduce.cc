@@ -70,10 +70,10 @@ TEST(HostAllReduce, SizesFromZeroToOneMiB) {
       auto comm = makeCpuComm(rank, size, store, testOpts());
       uint64_t seed = 7;
       // 4 KiB of f32 is flat, 1 MiB is tree (defaults).
-      MP_CHECK(comm->selectAllReduceAlgo(1024, DataType::f32, RedOpKind::SUM) == "shm-flat");
-      MP_CHECK(comm->selectAllReduceAlgo(262144, DataType::f32, RedOpKind::SUM) == "shm-tree");
-      MP_CHECK(comm->selectAllReduceAlgo(262144, DataType::f32, RedOpKind::SUM, algo("flat")) == "shm-flat");
-      MP_CHECK(comm->selectAllReduceAlgo(4, DataType::f32, RedOpKind::SUM, algo("tree")) == "shm-tree");
+      MP_CHECK(comm->selectAllReduceAlgo(1024, DataType::f32, RedOpKind::SUM) == "flat");
+      MP_CHECK(comm->selectAllReduceAlgo(262144, DataType::f32, RedOpKind::SUM) == "tree");
+      MP_CHECK(comm->selectAllReduceAlgo(262144, DataType::f32, RedOpKind::SUM, algo("flat")) == "flat");
+      MP_CHECK(comm->selectAllReduceAlgo(4, DataType::f32, RedOpKind::SUM, algo("tree")) == "tree");
       for (size_t count : {1ul, 1023ul, 1024ul, 4099ul, 262144ul})
         for (DataType t : {DataType::f32, DataType::bf16, DataType::i32})
           for (bool inPlace : {false, true})
@@ -151,9 +151,9 @@ TEST(HostAllReduce, LamportMatchesFlatBits) {
   for (int n : {2, 5}) {
     auto res = runRanks(n, [](int rank, int size, std::shared_ptr<Store> store) {
       auto comm = makeCpuComm(rank, size, store, testOpts());
-      MP_CHECK(comm->selectAllReduceAlgo(1024, DataType::f32, RedOpKind::SUM, algo("lamport")) == "shm-lamport");
-      MP_CHECK(comm->selectAllReduceAlgo(1024, DataType::i32, RedOpKind::SUM, algo("lamport")) == "shm-tree");
-      MP_CHECK(comm->selectAllReduceAlgo(1 << 20, DataType::f32, RedOpKind::SUM, algo("lamport")) == "shm-tree");
+      MP_CHECK(comm->selectAllReduceAlgo(1024, DataType::f32, RedOpKind::SUM, algo("lamport")) == "lamport");
+      MP_CHECK(comm->selectAllReduceAlgo(1024, DataType::i32, RedOpKind::SUM, algo("lamport")) == "tree");
+      MP_CHECK(comm->selectAllReduceAlgo(1 << 20, DataType::f32, RedOpKind::SUM, algo("lamport")) == "tree");
       uint64_t seed = 500;
       for (DataType t : {DataType::f32, DataType::f64, DataType::f16, DataType::bf16}) {
         const size_t es = esize(t);

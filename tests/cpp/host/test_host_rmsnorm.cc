@@ -231,7 +231,7 @@ TEST(HostRmsNorm, ChunksFallbackAndBackToBack) {
     Bufs b(big, d, rank);
     CollOptions o;
     o.hints = big.hints;
-    MP_CHECK(comm->selectAllReduceRmsNormAlgo(b.args(big, d), o) == "unfused(shm-flat)",
+    MP_CHECK(comm->selectAllReduceRmsNormAlgo(b.args(big, d), o) == "unfused(flat)",
              "picked %s", comm->selectAllReduceRmsNormAlgo(b.args(big, d), o).c_str());
     checkCase(*comm, big, 4);
     const char* algos[] = {"oneshot", "twoshot", "unfused"};
@@ -255,16 +255,16 @@ TEST(HostRmsNorm, SelectionHintsAndSettings) {
     a.tokens = 4;
     a.hidden = 1024;
     a.dtype = DataType::bf16;  // 8 KiB: one-shot (CCLX_SHM_FLAT_MAX_BYTES 64K)
-    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a) == "shm-fused-oneshot");
+    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a) == "fused_oneshot");
     a.tokens = 512;            // 1 MiB: two-shot
-    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a) == "shm-fused-twoshot");
+    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a) == "fused_twoshot");
     CollOptions o;
     o.hints["fused_algo"] = "oneshot";
-    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a, o) == "shm-fused-oneshot");
+    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a, o) == "fused_oneshot");
     o.hints["fused_algo"] = "unfused";
-    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a, o) == "unfused(shm-tree)");
+    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a, o) == "unfused(tree)");
     o.hints["algo"] = "flat";
-    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a, o) == "unfused(shm-flat)");
+    MP_CHECK(comm->selectAllReduceRmsNormAlgo(a, o) == "unfused(flat)");
     o.hints["fused_algo"] = "fastest";
     try {
       comm->selectAllReduceRmsNormAlgo(a, o);
@@ -292,28 +292,30 @@ TEST(RmsNormSelect, GpuTableAndRules) {
   auto gpu = [](int n) {
     Caps c;
     c.worldSize = n;
-    c.nccl = c.peer = c.rmsOneShot = c.rmsTwoShot = true;
+    c.nccl = c.peer = true;
+    c.allow(Algo::FusedOneShot, true);
+    c.allow(Algo::FusedTwoShot, true);
     return c;
   };
   // TP 8, hidden 4096 bf16: one-shot to 32 tokens (256 KiB), two-shot to 512 (4 MiB), unfused above.
-  EXPECT_EQ(select(call(32, 4096), cfg, gpu(8)), Algo::RmsOneShot);
-  EXPECT_EQ(select(call(33, 4096), cfg, gpu(8)), Algo::RmsTwoShot);
-  EXPECT_EQ(select(call(512, 4096), cfg, gpu(8)), Algo::RmsTwoShot);
-  EXPECT_EQ(select(call(513, 4096), cfg, gpu(8)), Algo::RmsUnfused);
-  EXPECT_EQ(select(call(64, 4096), cfg, gpu(4)), Algo::RmsOneShot);   // 512 KiB
-  EXPECT_EQ(select(call(65, 4096), cfg, gpu(4)), Algo::RmsTwoShot);
-  EXPECT_EQ(select(call(1024, 4096), cfg, gpu(2)), Algo::RmsOneShot);  // 8 MiB
-  EXPECT_EQ(select(call(1025, 4096), cfg, gpu(2)), Algo::RmsUnfused);  // no two-shot at 2 ranks
+  EXPECT_EQ(select(call(32, 4096), cfg, gpu(8)), Algo::FusedOneShot);
+  EXPECT_EQ(select(call(33, 4096), cfg, gpu(8)), Algo::FusedTwoShot);
+  EXPECT_EQ(select(call(512, 4096), cfg, gpu(8)), Algo::FusedTwoShot);
+  EXPECT_EQ(select(call(513, 4096), cfg, gpu(8)), Algo::Unfused);
+  EXPECT_EQ(select(call(64, 4096), cfg, gpu(4)), Algo::FusedOneShot);   // 512 KiB
+  EXPECT_EQ(select(call(65, 4096), cfg, gpu(4)), Algo::FusedTwoShot);
+  EXPECT_EQ(select(call(1024, 4096), cfg, gpu(2)), Algo::FusedOneShot);  // 8 MiB
+  EXPECT_EQ(select(call(1025, 4096), cfg, gpu(2)), Algo::Unfused);  // no two-shot at 2 ranks
   Caps c = gpu(8);
-  c.rmsOneShot = false;  // does not fit the inboxes
-  EXPECT_EQ(select(call(8, 4096), cfg, c), Algo::RmsTwoShot);
-  c.rmsTwoShot = false;
-  EXPECT_EQ(select(call(8, 4096), cfg, c), Algo::RmsUnfused);
+  c.allow(Algo::FusedOneShot, false);  // does not fit the inboxes
+  EXPECT_EQ(select(call(8, 4096), cfg, c), Algo::FusedTwoShot);
+  c.allow(Algo::FusedTwoShot, false);
+  EXPECT_EQ(select(call(8, 4096), cfg, c), Algo::Unfused);
   c = gpu(8);
   c.timed = false;  // ranks share a GPU: every size that fits
-  EXPECT_EQ(select(call(4096, 8192), cfg, c), Algo::RmsOneShot);
+  EXPECT_EQ(select(call(4096, 8192), cfg, c), Algo::FusedOneShot);
   c.dataAsFlag = false;
-  EXPECT_EQ(select(call(1, 4096), cfg, c), Algo::RmsUnfused);
+  EXPECT_EQ(select(call(1, 4096), cfg, c), Algo::Unfused);
   c = gpu(8);
   c.peer = false;  // no peer memory (across hosts): NCCL + the local kernel
   EXPECT_EQ(select(call(1, 4096), cfg, c), Algo::Base);
@@ -323,15 +325,15 @@ TEST(RmsNormSelect, GpuTableAndRules) {
   Config over;
   over.fusedOneShotMaxBytes = 1 << 20;
   over.fusedTwoShotMaxBytes = 64 << 20;
-  EXPECT_EQ(select(call(128, 4096), over, gpu(8)), Algo::RmsOneShot);
-  EXPECT_EQ(select(call(4096, 4096), over, gpu(8)), Algo::RmsTwoShot);
+  EXPECT_EQ(select(call(128, 4096), over, gpu(8)), Algo::FusedOneShot);
+  EXPECT_EQ(select(call(4096, 4096), over, gpu(8)), Algo::FusedTwoShot);
   over.fusedAlgo = "unfused";
-  EXPECT_EQ(select(call(1, 4096), over, gpu(8)), Algo::RmsUnfused);
+  EXPECT_EQ(select(call(1, 4096), over, gpu(8)), Algo::Unfused);
   over.fusedAlgo = "twoshot";
-  EXPECT_EQ(select(call(1, 4096), over, gpu(8)), Algo::RmsTwoShot);
+  EXPECT_EQ(select(call(1, 4096), over, gpu(8)), Algo::FusedTwoShot);
   CollArgs h = call(1, 4096);
   h.opts.hints["fused_algo"] = "oneshot";  // the hint beats the setting
-  EXPECT_EQ(select(h, over, gpu(8)), Algo::RmsOneShot);
+  EXPECT_EQ(select(h, over, gpu(8)), Algo::FusedOneShot);
   h.opts.hints["fused_algo"] = "bogus";
   EXPECT_THROW(select(h, over, gpu(8)), Error);
 }

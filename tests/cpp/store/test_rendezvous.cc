@@ -178,7 +178,7 @@ TEST(RendezvousEnv, OneRanksFailureFailsAllAtOnce) {
       o.timeout = 60s;
       if (rank == bad) o.hints["algo"] = "fastest";
       long long ms = 0;
-      std::string want = "hint algo='fastest' is not one of auto, flat, lamport, tree, nccl, dda";
+      std::string want = "hint algo='fastest' is not one of auto, base, flat, lamport, tree, ll, pipelined, nccl, dda";
       std::string msg = failsWith(rank == bad ? cclxInvalidArgument : cclxRemoteError, [&] {
         cclx::Comm::fromEnv(cclx::DeviceSpec::cpu(), o);
       }, &ms);

@@ -198,8 +198,8 @@ def test_per_call_timeout_zero_means_the_comms(comm):
 @pytest.mark.parametrize("hints,text", [
     ({"algoo": "tree"}, "unknown hint 'algoo' (valid hints: algo, low_precision, fp8_algo, fused_algo, put_path)"),
     ({"low_precision": "fp4"}, "hint low_precision='fp4' is not one of fp8, off"),
-    ({"fp8_algo": "bogus"}, "hint fp8_algo='bogus' is not one of auto, oneshot, twoshot"),
-    ({"algo": "bogus"}, "hint algo='bogus' is not one of auto, flat, lamport, tree, nccl, dda"),
+    ({"fp8_algo": "bogus"}, "hint fp8_algo='bogus' is not one of auto, fp8, fp8_oneshot, twoshot, oneshot"),
+    ({"algo": "bogus"}, "hint algo='bogus' is not one of auto, base, flat, lamport, tree, ll, pipelined, nccl, dda"),
 ])
 def test_bad_hints_rejected_everywhere(comm, monkeypatch_module, hints, text):
     """Every collective and new_comm check hints against one table, before anything runs."""

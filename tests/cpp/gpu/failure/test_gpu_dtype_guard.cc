@@ -51,10 +51,10 @@ TEST(GpuDtypeGuard, LaunchWithAnUnimplementedDtypeIsAnInternalError) {
       {"flat", CollType::AllReduce, DataType::fp8_e4m3, algo(makeDdaFlat)},
       {"tree", CollType::AllReduce, DataType::fp8_e5m2, algo(makeDdaTree)},
       {"Lamport", CollType::AllReduce, DataType::i32, algo(makeDdaLamport)},  // was: run as bf16
-      {"LL exchange", CollType::ReduceScatter, DataType::fp8_e4m3, algo(makeDdaXchgLL)},
-      {"pipelined", CollType::ReduceScatter, DataType::fp8_e4m3, algo(makeDdaXchgPipe)},
-      {"one-shot allreduce + RMSNorm", CollType::AllReduceRmsNorm, DataType::f64, algo(makeRmsOneShot)},
-      {"two-shot allreduce + RMSNorm", CollType::AllReduceRmsNorm, DataType::i8, algo(makeRmsTwoShot)},
+      {"LL exchange", CollType::ReduceScatter, DataType::fp8_e4m3, algo(makeDdaLL)},
+      {"pipelined", CollType::ReduceScatter, DataType::fp8_e4m3, algo(makeDdaPipelined)},
+      {"one-shot allreduce + RMSNorm", CollType::AllReduceRmsNorm, DataType::f64, algo(makeFusedOneShot)},
+      {"two-shot allreduce + RMSNorm", CollType::AllReduceRmsNorm, DataType::i8, algo(makeFusedTwoShot)},
       {"RMSNorm epilogue", CollType::AllReduceRmsNorm, DataType::f64,
        [&](const CollArgs& a, DeviceCtx& ctx, void* st) { launchRmsLocal(a, recv, ctx, st); }},
       {"fp8 allreduce", CollType::AllReduce, DataType::f64, algo(makeFp8AllReduce)},  // was: f16

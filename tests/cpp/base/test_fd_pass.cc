@@ -1,4 +1,4 @@
-// File-descriptor passing (host/fd_pass.h) between forked processes, 2..4 ranks (one network
+// File-descriptor passing (base/fd_pass.h) between forked processes, 2..4 ranks (one network
 // namespace, as every rank reads it): every rank sends a memfd of its own to every other rank
 // and checks that what arrives is that same file (inode, content written by the sender, and
 // marks written through it that the sender reads back); a datagram without a descriptor; stray,
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "helpers/mp.h"
-#include "host/fd_pass.h"
+#include "base/fd_pass.h"
 
 using namespace std::chrono_literals;
 using cclx::FdMailbox;

@@ -1,6 +1,6 @@
 // File-descriptor passing between the processes of one host (see fd_pass.h). A datagram is a
 // Message (magic, tag, whether a descriptor rides along) plus at most one SCM_RIGHTS descriptor.
-#include "host/fd_pass.h"
+#include "base/fd_pass.h"
 
 #include <poll.h>
 #include <sys/socket.h>
