@@ -32,6 +32,7 @@ constexpr hipStreamCaptureMode cudaStreamCaptureModeRelaxed = hipStreamCaptureMo
 constexpr hipStreamCaptureStatus cudaStreamCaptureStatusNone = hipStreamCaptureStatusNone;
 constexpr hipMemcpyKind cudaMemcpyDeviceToDevice = hipMemcpyDeviceToDevice;
 constexpr hipMemcpyKind cudaMemcpyHostToDevice = hipMemcpyHostToDevice;
+constexpr hipMemcpyKind cudaMemcpyDefault = hipMemcpyDefault;
 constexpr hipMemcpyKind cudaMemcpyDeviceToHost = hipMemcpyDeviceToHost;
 constexpr unsigned cudaHostAllocDefault = hipHostMallocDefault;
 constexpr hipDeviceAttribute_t cudaDevAttrMultiProcessorCount =
