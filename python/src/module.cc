@@ -68,4 +68,5 @@ NB_MODULE(_C, m) {
   bindStore(m);
   bindComm(m);
   bindRendezvous(m);
+  bindMoe(m);
 }
