@@ -94,10 +94,13 @@ class Buffer:
     num_experts E (a multiple of the world size N; rank r holds experts r*L .. r*L+L-1,
     L = E / N); top_k k (1..16); dtype of tokens, expert outputs and the combine output
     (float32 / bfloat16 / float16); fp8: dispatch rows travel as FP8 e4m3 with one float32 scale
-    per 128 values (cclx's block codec). `bytes`: this rank's communication memory."""
+    per 128 values (cclx's block codec). `bytes`: this rank's communication memory.
+    route: None takes the table's choice (MoeBuffer::route); "composed" forces the composed
+    path on any communicator (comparisons, tests)."""
 
     def __init__(self, comm: Any, max_tokens_per_rank: int, hidden: int, num_experts: int,
-                 top_k: int, dtype: Any = torch.bfloat16, fp8: bool = False) -> None:
+                 top_k: int, dtype: Any = torch.bfloat16, fp8: bool = False,
+                 route: Optional[str] = None) -> None:
         if dtype not in FLOAT_DTYPES:
             raise _bad("__init__", f"dtype must be float32, bfloat16 or float16, not {dtype}")
         self.comm = comm
@@ -111,6 +114,11 @@ class Buffer:
         args = (comm._c, self.max_tokens, self.hidden, self.num_experts, self.top_k,
                 _DTYPE_CODE[dtype], self.fp8)
         self.route, self.why = _C.MoeBuffer.route(*args)
+        if route not in (None, self.route, "composed"):
+            raise _bad("__init__", f"route {route!r}: this communicator's route is "
+                                   f"{self.route!r} ({self.why or 'no reason to differ'})")
+        if route == "composed" and self.route != "composed":
+            self.route, self.why = "composed", "asked for (route='composed')"
         self._seq = 0
         self._last: Optional[Handle] = None
         if self.route == "composed":

@@ -264,3 +264,53 @@ def case_zz_late_rank_fails_naming_it(ctx):
                 assert int(buf._views["expert_counts"].abs().sum()) == 0
     finally:
         comm.abort()
+
+
+def _same(a, b, what):
+    a, b = a.cpu(), b.cpu()
+    assert a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8),
+                                              b.contiguous().view(torch.uint8)), what
+
+
+def case_composed_route_same_bits(ctx):
+    """The composed route (torch ops + all-to-all-v: the route of comms without peer memory)
+    gives the twin's bits: receive rows and scales, counts, entries, combine."""
+    N, r = ctx.size, ctx.rank
+    for seed, H, k, L, dtype, kind, fp8, bad in (
+            (90, 33, 2, 4, "f32", "random", False, False),
+            (91, 133, 8, 8, "bf16", "random", True, False),
+            (92, 72, 5, 2, "f16", "dup", True, True),
+            (93, 40, 3, 4, "bf16", "same_rank", False, True)):
+        E = L * N
+        Ts = [5 + (3 * i) % 4 for i in range(N)]
+        B = max(Ts)
+        tw = moe.Buffer(ctx.comm, B, H, E, k, DT[dtype], fp8=fp8)
+        co = moe.Buffer(ctx.comm, B, H, E, k, DT[dtype], fp8=fp8, route="composed")
+        try:
+            assert co.route == "composed" and tw.route == "host"
+            for c in range(2):
+                data = inputs(seed + 7 * c, N, Ts, H, k, E, DT[dtype], kind)
+                if bad:
+                    data = with_bad_ids(data, E, seed)
+                x, ids, w = data[r]
+                outs = []
+                for buf in (tw, co):
+                    recv, h = buf.dispatch(x, ids, w)
+                    y = buf.combine(experts_of(recv, h, r, L, DT[dtype]), h)
+                    n = int(h.expert_offsets[-1])
+                    cnt = h.recv_counts.tolist()
+                    rows = torch.cat([recv.x[s * B:s * B + cnt[s]] for s in range(N)])
+                    sc = torch.cat([recv.scales[s * B:s * B + cnt[s]] for s in range(N)]) \
+                        if fp8 else None
+                    outs.append((h.recv_counts.clone(), h.expert_offsets.clone(),
+                                 h.entry_rows[:n].clone(), rows.clone(), sc, y))
+                what = f"{kind} H={H} k={k} {dtype} fp8={fp8} call {c}"
+                for i, name in enumerate(("recv_counts", "expert_offsets", "entry_rows", "rows")):
+                    _same(outs[0][i], outs[1][i], f"{what}: {name}")
+                if fp8:
+                    _same(outs[0][4], outs[1][4], f"{what}: scales")
+                _same(outs[0][5], outs[1][5], f"{what}: combine")
+                check_y(outs[1][5], x, ids, w, E, fp8, DT[dtype])
+        finally:
+            tw.destroy()
+            co.destroy()
