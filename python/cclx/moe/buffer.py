@@ -73,17 +73,14 @@ def dequantize(codes: Any, scales: Any, dtype: Any = torch.float32) -> Any:
     pad = nb * BLOCK - H
     if pad:
         c = torch.nn.functional.pad(c, (0, pad))
-    inf = scales < 0  # the sign bit: an INF block
-    d = scales.abs()
-    v = (c.view(R, nb, BLOCK) * d.unsqueeze(-1))
-    if bool(inf.any()):
-        raw = codes.view(torch.uint8)
-        if pad:
-            raw = torch.nn.functional.pad(raw, (0, pad))
-        raw = raw.view(R, nb, BLOCK)
-        big = inf.unsqueeze(-1)
-        v = torch.where(big & (raw == 0x7E), float("inf"), v)
-        v = torch.where(big & (raw == 0xFE), float("-inf"), v)
+    inf = (scales < 0).unsqueeze(-1)  # the sign bit: an INF block (no host read: capturable)
+    v = c.view(R, nb, BLOCK) * scales.abs().unsqueeze(-1)
+    raw = codes.view(torch.uint8)
+    if pad:
+        raw = torch.nn.functional.pad(raw, (0, pad))
+    raw = raw.view(R, nb, BLOCK)
+    v = torch.where(inf & (raw == 0x7E), float("inf"), v)
+    v = torch.where(inf & (raw == 0xFE), float("-inf"), v)
     return v.view(R, nb * BLOCK)[:, :H].to(dtype)
 
 
