@@ -24,6 +24,7 @@ from .._work import _current_stream
 from ._layout import FLOAT_DTYPES
 
 _DTYPE_CODE = {torch.float32: 0, torch.float16: 2, torch.bfloat16: 3}
+_ID_DTYPES = (torch.int32, torch.int64)
 BLOCK = 128
 
 
@@ -59,8 +60,7 @@ class Handle:
                  "_buf", "_seq")
 
     def __init__(self, buf: "Buffer", T: int, seq: int) -> None:
-        self.recv_counts, self.expert_counts = buf._views["recv_counts"], buf._views["expert_counts"]
-        self.expert_offsets, self.entry_rows = buf._views["expert_offsets"], buf._views["entry_rows"]
+        self.recv_counts, self.expert_counts, self.expert_offsets, self.entry_rows = buf._hviews
         self.num_tokens, self._buf, self._seq = T, buf, seq
 
 
@@ -131,6 +131,10 @@ class Buffer:
             self.bytes = self._b.bytes
             self._views = self._make_views()
         self.recv = Recv(self._views["x"], self._views.get("scales"))
+        v = self._views
+        self._hviews = (v["recv_counts"], v["expert_counts"], v["expert_offsets"], v["entry_rows"])
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) if self._cuda else None
+        self._raw_stream = raw
 
     # ------------------------------------------------------------------ views
     def _make_views(self) -> dict:
@@ -160,7 +164,28 @@ class Buffer:
 
     # ------------------------------------------------------------------ calls
     def _stream(self) -> int:
-        return _current_stream(0, self._dev) if self._cuda else 0
+        if not self._cuda:
+            return 0
+        raw = self._raw_stream
+        return int(raw(self._dev)) if raw is not None else _current_stream(0, self._dev)
+
+    def _fast_args(self, x: Any, ids: Any, w: Any) -> int:
+        """T when x, topk_ids and topk_weights are exactly what the kernels take (the common
+        case: every check in a handful of attribute reads); -1 otherwise (dispatch then runs the
+        detailed checks, which raise or convert)."""
+        try:
+            xs, ids_s = x.shape, ids.shape
+            T = xs[0]
+            dev = self._dev_index
+            if len(xs) == 2 and xs[1] == self.hidden and T <= self.max_tokens and \
+                    x.dtype is self.dtype and ids_s == (T, self.top_k) and w.shape == ids_s and \
+                    w.dtype is torch.float32 and ids.dtype in _ID_DTYPES and \
+                    x.is_contiguous() and ids.is_contiguous() and w.is_contiguous() and \
+                    x.get_device() == dev and ids.get_device() == dev and w.get_device() == dev:
+                return T
+        except (AttributeError, TypeError, IndexError):
+            pass
+        return -1
 
     def _check_tokens(self, op: str, x: Any) -> int:
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != self.hidden or \
@@ -181,6 +206,14 @@ class Buffer:
         NaN; topk_weights [T, k] float32). handle=h instead of ids and weights: cached mode,
         the routing of h (the last dispatch) with new tokens of the same T. Returns
         (recv, handle); see Recv and Handle."""
+        if handle is None and self._impl is None:
+            T = self._fast_args(x, topk_ids, topk_weights)
+            if T >= 0:
+                self._b.dispatch(x.data_ptr(), topk_ids.data_ptr(), topk_ids.dtype is torch.int64,
+                                 topk_weights.data_ptr(), T, self._stream(), timeout)
+                self._seq += 1
+                h = self._last = Handle(self, T, self._seq)
+                return self.recv, h
         T = self._check_tokens("dispatch", x)
         if handle is not None:
             self._check_handle("dispatch", handle)
@@ -235,9 +268,25 @@ class Buffer:
         side). expert_out [rows, H] dtype: row i is entry i's output (entries of local expert l:
         handle.expert_offsets[l] .. [l+1]); an entry at or past `rows` makes its tokens' rows
         NaN. out: an optional [T, H] dtype output."""
+        eo = expert_out
+        if handle is self._last and self._impl is None and handle is not None:
+            try:
+                es, dev = eo.shape, self._dev_index
+                fast = len(es) == 2 and es[1] == self.hidden and eo.dtype is self.dtype and \
+                    eo.is_contiguous() and eo.get_device() == dev and handle._seq == self._seq
+                if fast and out is not None:
+                    fast = out.shape == (handle.num_tokens, self.hidden) and \
+                        out.dtype is self.dtype and out.is_contiguous() and out.get_device() == dev
+            except (AttributeError, TypeError, IndexError):
+                fast = False
+            if fast:
+                if out is None:
+                    out = torch.empty(handle.num_tokens, self.hidden, dtype=self.dtype,
+                                      device=eo.device)
+                self._b.combine(eo.data_ptr(), es[0], out.data_ptr(), self._stream(), timeout)
+                return out
         self._check_handle("combine", handle)
         op = "combine"
-        eo = expert_out
         if not isinstance(eo, torch.Tensor) or eo.dim() != 2 or eo.shape[1] != self.hidden or \
                 eo.dtype != self.dtype or not eo.is_contiguous():
             raise _bad(op, f"expert_out must be a contiguous [rows, {self.hidden}] {self.dtype} "
