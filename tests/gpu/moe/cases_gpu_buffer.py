@@ -225,6 +225,42 @@ def case_no_host_sync(ctx):
         g.destroy()
 
 
+def case_composed_route_on_cuda(ctx):
+    """The composed route (what comms across hosts run) on this CUDA comm gives the kernels'
+    bits: receive rows, scales, counts, entries, combine."""
+    N, r = ctx.size, ctx.rank
+    for seed, H, k, L, dtype, kind, fp8 in ((90, 33, 2, 4, "f32", "random", False),
+                                            (91, 133, 8, 8, "bf16", "random", True),
+                                            (92, 72, 5, 2, "f16", "dup", True)):
+        E = L * N
+        Ts = [5 + (3 * i) % 4 for i in range(N)]
+        B = max(Ts)
+        kb = moe.Buffer(ctx.comm, B, H, E, k, DT[dtype], fp8=fp8)
+        co = moe.Buffer(ctx.comm, B, H, E, k, DT[dtype], fp8=fp8, route="composed")
+        try:
+            data = with_bad_ids(inputs(seed, N, Ts, H, k, E, DT[dtype], kind), E, seed)
+            x, ids, w = (v.to(ctx.dev) for v in data[r])
+            outs = []
+            for buf in (kb, co):
+                recv, h = buf.dispatch(x, ids, w)
+                y = buf.combine(experts_of(recv, h, r, L, DT[dtype]), h)
+                cnt = h.recv_counts.tolist()
+                rows = torch.cat([recv.x[s * B:s * B + cnt[s]] for s in range(N)])
+                sc = torch.cat([recv.scales[s * B:s * B + cnt[s]] for s in range(N)]) \
+                    if fp8 else rows
+                n = int(h.expert_offsets[-1])
+                outs.append((h.expert_offsets.clone(), h.entry_rows[:n].clone(), rows.clone(),
+                             sc.clone(), y))
+            what = f"{kind} H={H} k={k} {dtype} fp8={fp8}"
+            for i, name in enumerate(("expert_offsets", "entry_rows", "rows", "scales",
+                                      "combine")):
+                _same(outs[0][i], outs[1][i], f"{what}: {name}, kernels vs composed")
+        finally:
+            torch.cuda.synchronize()
+            kb.destroy()
+            co.destroy()
+
+
 def _failure(ctx, name, late_s):
     """Rank N-1 comes `late_s` seconds late (None: never); the others' dispatch (timeout 2 s)
     fails naming it: NaN rows, counts 0, the next call raises."""
@@ -264,3 +300,4 @@ def case_zz_late_rank(ctx):
 
 def case_zzz_rank_never_comes(ctx):
     return _failure(ctx, "moe_gone", None)
+
