@@ -242,10 +242,28 @@ class Window;
 /// Separate = only put / signal / waitSignal reach it.
 enum class WinAccess : int { Unified = 0, Separate = 1 };
 
+/// What a launcher's environment says about this process (launchEnv()).
+struct LaunchEnv {
+  int rank = 0;
+  int size = 1;
+  std::string rankVar, sizeVar;  // the variables that gave them ("" for the default 0 of 1)
+  std::string masterAddr = "127.0.0.1";
+  int masterPort = 29500;
+  bool torchrun = false;  // TORCHELASTIC_RUN_ID is set: torchrun's store may hold MASTER_PORT
+};
+/// The one rule every front end (Comm::fromEnv, cclxCommInitFromEnv, Python's new_comm, the
+/// torchcomms backend) reads the environment by: the rank and world size come as a pair,
+/// TORCHCOMM_RANK with TORCHCOMM_SIZE when either is set, else torchrun's RANK with WORLD_SIZE
+/// when either is set, else rank 0 of 1. Half a pair is cclxInvalidArgument naming both
+/// variables, also when the other pair's half would complete it (TORCHCOMM_RANK=1 WORLD_SIZE=2
+/// mixes two launchers); so are a value that is not an integer, a size below 1 and a rank outside
+/// [0, size). MASTER_ADDR defaults to 127.0.0.1, MASTER_PORT to 29500 (1..65535).
+LaunchEnv launchEnv();
+
 class Comm : public std::enable_shared_from_this<Comm> {
  public:
-  /// Rendezvous from the environment (TORCHCOMM_RANK/SIZE, else RANK/WORLD_SIZE, MASTER_ADDR,
-  /// MASTER_PORT, LOCAL_RANK / LOCAL_WORLD_SIZE). Collective over all ranks.
+  /// Rendezvous from the environment (launchEnv(); LOCAL_RANK / LOCAL_WORLD_SIZE are checked
+  /// against what rendezvous finds). Collective over all ranks.
   static std::shared_ptr<Comm> fromEnv(DeviceSpec device, const Options& opts = {});
   /// Rendezvous through a caller-provided store. Collective over all ranks.
   static std::shared_ptr<Comm> create(DeviceSpec device, const Options& opts,

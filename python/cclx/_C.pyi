@@ -461,6 +461,12 @@ def nccl_path() -> str:
 def _rendezvous_config() -> tuple[str, int, str]:
     """(job id, CCLX_TIMEOUT_MS or -1, the error of a malformed setting or '')."""
 
+def _launch_env() -> tuple[int, int, str, int, bool]:
+    """
+    (rank, size, MASTER_ADDR, MASTER_PORT, under torchrun) by the one rule of cclx::launchEnv
+    (include/cclx/cclx.hpp); a malformed or half-set environment raises CclxInvalidArgument.
+    """
+
 def _store_token() -> str:
     """CCLX_STORE_TOKEN ('' when unset), read even when another setting is malformed."""
 

@@ -33,16 +33,10 @@ def env_int(*names: str) -> Optional[int]:
 
 
 def rank_size() -> Tuple[int, int]:
-    """(rank, size) from TORCHCOMM_RANK/SIZE, else torchrun's RANK/WORLD_SIZE, else (0, 1)."""
-    rank = env_int("TORCHCOMM_RANK", "RANK")
-    size = env_int("TORCHCOMM_SIZE", "WORLD_SIZE")
-    if rank is None and size is None:
-        return 0, 1
-    if rank is None or size is None:
-        raise bad("set both a rank (TORCHCOMM_RANK or RANK) and a size (TORCHCOMM_SIZE or "
-                  "WORLD_SIZE)")
-    if size < 1 or not 0 <= rank < size:
-        raise bad(f"invalid rank {rank} for world size {size}")
+    """(rank, size) of this process by cclx's one rule (cclx::launchEnv): TORCHCOMM_RANK with
+    TORCHCOMM_SIZE, else torchrun's RANK with WORLD_SIZE, else (0, 1); half a pair (or one half of
+    each) raises CclxInvalidArgument."""
+    rank, size, _, _, _ = _C._launch_env()
     return rank, size
 
 
@@ -162,15 +156,15 @@ def _has(fstore: Any, key: str) -> bool:
 
 
 def _master() -> Tuple[str, int]:
-    """MASTER_ADDR and MASTER_PORT, by default 127.0.0.1:29500 (as in the C++ core)."""
-    port = env_int("MASTER_PORT")
-    return os.environ.get("MASTER_ADDR") or "127.0.0.1", 29500 if port is None else port
+    """MASTER_ADDR and MASTER_PORT (default 127.0.0.1:29500), read as the C++ core reads them."""
+    _, _, addr, port, _ = _C._launch_env()
+    return addr, port
 
 
 def _under_torchrun() -> bool:
     """Launched by torchrun: MASTER_PORT belongs to torch's store (its agent's, or the one the
     first rank-0 TCPStore of the program serves), so cclx must not listen there."""
-    return bool(os.environ.get("TORCHELASTIC_RUN_ID"))
+    return bool(_C._launch_env()[4])
 
 
 def _foreign_get(fstore: Any, key: str, timeout: float, what: str) -> str:
@@ -205,7 +199,7 @@ def via_foreign(fstore: Any, rank: int, key: str, timeout: float, what: str) -> 
     job, timeout, _ = settings(timeout)
     configured = _C._store_token()
     if rank == 0:
-        host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
+        host = _master()[0]
         token = configured or secrets.token_hex(32)
         store = _C.TcpStore(host, 0, True, job, timeout, token)
         fstore.set(key, f"{host}:{store.port}" + ("" if configured else f" {token}"))

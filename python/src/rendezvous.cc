@@ -32,6 +32,15 @@ void bindRendezvous(nb::module_& m) {
       "error of a malformed setting or ''), read even when a setting is malformed.");
 
   m.def(
+      "_launch_env",
+      [] {
+        const LaunchEnv e = launchEnv();
+        return nb::make_tuple(e.rank, e.size, e.masterAddr, e.masterPort, e.torchrun);
+      },
+      "(rank, size, MASTER_ADDR, MASTER_PORT, under torchrun) by the one rule of cclx::launchEnv\n"
+      "(include/cclx/cclx.hpp); a malformed or half-set environment raises CclxInvalidArgument.");
+
+  m.def(
       "_torchcomms_route", [] { return config().torchcommsRoute; },
       "CCLX_TORCHCOMMS_ROUTE: 'auto', 'cxx' or 'python' (python/cclx/torchcomms_backend.py).");
 

@@ -41,13 +41,17 @@ enum : int {
 ///                         mismatching message, or (kErrCapacity) is this rank
 ///   [kErrOrigin]          the abort word a kernel found (kAbort* << 16 | origin rank + 1)
 ///   [kErrOriginMissing]   the origin's missing-rank mask (bit r: rank r)
-///   [kErrHostAbort]       written by the host (abort(), the watchdog): spinning kernels stop and
-///                         raise the abort word on every rank
+///   [kErrHostAbort]       written by the host (abort(), the watchdog): the abort word that spinning
+///                         kernels raise on every rank before they stop (kAbort* << 16 | origin
+///                         + 1: the host's own abort, or a failure this rank learnt of first, so
+///                         that a forwarded abort never hides the first failure's reason)
 ///   [kErrTimeoutMs]       the timeout (ms) of this rank's call that hit its deadline (kErrTimeout)
 ///   [kErrOriginTimeoutMs] the origin's timeout (ms) when the abort word is a timeout; 0: unknown
 ///   [kErrWaitingFor + r]  1: a kernel of this rank was waiting for rank r when it found the abort
 ///                         word raised (a peer that timed out waiting for this rank was in fact
 ///                         waiting behind rank r: the messages name r too)
+///   [kErrHostAbortMissing], [kErrHostAbortMs]  the missing-rank mask and timeout (ms) of the
+///                         abort word the host asks kernels to raise (written before kErrHostAbort)
 /// Kernels never trap; they record, stop, poison their output and return (device/fail.cuh).
 enum : uint32_t { kErrNone = 0, kErrTimeout = 1, kErrPeerAbort = 2, kErrMismatch = 3, kErrCapacity = 4 };
 enum : int {
@@ -59,7 +63,9 @@ enum : int {
   kErrTimeoutMs = 4 + kMaxRanks,
   kErrOriginTimeoutMs = 5 + kMaxRanks,
   kErrWaitingFor = 6 + kMaxRanks,
-  kErrorWords = 6 + 2 * kMaxRanks,
+  kErrHostAbortMissing = 6 + 2 * kMaxRanks,
+  kErrHostAbortMs = 7 + 2 * kMaxRanks,
+  kErrorWords = 8 + 2 * kMaxRanks,
 };
 /// Reasons carried in the abort word (bits 16..23; bits 0..15 hold origin rank + 1).
 enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2, kAbortMismatch = 3, kAbortCapacity = 4 };

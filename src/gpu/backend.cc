@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/elements/outputs.h"
+#include "core/select/call_plan.h"
 #include "core/settings/settings_check.h"
 #include "gpu/runtime.h"
 #include "gpu/dda/dda.h"
@@ -409,7 +410,7 @@ void CudaBackend::peerKernelDone(cudaStream_t s, bool capturing) {
 // rank selected the same algorithm for the same call, so every rank grows here alike), through
 // the signal areas, on the growth stream. A failed allocation somewhere turns those regions off
 // on every rank and the call chooses again; a rank that never arrives fails the comm naming it.
-Algo CudaBackend::growStaging(const CollArgs& a, Algo algo, bool capturing) {
+Algo CudaBackend::growStaging(const CollArgs& a, Algo algo, bool capturing, bool chooseAgain) {
   for (int attempt = 0; attempt <= kNumStagingRegions; ++attempt) {
     DeviceAlgo* alg = algoFor(a, algo);
     if (!alg) return algo;
@@ -429,6 +430,7 @@ Algo CudaBackend::growStaging(const CollArgs& a, Algo algo, bool capturing) {
       throw sh_->fail(e.code(), strFormat("%s; comm '%s' is unusable", e.what(), sh_->name.c_str()));
     }
     if (ok) return algo;
+    if (!chooseAgain) return Algo::Base;  // the caller chooses from the call it lowered
     algo = select(a);
     if (algo == Algo::Base) requireNccl(a);
   }
@@ -474,6 +476,8 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
     peerKernelDone(s, capturing);
     return;
   }
+  if (a.type == CollType::AllToAllVDevice && ctx_.size == 1)  // one rank: a local copy
+    return launchDeviceRowsLocal(a, ctx_, s);
   requireNccl(a);
   if (a.type == CollType::Barrier) {  // a 1-element NCCL allreduce
     CollArgs b;
@@ -485,17 +489,52 @@ void CudaBackend::enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool cap
   }
   if (a.type == CollType::ReduceScatterQuantized)
     return quantizedViaNccl(a, sh_->comm, ctx_.rank, ctx_.size, s);  // gpu/quantized
-  if (a.type == CollType::AllToAllVDevice) {  // the one path that synchronizes the stream
-    try {
-      ncclAllToAllVDevice(a, sh_->comm, ctx_.rank, ctx_.size, s);
-    } catch (const Error& e) {
-      if (e.code() != cclxTimeout) throw;
-      sh_->abortNccl();  // the gather of the split sizes may still be pending
-      throw sh_->fail(e.code(), strFormat("%s; comm '%s' is unusable", e.what(), sh_->name.c_str()));
-    }
-    return;
-  }
+  if (a.type == CollType::AllToAllVDevice) return enqueueAllToAllVDeviceNccl(a, s);
   ncclRunCollective(a, sh_->comm, ctx_.rank, ctx_.size, s);
+}
+
+// all_to_all_v_device through NCCL, the one path that waits for the stream on the host: into a
+// pinned buffer of the comm's (never freed while a gather may be pending), bounded by the call's
+// deadline, NCCL's asynchronous error and the comm's failure, the pending gather shown to the
+// watchdog meanwhile (an operation of its own: a start event before, an end event once queued).
+// Split sizes that disagree leave the comm usable; any other failure fails it and aborts NCCL.
+void CudaBackend::enqueueAllToAllVDeviceNccl(const CollArgs& a, cudaStream_t s) {
+  if (!sh_->a2avHost) {
+    void* p = nullptr;
+    CCLX_CUDA_CHECK(cudaHostAlloc(&p, ncclAllToAllVDeviceHostBytes(kMaxRanks), cudaHostAllocDefault));
+    sh_->a2avHost = static_cast<int64_t*>(p);
+  }
+  cudaEvent_t start = nullptr;
+  if (cfg_.watchdog) {
+    start = sh_->takeEvent();
+    if (cudaEventRecord(start, s) != cudaSuccess) {
+      (void)cudaGetLastError();
+      sh_->returnEvent(start);
+      start = nullptr;
+    }
+  }
+  const auto queued = [&] {
+    if (!start) return;
+    EventRef end = sh_->takeEventRef(sh_);
+    if (cudaEventRecord(end.get(), s) != cudaSuccess) {
+      (void)cudaGetLastError();
+      sh_->returnEvent(start);
+      start = nullptr;
+      return;
+    }
+    std::lock_guard<std::mutex> g(opsMu_);
+    ncclOps_.push_back(NcclOp{a.type, start, std::move(end), {}, a.opts.timeout, s});
+    start = nullptr;  // the watchdog's now
+  };
+  try {
+    ncclAllToAllVDevice(a, sh_->comm, ctx_.rank, ctx_.size, s, sh_->a2avHost, queued, &sh_->failed);
+  } catch (const Error& e) {
+    if (start) sh_->returnEvent(start);
+    if (e.code() == cclxInvalidUsage) throw;  // every rank's verdict alike; the comm stays usable
+    sh_->requestAbort();
+    sh_->abortNccl();  // the gather of the split sizes may still be pending
+    throw sh_->fail(e.code(), strFormat("%s; comm '%s' is unusable", e.what(), sh_->name.c_str()));
+  }
 }
 
 void CudaBackend::enqueueSelected(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing) {
@@ -533,32 +572,30 @@ std::shared_ptr<Work> CudaBackend::run(const CollArgs& in) {
   sh_->throwIfFailed();
   sh_->checkDeviceError();
   checkUsable(call);
-  Algo algo = select(call);  // once per call; a bad "algo" hint fails here
-  // reduce_scatter_quantized with the FP8 payload runs as the FP8 reduce-scatter.
-  const bool asFp8 = call.type == CollType::ReduceScatterQuantized && algo == Algo::Fp8;
-  const CollArgs lowered = asFp8 ? quantizedAsFp8(call) : CollArgs{};
-  const CollArgs& a = asFp8 ? lowered : call;
-  // A collective with nothing to move (the same count on every rank) enqueues nothing on any
-  // path, so it needs no NCCL either.
-  const bool empty = a.count == 0 && a.type != CollType::AllToAllV &&
-                     a.type != CollType::AllToAllVDevice && a.type != CollType::Barrier &&
-                     a.type != CollType::SendRecv;
-  if (algo == Algo::Base && !empty) requireNccl(a);
   DeviceGuard guard(sh_->device);
-  cudaStream_t user = static_cast<cudaStream_t>(a.opts.stream);
+  cudaStream_t user = static_cast<cudaStream_t>(call.opts.stream);
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   CCLX_CUDA_CHECK(cudaStreamIsCapturing(user, &cs));
   const bool capturing = cs != cudaStreamCaptureStatusNone;
+  // What the call runs on, in the order of core/select/call_plan.h.
+  const CallSteps steps{
+      [this](const CollArgs& c) { return select(c); },
+      [this, capturing](const CollArgs& c, Algo al, bool again) {
+        return growStaging(c, al, capturing, again);
+      },
+      [this](const CollArgs& c) { requireNccl(c); }};
+  CallPlan plan = planCall(call, steps);
   // Host-only queries (pointer attributes, event creation) are harmless during capture, but a
   // global-mode capture may count them as unsafe: run them with this thread in relaxed mode.
   RelaxedCapture relaxed(capturing);
-  if (a.type == CollType::AllToAllVDevice && algo == Algo::Base && capturing)
-    CCLX_THROW(cclxInvalidUsage, "rank %d: all_to_all_v_device runs through NCCL on this comm (%s), "
-               "which reads the split sizes on the host and synchronizes the stream: it cannot be "
-               "captured in a CUDA graph", ctx_.rank,
-               ctx_.peerUsable() ? "its peer-memory kernel is not selected" : pm_.whyNot.c_str());
-  if (!a.opts.buffersChecked) checkPointers(a);  // before growth: a failed growth poisons outputs
-  algo = growStaging(a, algo, capturing);
+  if (!call.opts.buffersChecked) checkPointers(call);  // before growth: a failed growth poisons outputs
+  growPlan(plan, call,
+           CallPlace{ctx_.rank, ctx_.size, capturing,
+                     ctx_.peerUsable() ? "its peer-memory kernel is not selected or its staging failed"
+                                       : pm_.whyNot},
+           steps);
+  const CollArgs& a = plan.args(call);
+  const Algo algo = plan.algo;
   cudaStream_t s = user;
   if (a.opts.async) {
     CCLX_CUDA_CHECK(cudaEventRecord(forkEv_.get(), user));

@@ -42,6 +42,8 @@ struct CudaShared {
   uint32_t* ctl[kMaxRanks] = {};         // every rank's control words (peer memory; null if off)
   std::mutex ctlMu;                      // ctl[] and requestAbort's copies (teardown clears ctl)
   cudaStream_t abortStream = nullptr;    // requestAbort's copies (never waits on other work)
+  int64_t* a2avHost = nullptr;           // pinned: all_to_all_v_device's gathered split sizes
+                                         // (NCCL path), allocated at its first use
   uint32_t* abortValue = nullptr;        // pinned: the abort word, missing mask and timeout (ms)
                                          // requestAbort writes
   std::atomic<bool> abortRequested{false};
@@ -69,7 +71,16 @@ struct CudaShared {
   /// kernels read at entry. Never blocks; idempotent. `reason` (kAbort*) and `missing` (rank
   /// mask) go into the abort word as a kernel's own timeout would put them (a host-side timeout
   /// that names the ranks it waited for).
+  /// A plain host abort (kAbortHost) after the kernels reported a failure forwards that
+  /// failure's word instead, so that no rank reads "aborted by rank N" where rank N only passed
+  /// on why (abortWordOf).
   void requestAbort(uint32_t reason = kAbortHost, uint32_t missing = 0, uint32_t timeoutMs = 0);
+  /// An abort word (kAbort* << 16 | origin rank + 1) with its missing mask and timeout (ms).
+  struct AbortWord {
+    uint32_t word = 0, missing = 0, timeoutMs = 0;
+  };
+  AbortWord abortWordOf() const;
+  void raiseAbortWord(const AbortWord& w);
   /// NCCL abort (once, owned comms only) so that stuck NCCL kernels exit; the comm is unusable
   /// afterwards.
   void abortNccl();
@@ -190,8 +201,11 @@ class CudaBackend final : public Backend {
   void checkUsable(const CollArgs& a) const;
   void requireNccl(const CollArgs& a) const;
   void enqueue(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);
+  void enqueueAllToAllVDeviceNccl(const CollArgs& a, cudaStream_t s);
   bool runs(const DeviceAlgo& alg, const CollArgs& a) const;
-  Algo growStaging(const CollArgs& a, Algo algo, bool capturing);
+  /// Grows what `algo` needs for `a`; after a failed growth chooses again for `a` (chooseAgain)
+  /// or returns Base for the caller to choose (a lowered call).
+  Algo growStaging(const CollArgs& a, Algo algo, bool capturing, bool chooseAgain = true);
   /// AllReduceRmsNorm's unfused sequence: the allreduce (NCCL for Base, else what select() picks
   /// for it) into the output (or a stream-ordered temporary), then the local norm kernel.
   void enqueueRmsUnfused(const CollArgs& a, Algo algo, cudaStream_t s, bool capturing);

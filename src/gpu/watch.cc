@@ -128,6 +128,7 @@ std::pair<cclxResult_t, std::string> CudaBackend::poll() {
     if (c && ncclLib().commGetAsyncError(c, &r) == nccl::ncclSuccess && r != nccl::ncclSuccess &&
         r != nccl::ncclInProgress) {
       sh_->requestAbort();
+      sh_->abortNccl();  // NCCL kernels still queued or spinning behind the error exit
       sh_->fail(cclxNcclError, strFormat("rank %d: NCCL reported error %d on comm '%s'",
                                          ctx_.rank, int(r), sh_->name.c_str()));
     }

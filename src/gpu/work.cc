@@ -13,6 +13,7 @@ CudaShared::~CudaShared() {
   if (abortStream) (void)cudaStreamDestroy(abortStream);
   if (leak.load()) return;  // kernels or queued copies may still use them (teardown.cc)
   if (abortValue) (void)cudaFreeHost(abortValue);
+  if (a2avHost) (void)cudaFreeHost(a2avHost);
   if (errHost) (void)cudaFreeHost(const_cast<uint32_t*>(errHost));
 }
 
@@ -44,6 +45,14 @@ std::string rankList(uint32_t mask) {
 
 }  // namespace
 
+// The ranks the kernels named in the error words (missing, or sending the wrong size).
+static uint32_t namedRanks(const volatile uint32_t* err, int size) {
+  uint32_t mask = 0;
+  for (int r = 0; r < size && r < kMaxRanks; ++r)
+    if (err[kErrMissing + r]) mask |= 1u << r;
+  return mask;
+}
+
 std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
   if (!errHost || errHost[kErrCode] == kErrNone) return {cclxSuccess, ""};
   // The timeout the failed call ran with (the device records it: a call's own timeout or one set
@@ -51,13 +60,7 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
   const auto recorded = [&](int word) {
     return errHost[word] ? (long long)errHost[word] : (long long)timeout.count();
   };
-  // The ranks the kernel named in the error words (missing, or sending the wrong size).
-  const auto named = [&] {
-    uint32_t mask = 0;
-    for (int r = 0; r < size && r < kMaxRanks; ++r)
-      if (errHost[kErrMissing + r]) mask |= 1u << r;
-    return mask;
-  };
+  const auto named = [&] { return namedRanks(errHost, size); };
   if (errHost[kErrCode] == kErrTimeout) {
     const long long ms = recorded(kErrTimeoutMs);
     const uint32_t mask = named();
@@ -126,14 +129,46 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
 void CudaShared::checkDeviceError() {
   auto [code, msg] = deviceError();
   if (code == cclxSuccess) return;
-  requestAbort();
+  requestAbort();  // forwards what the error words say (abortWordOf)
   abortNccl();
   throw fail(code, msg);
 }
 
+// The abort word that describes the failure the error words report, as the kernel that found it
+// raised it: this rank's own timeout, mismatch or capacity error, or the first abort word a kernel
+// of this rank observed. {0, 0, 0} when they report none. The missing mask is left out: the
+// kernel that raised the word OR-ed it into every rank already, and a host copy would overwrite.
+CudaShared::AbortWord CudaShared::abortWordOf() const {
+  if (!errHost) return {};
+  const uint32_t self = uint32_t(rank + 1);
+  switch (errHost[kErrCode]) {
+    case kErrTimeout: return {kAbortTimeout << 16 | self, 0, errHost[kErrTimeoutMs]};
+    case kErrMismatch: return {kAbortMismatch << 16 | self, 0, 0};
+    case kErrCapacity: return {kAbortCapacity << 16 | self, 0, 0};
+    case kErrPeerAbort:
+      if (errHost[kErrOrigin]) return {errHost[kErrOrigin], 0, errHost[kErrOriginTimeoutMs]};
+      return {};
+    default: return {};
+  }
+}
+
 void CudaShared::requestAbort(uint32_t reason, uint32_t missing, uint32_t timeoutMs) {
+  // A failure the kernels already reported is what every rank must learn, not "aborted by this
+  // rank": once the error words hold one, a host abort forwards its word instead.
+  AbortWord w{reason << 16 | uint32_t(rank + 1), missing, timeoutMs};
+  if (reason == kAbortHost)
+    if (const AbortWord d = abortWordOf(); d.word) w = d;
+  raiseAbortWord(w);
+}
+
+void CudaShared::raiseAbortWord(const AbortWord& w) {
   if (abortRequested.exchange(true)) return;
-  if (errHost) errHost[kErrHostAbort] = 1u;  // spinning kernels stop and raise the abort word
+  if (errHost) {  // spinning kernels stop and raise this word (device/fail.cuh, Waiter)
+    errHost[kErrHostAbortMissing] = w.missing;
+    errHost[kErrHostAbortMs] = w.timeoutMs;
+    std::atomic_thread_fence(std::memory_order_release);
+    errHost[kErrHostAbort] = w.word;
+  }
   std::lock_guard<std::mutex> g(ctlMu);  // teardown clears ctl[] once no peer may be written
   if (!abortStream || !abortValue || !ctl[rank]) return;
   // Kernels not yet started read the abort word at entry: write it on every rank (async copies on
@@ -144,9 +179,10 @@ void CudaShared::requestAbort(uint32_t reason, uint32_t missing, uint32_t timeou
   int prev = -1;
   (void)cudaGetDevice(&prev);
   if (prev != device) (void)cudaSetDevice(device);
-  abortValue[0] = reason << 16 | uint32_t(rank + 1);
+  const uint32_t reason = w.word >> 16, missing = w.missing;
+  abortValue[0] = w.word;
   abortValue[1] = missing;
-  abortValue[2] = timeoutMs;
+  abortValue[2] = w.timeoutMs;
   const int slot = reason == kAbortTimeout ? kCtlTimeout : kCtlHost;
   for (int i = 0; i < size && i < kMaxRanks; ++i) {
     const int r = (rank + i) % size;

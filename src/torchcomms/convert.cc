@@ -205,16 +205,6 @@ const char* env(const char* name) {
   return v && *v ? v : nullptr;
 }
 
-int envInt(const char* name, const char* v) {
-  try {
-    size_t used = 0;
-    int x = std::stoi(v, &used);
-    if (used == std::string(v).size()) return x;
-  } catch (const std::exception&) {
-  }
-  bad(std::string("environment variable ") + name + "='" + v + "' is not an integer");
-}
-
 }  // namespace
 
 std::shared_ptr<Store> storeOver(c10::intrusive_ptr<c10d::Store> s) {
@@ -222,21 +212,8 @@ std::shared_ptr<Store> storeOver(c10::intrusive_ptr<c10d::Store> s) {
 }
 
 std::pair<int, int> rankSize() {
-  const char* r = env("TORCHCOMM_RANK");
-  const char* s = env("TORCHCOMM_SIZE");
-  const char *rn = "TORCHCOMM_RANK", *sn = "TORCHCOMM_SIZE";
-  if (!r && !s) {
-    r = env("RANK");
-    s = env("WORLD_SIZE");
-    rn = "RANK";
-    sn = "WORLD_SIZE";
-  }
-  if (!r && !s) return {0, 1};
-  if (!r || !s) bad("set both a rank (TORCHCOMM_RANK or RANK) and a size (TORCHCOMM_SIZE or WORLD_SIZE)");
-  int rank = envInt(rn, r), size = envInt(sn, s);
-  if (size < 1 || rank < 0 || rank >= size)
-    bad("invalid rank " + std::to_string(rank) + " for world size " + std::to_string(size));
-  return {rank, size};
+  const LaunchEnv e = launchEnv();
+  return {e.rank, e.size};
 }
 
 std::shared_ptr<Store> defaultStore(int rank, int size, std::chrono::milliseconds timeout) {
@@ -245,9 +222,10 @@ std::shared_ptr<Store> defaultStore(int rank, int size, std::chrono::millisecond
   const RendezvousConfig rc = rendezvousConfig();
   if (size == 1)  // nothing to meet: a private store on a free port (MASTER_PORT may be taken)
     return TcpStore::create("127.0.0.1", 0, true, rc.jobId, timeout, "");
-  const std::string host = env("MASTER_ADDR") ? env("MASTER_ADDR") : "127.0.0.1";
-  const int port = env("MASTER_PORT") ? envInt("MASTER_PORT", env("MASTER_PORT")) : 29500;
-  const bool torchrun = env("TORCHELASTIC_RUN_ID") != nullptr;
+  const LaunchEnv launch = launchEnv();
+  const std::string& host = launch.masterAddr;
+  const int port = launch.masterPort;
+  const bool torchrun = launch.torchrun;
   const std::string key = host + ":" + std::to_string(port) + "/" + std::to_string(rank);
   std::lock_guard<std::mutex> lock(mu);
   auto it = stores.find(key);

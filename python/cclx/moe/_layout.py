@@ -83,7 +83,10 @@ def quantize(x: Any):
     nb = (H + BLOCK - 1) // BLOCK
     xp = torch.nn.functional.pad(x.float(), (0, nb * BLOCK - H)).view(R, nb, BLOCK)
     amax = torch.where(torch.isfinite(xp), xp.abs(), 0.0).amax(-1)
-    d = torch.where(amax > 0, torch.clamp(amax / FP8_MAX, min=MIN_SCALE), 1.0)
+    # amax / 448 as a true division of two tensors: dividing by a Python scalar is a
+    # multiplication by its rounded reciprocal on CUDA but a division on the CPU (different bits).
+    d = torch.where(amax > 0, torch.clamp(amax / torch.full_like(amax, FP8_MAX), min=MIN_SCALE),
+                    1.0)
     q = torch.clamp(xp * (1.0 / d).unsqueeze(-1), -FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return q.view(R, nb * BLOCK), d
 

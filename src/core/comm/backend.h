@@ -150,6 +150,7 @@ struct OpTrack {
   std::mutex mu;
   uint64_t issued = 0, completed = 0, failed = 0;
   std::deque<Pending> pending;  // issued, not yet seen complete (oldest first)
+  size_t sweepAt = 0;           // pending size at which every entry is polled (comm_dump.cc)
   std::string lastOp, lastCompleted;
   std::map<std::string, std::string> algo;  // collective -> algorithm of its last call
   cclxResult_t failCode = cclxSuccess;      // the first failure that broke the comm

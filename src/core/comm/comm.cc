@@ -24,20 +24,6 @@ namespace cclx {
 
 namespace {
 
-const char* envOrNull(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
-int envInt(const char* name, const char* v, int lo, int hi) {
-  errno = 0;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (end == v || *end != '\0' || errno == ERANGE || n < lo || n > hi)
-    CCLX_THROW(cclxInvalidArgument, "%s='%s' is not an integer in [%d, %d]", name, v, lo, hi);
-  return int(n);
-}
-
 // Comms alive in this process per TCP store (StoreFacts::id). The process that serves a store
 // may leave once its last comm on it is finalized: that finalize waits for the other ranks.
 std::mutex gLiveMu;
@@ -208,23 +194,12 @@ std::shared_ptr<Comm> Comm::create(DeviceSpec device, const Options& opts,
 }
 
 std::shared_ptr<Comm> Comm::fromEnv(DeviceSpec device, const Options& opts) {
-  const char* r = envOrNull("TORCHCOMM_RANK");
-  const char* s = envOrNull("TORCHCOMM_SIZE");
-  const char* rn = "TORCHCOMM_RANK";
-  const char* sn = "TORCHCOMM_SIZE";
-  if (!r || !s) {
-    r = envOrNull("RANK");
-    s = envOrNull("WORLD_SIZE");
-    rn = "RANK";
-    sn = "WORLD_SIZE";
-  }
-  CCLX_ARG_CHECK(r && s, "set TORCHCOMM_RANK and TORCHCOMM_SIZE (or RANK and WORLD_SIZE)");
-  int size = envInt(sn, s, 1, 1 << 20);
-  int rank = envInt(rn, r, 0, size - 1);
-  const char* addr = envOrNull("MASTER_ADDR");
-  std::string host = addr ? addr : "127.0.0.1";
-  const char* p = envOrNull("MASTER_PORT");
-  int port = p ? envInt("MASTER_PORT", p, 1, 65535) : 29500;
+  const LaunchEnv env = launchEnv();
+  const int rank = env.rank, size = env.size;
+  // One rank has no one to meet: a private store on a free port (MASTER_PORT may be taken), as
+  // the Python package and the torchcomms backend do.
+  const std::string host = size == 1 ? "127.0.0.1" : env.masterAddr;
+  const int port = size == 1 ? 0 : env.masterPort;
   // A malformed setting must not stop this rank from reaching the store: createComm reports it
   // there, so that the other ranks fail with it at once.
   std::shared_ptr<TcpStore> store;

@@ -3,6 +3,7 @@
 // Cost per operation: one uncontended lock, a counter, and, for a Work that is not already
 // complete (CUDA comms), one queue entry; completions are found by polling the oldest entries
 // (Work::isCompleted, non-blocking) when the queue is long and when dump() runs.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 
@@ -16,27 +17,44 @@ namespace cclx {
 
 namespace {
 
-constexpr size_t kPollAbove = 64;     // pending entries before dispatch polls the oldest
-constexpr size_t kMaxPending = 4096;  // beyond: later operations are counted, not tracked
-constexpr size_t kListed = 16;        // in_flight_ops lists the oldest ones
+constexpr size_t kPollAbove = 64;    // pending entries before dispatch polls the oldest
+constexpr size_t kSweepAbove = 4096; // pending entries before dispatch polls every entry
+constexpr size_t kListed = 16;       // in_flight_ops lists the oldest ones
+
+// One entry's state: true once it completed (counted) or failed (counted); false while running.
+bool settled(OpTrack& t, OpTrack::Pending& p) {
+  try {
+    if (p.work != nullptr && !p.work->isCompleted()) return false;
+    ++t.completed;
+  } catch (...) {  // the operation failed: isCompleted() raises its error
+    ++t.failed;
+  }
+  return true;
+}
 
 // Moves the oldest pending entries that have completed (or failed) out of the queue; stops at
 // the first one still running. Caller holds t.mu.
 void pollPending(OpTrack& t, size_t keep) {
   while (t.pending.size() > keep) {
     OpTrack::Pending& p = t.pending.front();
-    bool done = false;
-    try {
-      done = p.work == nullptr || p.work->isCompleted();
-      if (done) ++t.completed;
-    } catch (...) {  // the operation failed: isCompleted() raises its error
-      done = true;
-      ++t.failed;
-    }
-    if (!done) return;
+    if (!settled(t, p)) return;
     t.lastCompleted = p.label + " #" + std::to_string(p.seq);
     t.pending.pop_front();
   }
+}
+
+// Every pending entry that settled leaves the queue, wherever it is (operations on several
+// streams complete out of order, so one old operation still running must not hold back the
+// count of the later ones). Run when the queue reaches t.sweepAt, which then doubles from what
+// stays: amortized O(1) polls per operation, and every operation stays tracked until it settles.
+void sweepPending(OpTrack& t) {
+  std::deque<OpTrack::Pending> keep;
+  for (OpTrack::Pending& p : t.pending) {
+    if (!settled(t, p)) keep.push_back(std::move(p));
+    else t.lastCompleted = p.label + " #" + std::to_string(p.seq);
+  }
+  t.pending.swap(keep);
+  t.sweepAt = std::max(kSweepAbove, 2 * t.pending.size());
 }
 
 // "1,3" from the first "rank(s) 1, 3" / "rank(s) [1,3]" of a failure message (the form every
@@ -92,7 +110,8 @@ void trackReturned(CommState& st, const char* label, uint64_t seq, std::shared_p
     return;
   }
   if (t.pending.size() >= kPollAbove) pollPending(t, 0);
-  if (t.pending.size() < kMaxPending) t.pending.push_back({seq, label, std::move(w)});
+  t.pending.push_back({seq, label, std::move(w)});
+  if (t.pending.size() >= std::max(t.sweepAt, kSweepAbove)) sweepPending(t);
 }
 
 void trackThrew(CommState& st) {
@@ -129,7 +148,7 @@ std::map<std::string, std::string> Comm::dump() const {
   std::lock_guard<std::mutex> g(t.mu);
   // A finalized or aborted comm's works are not polled (their backend is torn down): what was
   // pending then stays listed as it was.
-  if (!st.finalized && !st.aborted) pollPending(t, 0);
+  if (!st.finalized && !st.aborted) sweepPending(t);
   d["ops_issued"] = std::to_string(t.issued);
   d["ops_completed"] = std::to_string(t.completed);
   d["ops_failed"] = std::to_string(t.failed);

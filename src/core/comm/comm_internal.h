@@ -10,6 +10,11 @@
 
 namespace cclx {
 
+/// A non-empty environment variable, else nullptr (launch_env.cc).
+const char* envOrNull(const char* name);
+/// `v` (the value of `name`) as an integer in [lo, hi]; else cclxInvalidArgument naming both.
+int envInt(const char* name, const char* v, long lo, long hi);
+
 /// The comm's effective timeout: CCLX_TIMEOUT_MS when set, else opts.timeout when non-zero, else
 /// CCLX_TIMEOUT / TORCHCOMM_TIMEOUT_SECONDS (0: kInfiniteTimeout), else 600 s.
 std::chrono::milliseconds resolveCommTimeout(const Options& opts);

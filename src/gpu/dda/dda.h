@@ -29,6 +29,9 @@ std::unique_ptr<DeviceAlgo> makeDdaXchgPipe();
 /// "pipelined" for all_to_all_v_device: the pipelined exchange with its plan made on the device
 /// from split sizes in device memory (xchg_dev.cu); any size, no host synchronization.
 std::unique_ptr<DeviceAlgo> makeDdaXchgDev();
+/// all_to_all_v_device at world size 1: a local copy by one kernel that reads the split sizes on
+/// the device (capturable; bad sizes fail the call in the error words, output poisoned).
+void launchDeviceRowsLocal(const CollArgs& a, const DeviceCtx& ctx, void* stream);
 
 /// Grid sizes (identical on every rank: they define the slot layout).
 constexpr int kFlatBlocks = 32;

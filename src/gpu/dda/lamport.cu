@@ -185,7 +185,7 @@ struct Lamport {
   }
 
   /// Teams: rounds of one vector per thread of the block; the first kProducerWarps warps push.
-  __device__ void teams(volatile uint32_t* pushed) const {
+  __device__ void teams(uint32_t* pushed) const {
     constexpr int P = 32 * kProducerWarps;
     dev::teamRounds<false, false>(
         totalV, int(blockDim.x), P, kUnroll * P, pushed,
@@ -196,7 +196,7 @@ struct Lamport {
 };
 
 template <class T, RedOpKind Op, bool Al>
-__device__ void lamportBody(const LamportParams& p, uint64_t epoch, volatile uint32_t* pushed,
+__device__ void lamportBody(const LamportParams& p, uint64_t epoch, uint32_t* pushed,
                             bool& failed) {
   Lamport<T, Op, Al> l(p, epoch, failed);
   if (p.teams) l.teams(pushed);
@@ -207,7 +207,7 @@ template <class T>
 struct LamportRun {
   const LamportParams& p;
   uint64_t e;
-  volatile uint32_t* pushed;
+  uint32_t* pushed;
   bool& failed;
   template <RedOpKind Op> __device__ void operator()() {
     if (p.aligned) lamportBody<T, Op, true>(p, e, pushed, failed);

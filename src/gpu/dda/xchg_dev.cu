@@ -137,8 +137,52 @@ class DdaXchgDev final : public DeviceAlgo {
   }
 };
 
+/// World size 1: all_to_all_v_device is a local copy of rows [0, s) of the input to the output,
+/// s = the send split size to this rank (device memory). Contract: every thread reads the two
+/// split sizes; the call is refused (kErrCapacity, or kErrMismatch naming this rank when the two
+/// sizes differ, recorded in the error words: there are no peers, hence no abort word) when a
+/// size is negative or beyond its capacity; then the whole output (recvCap rows) is poisoned;
+/// otherwise s rows are copied (in place: nothing to do), 16-byte vectors where aligned. Reads
+/// and writes never leave [0, sendCap) / [0, recvCap) rows. Capturable: nothing on the host.
+__global__ void __launch_bounds__(kThreads) localRowsKernel(DevRows d, uint32_t* err) {
+  const int64_t s = d.send[0], r = d.recv[0];
+  const bool bad = s < 0 || r < 0 || uint64_t(s) > d.sendCap || uint64_t(r) > d.recvCap;
+  const size_t t = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t threads = size_t(gridDim.x) * blockDim.x;
+  if (bad || s != r) {
+    if (t == 0) {
+      volatile uint32_t* e = err;
+      e[kErrMissing] = 1u;
+      if (e[kErrCode] == kErrNone) e[kErrCode] = bad ? kErrCapacity : kErrMismatch;
+      dev::fenceSystem();
+    }
+    dev::poison(d.recvBase, d.recvCap * d.rowBytes, t, threads);
+    return;
+  }
+  const size_t n = size_t(s) * d.rowBytes;
+  if (d.recvBase == d.sendBase || n == 0) return;
+  if (((reinterpret_cast<uintptr_t>(d.sendBase) | reinterpret_cast<uintptr_t>(d.recvBase) | n) & 15) == 0) {
+    const uint4* src = reinterpret_cast<const uint4*>(d.sendBase);
+    uint4* dst = reinterpret_cast<uint4*>(d.recvBase);
+    for (size_t i = t; i < n / 16; i += threads) dst[i] = src[i];
+  } else {
+    for (size_t i = t; i < n; i += threads) d.recvBase[i] = d.sendBase[i];
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<DeviceAlgo> makeDdaXchgDev() { return std::make_unique<DdaXchgDev>(); }
+
+void launchDeviceRowsLocal(const CollArgs& a, const DeviceCtx& ctx, void* stream) {
+  const size_t rowBytes = a.rows.rowElems * dtypeSize(a.dtype);
+  DevRows rows{a.rows.send, a.rows.recv, static_cast<const char*>(a.send),
+               static_cast<char*>(a.recv), rowBytes, a.rows.sendCap, a.rows.recvCap};
+  const size_t bytes = std::max(a.rows.sendCap, a.rows.recvCap) * rowBytes;
+  const int blocks = int(std::min<size_t>(std::max<size_t>((bytes / 16 + kThreads - 1) / kThreads, 1),
+                                          size_t(std::max(ctx.smCount, 1)) * 4));
+  dev::launchKernel("all_to_all_v_device (one rank)", &localRowsKernel, blocks, kThreads, stream,
+                    rows, ctx.errorFlagDev);
+}
 
 }  // namespace cclx

@@ -65,18 +65,24 @@ __device__ __forceinline__ void noteAbort(const FailParams& f) {
 
 /// Raises the abort word on every rank (this one first): reason kAbortTimeout (with `missing`, a
 /// rank mask OR-ed into every rank's kCtlMissing, so blocks or ranks that time out waiting for
-/// different peers name them all, and this call's timeout in kCtlTimeoutMs) or kAbortHost.
-__device__ __forceinline__ void raiseAbort(const FailParams& f, uint32_t reason, uint32_t missing) {
-  const uint32_t word = reason << 16 | uint32_t(f.rank + 1);
-  const int slot = reason == kAbortTimeout ? kCtlTimeout : kCtlHost;
+/// different peers name them all, and this call's timeout in kCtlTimeoutMs) or another kAbort*.
+/// raiseAbortWord raises a given word (kAbort* << 16 | origin rank + 1) with the origin's
+/// timeout: the host's request, which may forward a failure another rank raised first.
+__device__ __forceinline__ void raiseAbortWord(const FailParams& f, uint32_t word, uint32_t missing,
+                                               uint32_t timeoutMs) {
+  const bool timeout = (word >> 16) == kAbortTimeout;
+  const int slot = timeout ? kCtlTimeout : kCtlHost;
   for (int i = 0; i < f.size; ++i) {
     const int r = (f.rank + i) % f.size;
     if (missing) atomOrRelaxedSys4(reinterpret_cast<uint32_t*>(ctlWord(f, r, kCtlMissing)), missing);
-    if (reason == kAbortTimeout) stVolatile4(ctlWord(f, r, kCtlTimeoutMs), f.timeoutMs);
+    if (timeout) stVolatile4(ctlWord(f, r, kCtlTimeoutMs), timeoutMs);
     fenceSystem();
     stVolatile4(ctlWord(f, r, slot), word);
   }
   fenceSystem();
+}
+__device__ __forceinline__ void raiseAbort(const FailParams& f, uint32_t reason, uint32_t missing) {
+  raiseAbortWord(f, reason << 16 | uint32_t(f.rank + 1), missing, f.timeoutMs);
 }
 
 /// A deadline `timeoutNs` after now on the device timer; never for timeoutNs == 0.
@@ -143,10 +149,14 @@ struct Waiter {
       noteAbort(f);
       return false;
     }
-    if ((spins & 4095u) == 0 && ldVolatile4(reinterpret_cast<const char*>(f.err + kErrHostAbort))) {
-      raiseAbort(f, kAbortHost, 0);
-      noteAbort(f);
-      return false;
+    if ((spins & 4095u) == 0) {
+      const uint32_t word = ldVolatile4(reinterpret_cast<const char*>(f.err + kErrHostAbort));
+      if (word) {  // the host's word: its own abort or a failure it forwards (gpu/algo.h)
+        const volatile uint32_t* e = f.err;
+        raiseAbortWord(f, word, e[kErrHostAbortMissing], e[kErrHostAbortMs]);
+        noteAbort(f);
+        return false;
+      }
     }
     if (globalTimerNs() > deadline) {
       raiseTimeout(f, peer);

@@ -19,9 +19,9 @@
 //
 // Schedule (teamRounds). Round r of block b covers the units [(r * gridDim + b) * R, + R). The
 // first P threads (whole warps, the producers) push round after round and count the rounds in
-// shared memory after a barrier of their own; the other threads (the consumers) take a round once
-// it has been pushed. In place, a unit is thus read from `send` (push) before the consumer that
-// writes its output starts.
+// shared memory after a barrier of their own (blockFlagSet); the other threads (the consumers)
+// take a round once it has been pushed (blockFlagGet). In place, a unit is thus read from `send`
+// (push) before the consumer that writes its output starts.
 #pragma once
 
 #include <cstddef>
@@ -69,7 +69,7 @@ __device__ __forceinline__ uint64_t lamportBegin(const P& p, uint32_t* pushed) {
 /// end the loop (otherwise they run empty).
 template <bool kSkipIdle, bool kWarpWide, class Push, class ConsumeStep, class Consume>
 __device__ __forceinline__ void teamRounds(size_t total, int R, int P, size_t pushStep,
-                                           volatile uint32_t* pushed, Push&& push,
+                                           uint32_t* pushed, Push&& push,
                                            ConsumeStep&& consumeStep, Consume&& consume) {
   const int t = int(threadIdx.x);
   const size_t span = size_t(gridDim.x) * R;
@@ -81,7 +81,7 @@ __device__ __forceinline__ void teamRounds(size_t total, int R, int P, size_t pu
       const size_t hi = min(base + R, total);
       for (size_t v = base + t; v < hi + (kWarpWide ? (t & 31) : 0); v += pushStep) push(v, hi);
       barSync<1>(P);  // the producers only
-      if (t == 0) *pushed = uint32_t(r + 1);
+      if (t == 0) blockFlagSet(pushed, uint32_t(r + 1));
     }
     return;
   }
@@ -89,14 +89,14 @@ __device__ __forceinline__ void teamRounds(size_t total, int R, int P, size_t pu
   for (size_t r = 0; r < rounds; ++r) {
     // A skipped round is never published: check for one before waiting.
     if constexpr (!kSkipIdle) {
-      while (*pushed <= r) {
+      while (blockFlagGet(pushed) <= r) {
       }
     }
     const size_t base = r * span + size_t(blockIdx.x) * R;
     if (kSkipIdle && base >= total) break;
     const size_t hi = min(base + R, total);
     if constexpr (kSkipIdle) {
-      while (*pushed <= r) {
+      while (blockFlagGet(pushed) <= r) {
       }
     }
     for (size_t v = base + ct; v < hi + (kWarpWide ? (ct & 31) : 0); v += consumeStep(C))

@@ -58,6 +58,21 @@ __device__ __forceinline__ void fenceSystem() { __threadfence_system(); }
 /// __syncthreads() that also returns whether `p` is non-zero in any thread of the block.
 __device__ __forceinline__ int syncThreadsOr(int p) { return __syncthreads_or(p); }
 
+/// A word in shared memory that one thread of the block sets and other threads of the block poll
+/// with no barrier between them (teamRounds' round counter): atomics on both sides, so no access
+/// races, and a block fence before the set and after a get, so a poller that sees a value also
+/// sees the memory operations the setter made before it. Such a word is never accessed otherwise
+/// while pollers run.
+__device__ __forceinline__ void blockFlagSet(uint32_t* f, uint32_t v) {
+  __threadfence_block();
+  atomicExch(f, v);
+}
+__device__ __forceinline__ uint32_t blockFlagGet(uint32_t* f) {
+  const uint32_t v = atomicAdd(f, 0u);
+  __threadfence_block();
+  return v;
+}
+
 #if !defined(CCLX_HAVE_HIP)
 // ================================ CUDA (PTX) ================================
 

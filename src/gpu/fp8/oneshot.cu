@@ -199,7 +199,7 @@ struct OneShot {
   }
 
   /// Rounds of kOsRoundUnits units per CTA; producers and consumers take two units per step.
-  __device__ void run(volatile uint32_t* pushed) const {
+  __device__ void run(uint32_t* pushed) const {
     constexpr int P = 32 * kOsProducerWarps;
     dev::teamRounds<true, true>(
         units, kOsRoundUnits, P, 2 * size_t(P), pushed,

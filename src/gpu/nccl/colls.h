@@ -3,6 +3,9 @@
 // through stream_ops.h, so it builds and is tested without a GPU (table.h, tests/cpp/nccl).
 #pragma once
 
+#include <atomic>
+#include <functional>
+
 #include "core/comm/backend.h"
 #include "gpu/nccl/loader.h"
 
@@ -18,11 +21,18 @@ void ncclRunCollective(const CollArgs& a, nccl::ncclComm_t comm, int rank, int s
 nccl::ncclDataType_t ncclType(DataType t);
 
 /// all_to_all_v_device (validated; its split sizes in device memory) through NCCL
-/// (alltoallv_device.cc, on the GPU runtime): gathers every rank's split sizes, waits for them on
-/// the host (the collective's one synchronization of `stream`, up to a.opts.timeout: cclxTimeout),
-/// checks them alike on every rank (a violation: recv poisoned, cclxInvalidUsage naming the
-/// ranks), then runs all-to-all-v. Not for CUDA-graph capture.
+/// (alltoallv_device.cc): gathers every rank's split sizes into `hostBuf` (pinned host memory of
+/// ncclAllToAllVDeviceHostBytes(size), the caller's, never freed while the gather may be pending),
+/// calls `queued` once the gather is enqueued, waits for it on the host (the collective's one
+/// synchronization of `stream`) until a.opts.timeout (cclxTimeout), an NCCL asynchronous error
+/// (cclxNcclError) or `stop` (cclxAborted), checks the sizes alike on every rank (a violation:
+/// recv poisoned, cclxInvalidUsage naming the ranks), then runs all-to-all-v. Not for CUDA-graph
+/// capture.
 void ncclAllToAllVDevice(const CollArgs& a, nccl::ncclComm_t comm, int rank, int size,
-                         nccl::ncclStream_t stream);
+                         nccl::ncclStream_t stream, int64_t* hostBuf,
+                         const std::function<void()>& queued = {},
+                         const std::atomic<bool>* stop = nullptr);
+/// Bytes of the pinned host buffer ncclAllToAllVDevice needs at world size `size`.
+size_t ncclAllToAllVDeviceHostBytes(int size);
 
 }  // namespace cclx

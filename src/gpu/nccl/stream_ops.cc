@@ -26,5 +26,36 @@ void freeTemp(void* p, nccl::ncclStream_t stream) noexcept {
   }
 }
 
+void copyHost(void* dst, const void* src, size_t bytes, nccl::ncclStream_t stream) {
+  CCLX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                  static_cast<cudaStream_t>(stream)));
+}
+
+void poison(void* dst, size_t bytes, nccl::ncclStream_t stream) {
+  CCLX_CUDA_CHECK(cudaMemsetAsync(dst, 0xFF, bytes, static_cast<cudaStream_t>(stream)));
+}
+
+void* markRecord(nccl::ncclStream_t stream) {
+  cudaEvent_t e = nullptr;
+  CCLX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  const cudaError_t r = cudaEventRecord(e, static_cast<cudaStream_t>(stream));
+  if (r != cudaSuccess) {
+    (void)cudaEventDestroy(e);
+    CCLX_CUDA_CHECK(r);
+  }
+  return e;
+}
+
+bool markDone(void* marker) {
+  const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(marker));
+  if (r == cudaErrorNotReady) return false;
+  CCLX_CUDA_CHECK(r);
+  return true;
+}
+
+void markFree(void* marker) noexcept {
+  if (marker) (void)cudaEventDestroy(static_cast<cudaEvent_t>(marker));
+}
+
 }  // namespace ncclstream
 }  // namespace cclx

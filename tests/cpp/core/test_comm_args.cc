@@ -242,22 +242,65 @@ TEST(CommArgs, CreateRejectsBadArguments) {
 #endif
 }
 
-TEST(CommArgs, FromEnvRejectsMissingOrMalformedRank) {
+// The one rule of cclx::launchEnv (every front end reads the environment through it): pairs, no
+// mixing, rank 0 of 1 when nothing is set, clear errors naming the variables.
+TEST(CommArgs, LaunchEnvReadsPairsAndRejectsMixes) {
+  const char* vars[] = {"TORCHCOMM_RANK", "TORCHCOMM_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR",
+                        "MASTER_PORT"};
+  for (const char* v : vars) unsetenv(v);
+  cclx::LaunchEnv e = cclx::launchEnv();
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.size, 1);
+  EXPECT_EQ(e.masterAddr, "127.0.0.1");
+  EXPECT_EQ(e.masterPort, 29500);
+  std::string msg;
+  // A rank from one launcher and a size from another: refused, naming the missing half.
+  setenv("TORCHCOMM_RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  EXPECT_EQ(codeOf([] { cclx::launchEnv(); }, &msg), cclxInvalidArgument);
+  EXPECT_NE(msg.find("TORCHCOMM_SIZE"), std::string::npos) << msg;
+  EXPECT_EQ(codeOf([] { cclx::Comm::fromEnv(cclx::DeviceSpec::cpu()); }), cclxInvalidArgument);
+  unsetenv("TORCHCOMM_RANK");
+  EXPECT_EQ(codeOf([] { cclx::launchEnv(); }, &msg), cclxInvalidArgument);  // WORLD_SIZE alone
+  EXPECT_NE(msg.find("RANK"), std::string::npos) << msg;
+  setenv("RANK", "1", 1);
+  e = cclx::launchEnv();
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.size, 2);
+  EXPECT_EQ(e.rankVar, "RANK");
+  // TORCHCOMM_* take precedence as a pair.
+  setenv("TORCHCOMM_RANK", "0", 1);
+  setenv("TORCHCOMM_SIZE", "3", 1);
+  e = cclx::launchEnv();
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.size, 3);
+  EXPECT_EQ(e.sizeVar, "TORCHCOMM_SIZE");
   unsetenv("TORCHCOMM_RANK");
   unsetenv("TORCHCOMM_SIZE");
-  unsetenv("RANK");
-  unsetenv("WORLD_SIZE");
-  EXPECT_EQ(codeOf([] { cclx::Comm::fromEnv(cclx::DeviceSpec::cpu()); }), cclxInvalidArgument);
-  setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "two", 1);
-  std::string msg;
   EXPECT_EQ(codeOf([] { cclx::Comm::fromEnv(cclx::DeviceSpec::cpu()); }, &msg), cclxInvalidArgument);
   EXPECT_NE(msg.find("WORLD_SIZE"), std::string::npos) << msg;
   setenv("WORLD_SIZE", "2", 1);
   setenv("RANK", "2", 1);
-  EXPECT_EQ(codeOf([] { cclx::Comm::fromEnv(cclx::DeviceSpec::cpu()); }), cclxInvalidArgument);
-  unsetenv("RANK");
-  unsetenv("WORLD_SIZE");
+  EXPECT_EQ(codeOf([] { cclx::launchEnv(); }), cclxInvalidArgument);
+  setenv("RANK", "0", 1);
+  setenv("MASTER_PORT", "70000", 1);
+  EXPECT_EQ(codeOf([] { cclx::launchEnv(); }, &msg), cclxInvalidArgument);
+  EXPECT_NE(msg.find("MASTER_PORT"), std::string::npos) << msg;
+  for (const char* v : vars) unsetenv(v);
+}
+
+// Nothing set: Comm::fromEnv makes a comm of one rank on a private store (as Python's new_comm).
+TEST(CommArgs, FromEnvWithoutALauncherIsOneRank) {
+  for (const char* v : {"TORCHCOMM_RANK", "TORCHCOMM_SIZE", "RANK", "WORLD_SIZE"}) unsetenv(v);
+  setenv("MASTER_PORT", "1", 1);  // not used by one rank
+  cclx::Options o;
+  o.timeout = 30s;
+  auto comm = cclx::Comm::fromEnv(cclx::DeviceSpec::cpu(), o);
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->size(), 1);
+  comm->finalize();
+  unsetenv("MASTER_PORT");
 }
 
 TEST(CommSplit, SubgroupsAndMismatch) {

@@ -12,6 +12,8 @@
 #if defined(CCLX_HAVE_CUDA)
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -203,6 +205,56 @@ TEST(GpuQuantized, Fp8PayloadEqualsTwin) {
         expectBits(d.out(), tw, count, std::string("fp8 ") + (avg ? "AVG " : "SUM ") + std::to_string(count));
       }
     }
+  });
+}
+
+// The FP8 payload's staging fails to grow on every rank (CCLX_TEST_GROW_FAIL): the call, and the
+// one after it, run as the quantized op chosen again from the call (bits of the rounding
+// definition), or fail cleanly where nothing else can run it (ranks sharing a GPU: no NCCL), and
+// never hand back the exact reduce-scatter the lowered call would fall to.
+TEST(GpuQuantized, Fp8StagingThatFailsKeepsTheQuantizedRounding) {
+  GPU_REQUIRE(1);
+  runTwinRanks(sharedWorldSize(), "rsq_fp8_grow", "rsq_fp8_grow_twin", [&](TwinRank& r) {
+    // Ranks sharing a GPU grew the exchange's staging at creation (growth 1).
+    const bool shares = r.size > deviceCount();
+    setenv("CCLX_TEST_GROW_FAIL", shares ? "all:2" : "all:1", 1);
+    CollOptions co;
+    co.stream = r.st.s;
+    co.hints["low_precision"] = "fp8";
+    const size_t count = 4099;
+    for (uint64_t k = 1; k <= 2; ++k) {
+      const std::vector<float> x = sendOf(r.rank, r.size, count, 70 + k);
+      Dev d(r.size, count);
+      d.fill(x, seedOf(r.rank, k), r.st.s);
+      std::string outcome = "ok";
+      try {
+        r.gpu->reduceScatterQuantized(d.send, d.recv, count, RedOpKind::SUM, d.seed, co);
+        CK(cudaStreamSynchronize(r.st.s));
+      } catch (const Error& e) {
+        MP_CHECK(e.code() != cclxInternalError, "rank %d: internal error: %s", r.rank, e.what());
+        outcome = e.what();
+      }
+      if (outcome != "ok") {
+        MP_CHECK(shares, "rank %d: failed although NCCL could run it: %s", r.rank, outcome.c_str());
+        std::vector<float> got = d.out();
+        for (size_t i = 0; i < count; ++i)
+          MP_CHECK(std::isnan(got[i]) || std::memcmp(&got[i], "\xff\xff\xff\xff", 4) == 0,
+                   "rank %d: a failed call left element %zu = %g", r.rank, i, double(got[i]));
+        continue;
+      }
+      const std::vector<float> got = d.out();
+      expectBits(got, expected(r.rank, r.size, count, 70 + k, k, false), count,
+                 "after the failed FP8 growth, call " + std::to_string(k));
+      std::vector<float> exact(count, 0.f);
+      for (int s = 0; s < r.size; ++s) {
+        const std::vector<float> xs = sendOf(s, r.size, count, 70 + k);
+        for (size_t i = 0; i < count; ++i) exact[i] += xs[size_t(r.rank) * count + i];
+      }
+      MP_CHECK(std::memcmp(got.data(), exact.data(), count * 4) != 0,
+               "rank %d: call %llu gave the exact reduce-scatter, not the quantized op", r.rank,
+               (unsigned long long)k);
+    }
+    unsetenv("CCLX_TEST_GROW_FAIL");
   });
 }
 

@@ -7,7 +7,10 @@
 // host memory.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cmath>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -34,6 +37,9 @@ struct Fake {
   ncclResult_t settlesTo = ncclSuccess;
   int polls = 0;
   const char* lastError = "peer 2 closed the connection";
+  int gatherRanks = 0;  // > 0: ncclAllGather of int64 words copies the send buffer to every slot
+  int markPolls = 0;    // markDone says "not yet" this often (-1: always)
+  int markPolled = 0, marksLive = 0;
 
   ncclResult_t call(const std::string& name) {
     log.push_back(name);
@@ -62,7 +68,10 @@ ncclResult_t fReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, in
 ncclResult_t fBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, ncclStream_t) {
   return gFake->call("ncclBroadcast");
 }
-ncclResult_t fAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, ncclStream_t) {
+ncclResult_t fAllGather(const void* send, void* recv, size_t count, ncclDataType_t, ncclComm_t,
+                        ncclStream_t) {
+  for (int r = 0; r < gFake->gatherRanks; ++r)
+    std::memcpy(static_cast<int64_t*>(recv) + size_t(r) * count, send, count * sizeof(int64_t));
   return gFake->call("ncclAllGather");
 }
 ncclResult_t fReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
@@ -163,6 +172,26 @@ void* allocTemp(size_t bytes, nccl::ncclStream_t) {
 void freeTemp(void* p, nccl::ncclStream_t) noexcept {
   if (gFake) gFake->log.push_back("free");
   std::free(p);
+}
+void copyHost(void* dst, const void* src, size_t bytes, nccl::ncclStream_t) {
+  if (gFake) gFake->log.push_back("copy");
+  std::memmove(dst, src, bytes);
+}
+void poison(void* dst, size_t bytes, nccl::ncclStream_t) {
+  if (gFake) gFake->log.push_back("poison");
+  std::memset(dst, 0xFF, bytes);
+}
+void* markRecord(nccl::ncclStream_t) {
+  if (gFake) ++gFake->marksLive;
+  return new int(0);
+}
+bool markDone(void*) {
+  ++gFake->markPolled;
+  return gFake->markPolls >= 0 && gFake->markPolled > gFake->markPolls;
+}
+void markFree(void* m) noexcept {
+  if (gFake) --gFake->marksLive;
+  delete static_cast<int*>(m);
 }
 }  // namespace ncclstream
 }  // namespace cclx
@@ -322,4 +351,116 @@ TEST_F(NcclFake, ncclCheckPassesSuccessAndNamesFailures) {
     EXPECT_NE(std::string(e.what()).find("ncclCommRegister failed: NCCL error 4"),
               std::string::npos);
   }
+}
+
+// all_to_all_v_device through NCCL (alltoallv_device.cc): the host waits for the gathered split
+// sizes by polling, so a gather that never completes ends at the call's deadline, an NCCL error
+// and a comm failed elsewhere end the wait at once; the pending gather is announced (`queued`)
+// before the wait; the marker is released on every path.
+namespace {
+
+struct DevCall {
+  int64_t send[2] = {1, 1}, recv[2] = {1, 1};  // rows to / from ranks 0 and 1
+  std::vector<float> in = std::vector<float>(6), out = std::vector<float>(6, 1.f);
+  std::vector<int64_t> host = std::vector<int64_t>(ncclAllToAllVDeviceHostBytes(2) / 8);
+  CollArgs a;
+  DevCall() {
+    a.type = CollType::AllToAllVDevice;
+    a.send = in.data();
+    a.recv = out.data();
+    a.dtype = DataType::f32;
+    a.rows.send = send;
+    a.rows.recv = recv;
+    a.rows.rowElems = 3;
+    a.rows.sendCap = a.rows.recvCap = 2;
+    a.opts.timeout = std::chrono::milliseconds(200);
+  }
+};
+
+}  // namespace
+
+TEST_F(NcclFake, DeviceSplitSizesThatNeverArriveTimeOutAtTheDeadline) {
+  fake.markPolls = -1;  // the gather never completes (a peer stalls)
+  DevCall c;
+  int queued = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ncclAllToAllVDevice(c.a, comm, 0, 2, &stream, c.host.data(), [&] { ++queued; });
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), cclxTimeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("did not arrive within 200 ms"), std::string::npos)
+        << e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(s, 0.19);
+  EXPECT_LT(s, 5.0);
+  EXPECT_EQ(queued, 1);  // shown to the watchdog before the wait
+  EXPECT_GT(fake.markPolled, 1);
+  EXPECT_EQ(fake.marksLive, 0);
+  EXPECT_EQ(fake.count("ncclSend"), 0u);  // nothing after the gather
+}
+
+TEST_F(NcclFake, DeviceSplitSizesWaitEndsOnAnNcclError) {
+  fake.markPolls = -1;
+  fake.inProgressPolls = 0;
+  fake.settlesTo = ncclRemoteError;  // the comm's asynchronous error, seen while waiting
+  DevCall c;
+  c.a.opts.timeout = std::chrono::seconds(60);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ncclAllToAllVDevice(c.a, comm, 0, 2, &stream, c.host.data());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), cclxNcclError) << e.what();
+    EXPECT_NE(std::string(e.what()).find("split sizes"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(fake.marksLive, 0);
+}
+
+TEST_F(NcclFake, DeviceSplitSizesWaitEndsWhenTheCommFails) {
+  fake.markPolls = -1;
+  DevCall c;
+  c.a.opts.timeout = std::chrono::seconds(60);
+  std::atomic<bool> failed{false};
+  std::thread watchdog([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    failed = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ncclAllToAllVDevice(c.a, comm, 0, 2, &stream, c.host.data(), {}, &failed);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), cclxAborted) << e.what();
+  }
+  watchdog.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+TEST_F(NcclFake, DeviceSplitSizesThatAgreeRunTheExchange) {
+  fake.gatherRanks = 2;  // both ranks published the same record: 1 row each way
+  fake.markPolls = 3;
+  DevCall c;
+  ncclAllToAllVDevice(c.a, comm, 0, 2, &stream, c.host.data());
+  EXPECT_EQ(fake.count("ncclAllGather"), 1u);
+  EXPECT_EQ(fake.count("ncclSend"), 2u);
+  EXPECT_EQ(fake.count("ncclRecv"), 2u);
+  EXPECT_EQ(fake.marksLive, 0);
+}
+
+TEST_F(NcclFake, DeviceSplitSizesThatDisagreeFailAndPoison) {
+  fake.gatherRanks = 2;
+  DevCall c;
+  c.send[1] = 2;  // rank 0 sends rank 1 two rows; rank 1 (the same record) expects one
+  c.a.rows.sendCap = 3;
+  try {
+    ncclAllToAllVDevice(c.a, comm, 0, 2, &stream, c.host.data());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), cclxInvalidUsage) << e.what();
+  }
+  for (float v : c.out) EXPECT_TRUE(std::isnan(v));
+  EXPECT_EQ(fake.count("ncclSend"), 0u);
 }

@@ -275,3 +275,27 @@ def test_master_defaults(monkeypatch_module):
     monkeypatch_module.setenv("MASTER_PORT", "1234")
     assert rdv._master() == ("127.0.0.1", 1234)
     monkeypatch_module.delenv("MASTER_PORT")
+
+
+def test_launch_env_is_one_rule(monkeypatch):
+    """The Python package reads the launcher's environment by the C++ core's rule
+    (cclx::launchEnv): pairs, TORCHCOMM_* first, no mixing of the two pairs, 0 of 1 by default."""
+    from cclx import _rendezvous as rdv
+    for k in ("RANK", "WORLD_SIZE", "TORCHCOMM_RANK", "TORCHCOMM_SIZE", "MASTER_ADDR",
+              "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    assert rdv.rank_size() == (0, 1)
+    assert rdv._master() == ("127.0.0.1", 29500)
+    monkeypatch.setenv("TORCHCOMM_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(cclx.CclxInvalidArgument, match="TORCHCOMM_SIZE"):
+        rdv.rank_size()
+    monkeypatch.setenv("TORCHCOMM_SIZE", "3")
+    assert rdv.rank_size() == (1, 3)
+    monkeypatch.delenv("TORCHCOMM_RANK")
+    monkeypatch.delenv("TORCHCOMM_SIZE")
+    monkeypatch.setenv("RANK", "1")
+    assert rdv.rank_size() == (1, 2)
+    monkeypatch.setenv("MASTER_PORT", "x")
+    with pytest.raises(cclx.CclxInvalidArgument, match="MASTER_PORT"):
+        rdv._master()
