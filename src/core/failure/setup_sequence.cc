@@ -16,6 +16,12 @@ void SetupSequence::fail(cclxResult_t code, const std::string& why) {
   why_ = why;
 }
 
+// `msg` naming this rank once: prefixed with "rank N: " unless it already starts so.
+std::string SetupSequence::namingRank(const std::string& msg) const {
+  const std::string prefix = strFormat("rank %d: ", rank_);
+  return msg.rfind(prefix, 0) == 0 ? msg : prefix + msg;
+}
+
 std::optional<std::vector<std::string>> SetupSequence::step(
     const std::string& tag, const std::function<std::string()>& local) {
   ++steps_;
@@ -24,9 +30,9 @@ std::optional<std::vector<std::string>> SetupSequence::step(
     try {
       body = local();
     } catch (const Error& e) {
-      fail(e.code(), strFormat("rank %d: %s", rank_, e.what()));
+      fail(e.code(), namingRank(e.what()));
     } catch (const std::exception& e) {
-      fail(cclxInternalError, strFormat("rank %d: %s", rank_, e.what()));
+      fail(cclxInternalError, namingRank(e.what()));
     }
   }
   std::string rec(1, failed_ ? '0' : '1');
@@ -77,7 +83,7 @@ std::optional<std::vector<std::string>> SetupSequence::step(
     if (r == rank_) continue;  // this rank's own failure is already recorded
     if (++npeers > 4) continue;
     if (!peers.empty()) peers += "; ";
-    peers += why;
+    peers += strFormat("rank %d failed: %s", r, why.c_str());
   }
   if (npeers > 4) peers += strFormat("; and %d more rank(s)", npeers - 4);
   if (npeers) fail(cclxRemoteError, peers);

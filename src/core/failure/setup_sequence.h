@@ -67,6 +67,7 @@ class SetupSequence {
   int steps() const { return steps_; }
 
  private:
+  std::string namingRank(const std::string& msg) const;
   Exchange& ex_;
   int rank_, size_;
   int steps_ = 0;
