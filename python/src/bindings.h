@@ -32,6 +32,8 @@ void bindTypes(nb::module_& m);
 void bindStore(nb::module_& m);
 void bindComm(nb::module_& m);
 void bindRendezvous(nb::module_& m);
+/// MoeBuffer (moe.cc): the expert-parallel buffer of cclx.moe.Buffer.
+void bindMoe(nb::module_& m);
 
 /// Throws cclx::Error(cclxInvalidArgument, msg) (becomes cclx.CclxInvalidArgument).
 [[noreturn]] void argError(const std::string& msg);

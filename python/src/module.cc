@@ -63,4 +63,5 @@ NB_MODULE(_C, m) {
   bindStore(m);
   bindComm(m);
   bindRendezvous(m);
+  bindMoe(m);
 }

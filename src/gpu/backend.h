@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -170,6 +171,12 @@ class CudaBackend final : public Backend {
   std::unique_ptr<WinImpl> newWindow(const WinExchange& ex) override;
   DeviceCtx& deviceCtx() { return ctx_; }
   const std::shared_ptr<CudaShared>& shared() const { return sh_; }
+  // Expert-parallel buffers (gpu/moe/engine.cc): why the MoE kernels cannot run here ("" when
+  // they can), their engine, and one launch of a peer kernel outside run(), ordered like run()'s
+  // (the teardown waits for it): f(s) enqueues exactly one kernel on s.
+  std::string moeRefusal(const moe::Layout& lay) const override;
+  std::unique_ptr<MoeEngine> newMoe(const moe::Layout& lay) override;
+  void launchPeerKernel(cudaStream_t s, const std::function<void(cudaStream_t)>& f);
   /// Collective: the lowest window signal slot free on every rank (-1: none).
   int takeWindowSlot(const WinExchange& ex);
   void returnWindowSlot(int slot);

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "host/shm.h"
 #include "host/staging.h"
+#include "host/moe.h"
 #include "host/window.h"
 
 namespace cclx {
@@ -73,6 +74,14 @@ class HostBackend final : public Backend {
   std::unique_ptr<WinImpl> newWindow(const WinExchange& ex) override {
     requireLive();
     return makeHostWindow(ctx_, ex);
+  }
+
+  std::string moeRefusal(const moe::Layout&) const override {
+    return ctx_ ? "" : "the communicator was finalized or aborted";
+  }
+  std::unique_ptr<MoeEngine> newMoe(const moe::Layout& lay) override {
+    if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
+    return makeHostMoe(ctx_, lay);
   }
 
   void finalize() override {

@@ -4,11 +4,14 @@ default), one rank per GPU under torchrun, or several ranks sharing one GPU, or 
     torchrun --nproc-per-node 8 -m cclx.bench moe --json moe.json --plot moe.png
     torchrun --nproc-per-node 2 -m cclx.bench moe --tokens 1,128 --impl cclx-fp8,torch
 
-Implementations: cclx-bf16 / cclx-fp8 (cclx.moe.dispatch with fp8 off / on, combine in bf16; low
-latency mode with the bound = tokens per rank), torch (what a user writes: every (token, slot)
+Implementations: buffer-bf16 / buffer-fp8 (cclx.moe.Buffer created once per row, bound = tokens
+per rank: one kernel each way on one host; they also report the kernels per call, the buffer's
+communication memory against the rank-major bound and, at world size 1 on a GPU, the HBM floor of
+the bytes each call moves), cclx-bf16 / cclx-fp8 (cclx.moe.dispatch with fp8 off / on, combine in
+bf16; low latency mode with the bound = tokens per rank), torch (what a user writes: every (token, slot)
 row sorted by expert, per-rank counts read on the host with .tolist(), all_to_all_single of the
 rows; the weighted sum after the return), nccl-ep (NCCL EP's `nccl_ep` bindings: recorded as
-importable or not; this tool does not drive them). Times are per call (median over --iters,
+importable or not; this tool does not drive them yet). Times are per call (median over --iters,
 ranks aligned by a barrier, the device synchronized), host_us the time until the call returns;
 GB/s = (token, destination rank) pairs of this rank * H * wire bytes per value / time (bf16 2,
 FP8 1 + 4/128) for every implementation (the torch baseline moves a row per slot: more bytes).
@@ -26,7 +29,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-IMPLS = ("cclx-bf16", "cclx-fp8", "torch", "nccl-ep")
+IMPLS = ("buffer-bf16", "buffer-fp8", "cclx-bf16", "cclx-fp8", "torch", "nccl-ep")
 TOL = {"cclx-bf16": 2.0 ** -6, "torch": 2.0 ** -6, "cclx-fp8": 2.0 ** -3}
 
 
@@ -92,6 +95,11 @@ class Env:
             self.transport = "cclx all_to_all_v_single (NCCL refuses ranks sharing a GPU)"
         self.comm = cclx.new_comm("cclx", self.device, name="moe_bench",
                                   timeout=args.timeout)
+        self.hbm_gbps = 0.0
+        if self.cuda and self.size == 1:
+            from .moe_buffer import hbm_copy_gbps
+
+            self.hbm_gbps = hbm_copy_gbps(torch, self.device)
 
     def a2a(self, out: Any, inp: Any) -> None:
         (self.pg.all_to_all_single if self.pg else self.comm.all_to_all_single)(out, inp)
@@ -118,12 +126,9 @@ class Env:
 
 
 def nccl_ep_status() -> str:
-    try:
-        import nccl_ep  # type: ignore[import-not-found]
-    except Exception as e:  # noqa: BLE001 - any import failure means "not here"
-        return f"not measured: nccl_ep does not import ({type(e).__name__}: {e})"
-    return (f"not measured: nccl_ep {getattr(nccl_ep, '__version__', '?')} imports, but this "
-            "tool does not drive its API yet")
+    from .moe_buffer import nccl_ep_status as status
+
+    return status()
 
 
 # ------------------------------------------------------------------ the baseline a user writes
@@ -194,6 +199,10 @@ def time_calls(env: Env, fn, iters: int, warmup: int):
 def run_row(env: Env, args: argparse.Namespace, T: int, impl: str) -> Dict[str, Any]:
     import cclx.moe as moe
 
+    if impl.startswith("buffer"):
+        from .moe_buffer import run_row as buffer_row
+
+        return buffer_row(env, args, T, impl, time_calls, expert_apply)
     torch = env.torch
     H, k, E = args.hidden, args.topk, args.experts
     g = torch.Generator().manual_seed(args.seed * 1000 + env.rank * 7 + T)
@@ -234,15 +243,24 @@ def run_row(env: Env, args: argparse.Namespace, T: int, impl: str) -> Dict[str, 
 
 
 def table(rows: List[Dict[str, Any]]) -> str:
-    head = (f"{'tokens':>7} {'impl':>10} {'disp us':>10} {'GB/s':>8} {'host us':>9} "
-            f"{'comb us':>10} {'GB/s':>8} {'host us':>9} {'rel err':>9} ok")
+    head = (f"{'tokens':>7} {'impl':>11} {'disp us':>10} {'GB/s':>8} {'host us':>9} "
+            f"{'comb us':>10} {'GB/s':>8} {'host us':>9} {'rel err':>9} ok  extra")
     out = [head]
     for r in rows:
-        out.append(f"{r['tokens']:>7} {r['impl']:>10} {r['dispatch_us']:>10.1f} "
+        extra = ""
+        if "comm_bytes" in r:
+            kd, kc = r.get("kernels_dispatch"), r.get("kernels_combine")
+            extra = (f"{r['route']}; kernels {'-' if kd is None else kd}/"
+                     f"{'-' if kc is None else kc}; memory {r['comm_bytes'] / 2 ** 20:.1f} MiB "
+                     f"(rank-major bound {r['rank_major_bound_bytes'] / 2 ** 20:.1f} MiB)")
+            if "dispatch_floor_us" in r:
+                extra += (f"; HBM floor {r['dispatch_floor_us']:.1f}/{r['combine_floor_us']:.1f}"
+                          f" us at {r['hbm_gbps']:.0f} GB/s")
+        out.append(f"{r['tokens']:>7} {r['impl']:>11} {r['dispatch_us']:>10.1f} "
                    f"{r['dispatch_gbps']:>8.2f} {r['dispatch_host_us']:>9.1f} "
                    f"{r['combine_us']:>10.1f} {r['combine_gbps']:>8.2f} "
                    f"{r['combine_host_us']:>9.1f} {r['max_rel_err']:>9.2e} "
-                   f"{'yes' if r['ok'] else 'NO'}")
+                   f"{'yes' if r['ok'] else 'NO':<3} {extra}".rstrip())
     return "\n".join(out)
 
 

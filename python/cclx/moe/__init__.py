@@ -26,10 +26,11 @@ import torch
 from .. import _C
 from . import _ops  # noqa: F401  (defines torch.ops.cclx.moe_dispatch / moe_combine)
 from ._layout import FLOAT_DTYPES, Layout
+from .buffer import Buffer, Handle, Recv, dequantize
 
 MODES = ("auto", "low_latency", "throughput")
 
-__all__ = ["MoEHandle", "dispatch", "combine", "MODES"]
+__all__ = ["MoEHandle", "dispatch", "combine", "MODES", "Buffer", "Handle", "Recv", "dequantize"]
 
 
 @dataclasses.dataclass

@@ -22,6 +22,11 @@
 
 namespace cclx {
 
+class MoeEngine;
+namespace moe {
+struct Layout;
+}
+
 /// The allreduce of AllReduceRmsNorm's unfused sequence, into `recv`: a plain SUM allreduce of x
 /// with a's options, never FP8 (both backends run it before their row epilogue).
 CollArgs rmsUnfusedAllReduce(const CollArgs& a, void* recv);
@@ -104,6 +109,12 @@ class Backend {
   /// Collective: a one-sided window's transport (core/comm/window.h). `ex` trades records between the
   /// ranks under the window's keys. Default: cclxUnsupported.
   virtual std::unique_ptr<WinImpl> newWindow(const WinExchange& ex);
+  /// Why this backend runs no engine for an expert-parallel buffer of layout `lay`
+  /// (core/moe/engine.h); "" when it does. Default: "the <name> backend has no MoE engine".
+  virtual std::string moeRefusal(const moe::Layout& lay) const;
+  /// Local: the engine of a MoeBuffer (its memory allocated and zeroed); only after moeRefusal()
+  /// returned "". Default: cclxUnsupported.
+  virtual std::unique_ptr<MoeEngine> newMoe(const moe::Layout& lay);
 };
 
 /// A Work that is already complete (host collectives finish before returning).

@@ -41,14 +41,20 @@ def test_tool_cpu_ranks(tmp_path, n):
     assert data["passed"] and data["meta"]["world_size"] == n
     assert data["meta"]["device_kind"] == "cpu" and data["meta"]["commit"]
     rows = data["rows"]
-    assert [(x["tokens"], x["impl"]) for x in rows] == [
-        (t, i) for t in (1, 7) for i in ("cclx-bf16", "cclx-fp8", "torch")]
+    impls = ("buffer-bf16", "buffer-fp8", "cclx-bf16", "cclx-fp8", "torch")
+    assert [(x["tokens"], x["impl"]) for x in rows] == [(t, i) for t in (1, 7) for i in impls]
     for x in rows:
+        fp8 = x["impl"].endswith("fp8")
         assert x["ok"] and x["dispatch_us"] > 0 and x["combine_us"] > 0
         assert 0 < x["dispatch_host_us"] <= x["dispatch_us"] * 1.01
         assert 1 <= x["pairs"] <= x["tokens"] * min(n, 4)
-        assert x["wire_bytes_per_row"] == (200 + 4 * 2 if x["impl"] == "cclx-fp8" else 400)
-        assert x["max_rel_err"] < (0.125 if x["impl"] == "cclx-fp8" else 2 ** -6)
+        assert x["wire_bytes_per_row"] == (200 + 4 * 2 if fp8 else 400)
+        assert x["max_rel_err"] < (0.125 if fp8 else 2 ** -6)
+        if x["impl"].startswith("buffer"):
+            assert x["route"] == "host" and x["kernels_dispatch"] is None
+            assert x["rank_major_bound_bytes"] <= x["comm_bytes"] <= \
+                2 * x["rank_major_bound_bytes"] + (1 << 20)
+    assert "rank-major bound" in r.stdout
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -72,3 +78,17 @@ def test_tool_argument_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cclx.bench", "moe", "--help"],
                        env=harness.child_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--max" not in r.stdout and "--tokens" in r.stdout
+
+
+def test_buffer_rows_plumbing():
+    """The Buffer rows' helpers without a GPU: the floors' byte counts, kernels per call on CPU,
+    the NCCL EP status line."""
+    torch = _torch()
+    from cclx.bench import moe_buffer
+
+    fb = moe_buffer.floor_bytes(128, 7168, 8, fp8=True)
+    assert fb["dispatch"] == 128 * 7168 * 2 + 128 * 8 * 12 + 128 * (7168 + 4 * 56) + 128 * 8 * 8
+    assert fb["combine"] == 128 * 8 * 7168 * 2 + 3 * 128 * 7168 * 2
+    assert moe_buffer.kernels_per_call(torch, lambda: None, cuda=False) is None
+    s = moe_buffer.nccl_ep_status()
+    assert s.startswith("not measured: nccl_ep"), s

@@ -1,0 +1,166 @@
+// The memory layout and the routing rules of an expert-parallel buffer (cclx::MoeBuffer,
+// include/cclx/moe.hpp), shared by its two engines: the CUDA kernels (gpu/moe) and the CPU twin
+// (host/moe.cc). Both read and write exactly these bytes, so the CPU tests check the protocol and
+// the layout the kernels use. Plain C++ (CCLX_HD: also device code). docs/design/moe.md.
+//
+// Names: N ranks, B = max tokens per rank, H hidden, E experts, L = E / N per rank (rank r holds
+// experts r*L .. r*L+L-1), k top-k slots, kk = min(k, L) local experts a token can have on one
+// rank, nb = ceil(H / 128) FP8 scales per row, C = N*B*kk entries.
+//
+// One allocation per rank, the same layout on every rank. The first part is written by peers
+// (every rank maps every other rank's), the rest only by this rank:
+//
+//   peer-written (the rank-major receive side):
+//   credits   uint64 [2][N]      [0][d]: rank d's grant "my dispatch slots for you are free for
+//                                call e" (value e + 1); [1][d]: the same for the combine slots
+//   heads     [N] header records  from source s: tokens s sends here and per local expert counts
+//   metas     [N*B] slot records  [s*B + p]: the p-th token source s sends here (its top-k)
+//   xrows     [N*B] rows          its data (H values of the dtype, or H FP8 e4m3 codes)
+//   scales    f32 [N*B][nb]      FP8 only: the codec's block metas (a scale, sign bit = INF block)
+//   yflags    uint64 [N*B]       [d*B + p]: expert rank d's combine row for this rank's token at
+//                                position p of d's slots has arrived (value c + 1)
+//   yrows     [N*B] rows          those rows (H values of the dtype)
+//   local:
+//   counters  uint64 [2][kMaxBlocks] dispatch / combine calls, one per block of the grid
+//   ctl       4 KiB              control words of a single-rank buffer (no comm peer memory)
+//   tokRows   int32 [B][k]       combine's owner side: slot j of token t: d*B + p for the first
+//                                slot of each destination rank d (p: the token's position there),
+//                                -1 for the other slots, -2 for an expert id out of range
+//   tokIds    int32 [B][k], tokW f32 [B][k]: the routing of the last dispatch (cached mode)
+//   recvCounts    int32 [N]      tokens received from each source
+//   expertCounts  int32 [L]      entries of each local expert
+//   expertOffsets int32 [L+1]    exclusive prefix sums of expertCounts
+//   entryRows     int32 [C]      entry i (expert-major: local expert, then source rank, then the
+//                                source's token order): its row s*B + p of xrows
+//   slotEntries   int32 [N*B][kk] the entries of received slot s*B + p in top-k order (-1 pad)
+//   slotW         f32 [N*B][kk]  their weights (a repeated expert's weights summed in order)
+//
+// Records (offsets in bytes; flag words are written last, with release ordering):
+//   slot record  [0] uint64 flag (e + 1), [8] int32 token index t at the source, [12] int32 0,
+//                [16 + 4j] int32 id_j (-1: out of range), [16 + 4k + 4j] f32 w_j,
+//                [16 + 8k + 4j] int32 pos_j: for the first slot of a valid expert id, how many
+//                earlier tokens of the source chose that expert; -1 otherwise
+//   header       [0] uint64 flag (e + 1), [8] int32 tokens to this rank, [12] int32 0,
+//                [16 + 4l] int32 tokens of the source for local expert l
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/elements/dtype_math.h"
+#include "core/elements/fp8_codec.h"
+
+namespace cclx {
+namespace moe {
+
+constexpr int kScaleBlock = 128;   // FP8 values per scale (the codec's block)
+constexpr int kMaxTopK = 16;
+constexpr int kGridCap = 128;      // blocks of a kernel at most (counters per block)
+constexpr size_t kCtlBytes = 4096;
+
+CCLX_HD size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+struct Layout {
+  int N = 1, rank = 0;
+  int B = 0, H = 0, E = 0, L = 0, k = 0, kk = 0, esize = 2, nb = 0;
+  int dtype = 0;  // the DataType of tokens, expert outputs and combine output
+  bool fp8 = false;
+  size_t xRow = 0, yRow = 0, metaBytes = 0, headBytes = 0;
+  size_t credits = 0, heads = 0, metas = 0, xrows = 0, scales = 0, yflags = 0, yrows = 0;
+  size_t peerEnd = 0;
+  size_t counters = 0, ctl = 0, tokRows = 0, tokIds = 0, tokW = 0, recvCounts = 0;
+  size_t expertCounts = 0, expertOffsets = 0, entryRows = 0, slotEntries = 0, slotW = 0;
+  size_t total = 0;
+
+  CCLX_HD size_t entries() const { return size_t(N) * size_t(B) * size_t(kk); }
+  CCLX_HD size_t slots() const { return size_t(N) * size_t(B); }
+  CCLX_HD size_t metaAt(size_t slot) const { return metas + slot * metaBytes; }
+  CCLX_HD size_t xrowAt(size_t slot) const { return xrows + slot * xRow; }
+  CCLX_HD size_t scaleAt(size_t slot) const { return scales + slot * size_t(nb) * 4; }
+  CCLX_HD size_t yrowAt(size_t slot) const { return yrows + slot * yRow; }
+  CCLX_HD size_t yflagAt(size_t slot) const { return yflags + slot * 8; }
+  CCLX_HD size_t headAt(int src) const { return heads + size_t(src) * headBytes; }
+  CCLX_HD size_t creditAt(int kind, int from) const { return credits + (size_t(kind) * N + from) * 8; }
+  // the fields of a slot record
+  CCLX_HD size_t recId(int j) const { return 16 + 4 * size_t(j); }
+  CCLX_HD size_t recW(int j) const { return 16 + 4 * size_t(k) + 4 * size_t(j); }
+  CCLX_HD size_t recPos(int j) const { return 16 + 8 * size_t(k) + 4 * size_t(j); }
+};
+
+/// The layout of a buffer: N ranks (this one `rank`), B tokens per rank at most, hidden H, E
+/// experts, top-k, the tokens' DataType `dtype` of `esize` bytes, FP8 on the wire or not.
+/// Arguments are validated by the caller (MoeBuffer::create).
+inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype, int esize,
+                         bool fp8) {
+  Layout l;
+  l.N = N, l.rank = rank, l.B = B, l.H = H, l.E = E, l.L = E / N, l.k = k, l.esize = esize;
+  l.dtype = dtype;
+  l.kk = k < l.L ? k : l.L;
+  l.fp8 = fp8;
+  l.nb = (H + kScaleBlock - 1) / kScaleBlock;
+  l.xRow = alignUp(fp8 ? size_t(H) : size_t(H) * esize, 16);
+  l.yRow = alignUp(size_t(H) * esize, 16);
+  l.metaBytes = alignUp(16 + 12 * size_t(k), 16);
+  l.headBytes = alignUp(16 + 4 * size_t(l.L), 16);
+  const size_t S = l.slots();
+  size_t at = 0;
+  auto take = [&](size_t& field, size_t bytes) {
+    field = at;
+    at = alignUp(at + bytes, 256);
+  };
+  take(l.credits, 2 * size_t(N) * 8);
+  take(l.heads, size_t(N) * l.headBytes);
+  take(l.metas, S * l.metaBytes);
+  take(l.xrows, S * l.xRow);
+  take(l.scales, fp8 ? S * size_t(l.nb) * 4 : 0);
+  take(l.yflags, S * 8);
+  take(l.yrows, S * l.yRow);
+  l.peerEnd = at;
+  take(l.counters, 2 * size_t(kGridCap) * 8);
+  take(l.ctl, kCtlBytes);
+  take(l.tokRows, size_t(B) * k * 4);
+  take(l.tokIds, size_t(B) * k * 4);
+  take(l.tokW, size_t(B) * k * 4);
+  take(l.recvCounts, size_t(N) * 4);
+  take(l.expertCounts, size_t(l.L) * 4);
+  take(l.expertOffsets, size_t(l.L + 1) * 4);
+  take(l.entryRows, l.entries() * 4);
+  take(l.slotEntries, S * size_t(l.kk) * 4);
+  take(l.slotW, S * size_t(l.kk) * 4);
+  l.total = at;
+  return l;
+}
+
+// ---- routing rules (the same on both engines) ----
+
+/// The normalized expert id of a top-k entry: the id when 0 <= id < E, else -1.
+CCLX_HD int32_t normId(int64_t id, int E) { return id >= 0 && id < E ? int32_t(id) : -1; }
+
+/// True when slot j of `ids` (k normalized ids) holds a valid id that no earlier slot holds: the
+/// slot that carries the expert (a repeated expert counts once, its weights summed in slot order).
+CCLX_HD bool firstOfExpert(const int32_t* ids, int j) {
+  if (ids[j] < 0) return false;
+  for (int i = 0; i < j; ++i)
+    if (ids[i] == ids[j]) return false;
+  return true;
+}
+
+/// True when slot j holds the first valid id of its destination rank among the token's slots.
+CCLX_HD bool firstOfRank(const int32_t* ids, int j, int L) {
+  if (ids[j] < 0) return false;
+  for (int i = 0; i < j; ++i)
+    if (ids[i] >= 0 && ids[i] / L == ids[j] / L) return false;
+  return true;
+}
+
+/// The summed weight of the expert in slot j (a first slot): w_j, then the later slots of the
+/// same id added in slot order, each an f32 addition rounded once.
+CCLX_HD float expertWeight(const int32_t* ids, const float* w, int j, int k) {
+  float s = w[j];
+  for (int i = j + 1; i < k; ++i)
+    if (ids[i] == ids[j]) s = fp8::addRn(s, w[i]);
+  return s;
+}
+
+}  // namespace moe
+}  // namespace cclx

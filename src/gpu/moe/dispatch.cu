@@ -1,0 +1,342 @@
+// The MoE dispatch kernel (docs/design/moe.md, "Dispatch"): one launch reads the router output,
+// sends every (token, destination rank) pair once, straight into the destination's receive slots
+// (rank-major, core/moe/layout.h), FP8-quantized in registers when the buffer says so (cclx's
+// block codec through fp8/device.cuh: the host codec's bits), and builds this rank's per-expert
+// entries from what it receives. The CPU twin (host/moe.cc) does the same steps in the same
+// order of arithmetic.
+//
+// Contract of the kernel (every block of the grid, all threads; grid G fixed per buffer):
+//   0. reads its call counter e (per block; every block of every rank counts the same calls);
+//      dev::peerCall: an abort word raised at entry poisons this block's share of the outputs
+//      (the receive rows and scales all-ones bytes, the counts 0), nothing is pushed, the
+//      counter advances.
+//   1. block 0 grants every rank the credit "this rank's slots for you are free for call e"
+//      (credits[0][rank] in that rank's memory := e + 1): the previous dispatch has completed on
+//      this rank (stream order), and the caller read its outputs before this call.
+//   2. every block builds the routing tables in shared memory from topk_ids (ids outside 0..E-1
+//      dropped): per expert and per destination rank, a bit mask of the tokens that chose it
+//      (first slot of each expert / rank only); a token's position at rank d = the tokens before
+//      it in d's mask. Block 0 also keeps the routing for combine (tokRows) and cached mode.
+//   3. threads d < N wait (Waiter) for rank d's credit e + 1; a stopped wait fails the block.
+//   4. block 0 writes its header (token count, per-expert counts) into every rank, flag last.
+//   5. each warp takes tokens t = warp, warp + all warps, ...: loads the row once, quantizes it
+//      (FP8) and stores it into every destination rank's slot [rank][position], then the slot
+//      record (token index, the k ids, weights, per-expert positions) and, after __syncwarp, the
+//      slot flag e + 1 (release, system scope; dev::warpPublish).
+//   6. threads s < N wait for every source's header; every block computes the expert offsets
+//      (expert-major, then source rank: the same order as the twin); block 0 writes recvCounts,
+//      expertCounts, expertOffsets. Each warp takes received slots, waits for each flag
+//      (dev::warpAwait) and writes the slot's entries (entryRows, slotEntries, slotW).
+//   7. counters advance (e + 1) on every path. A stopped wait poisons the block's outputs whole.
+#include "gpu/moe/common.cuh"
+
+namespace cclx {
+namespace moegpu {
+namespace {
+
+/// The dispatch kernel's shared memory (32-bit words).
+struct Smem {
+  int W = 0;  // words of a token bit mask: ceil(B / 32)
+  size_t ids = 0, expMask = 0, destMask = 0, base = 0, cnt = 0, ecTot = 0, words = 0;
+};
+__host__ __device__ inline Smem smemOf(const moe::Layout& l) {
+  Smem s;
+  s.W = (l.B + 31) / 32;
+  size_t at = 0;
+  s.ids = at, at += size_t(l.B) * size_t(l.k);        // normalized ids [T][k]
+  s.expMask = at, at += size_t(l.E) * size_t(s.W);    // [E][W]
+  s.destMask = at, at += size_t(l.N) * size_t(s.W);   // [N][W]
+  s.base = at, at += size_t(l.E);                     // [L][N] first entry of (expert, source)
+  s.cnt = at, at += size_t(l.N) + 1;                  // per source: tokens, then first slot
+  s.ecTot = at, at += size_t(l.L) + 1;                // per local expert: entries, then offset
+  s.words = at;
+  return s;
+}
+
+/// Step 5 for token t (the whole warp).
+template <class T, bool kFp8>
+__device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, const uint32_t* em,
+                          const uint32_t* dm, int t, uint64_t flag) {
+  const moe::Layout& l = p.lay;
+  const int N = l.N, W = S.W, me = l.rank, k = l.k, lane = dev::laneId();
+  int pd = -1;  // lane d < N: this token's position at rank d (-1: not sent there)
+  if (lane < N && ((dm[size_t(lane) * W + (t >> 5)] >> (t & 31)) & 1u))
+    pd = bitsBelow(dm + size_t(lane) * W, t);
+  int pos[kMaxRanks];
+#pragma unroll
+  for (int d = 0; d < kMaxRanks; ++d) pos[d] = d < N ? dev::shfl32(pd, d) : -1;
+  if (dev::ballot32(pd >= 0) == 0) return;
+  const char* xrow = p.x + size_t(t) * size_t(l.H) * sizeof(T);
+  if constexpr (kFp8) {
+    const int chunks = (l.H + 511) / 512;
+    for (int c = 0; c < chunks; ++c) {
+      const int i0 = c * 512 + lane * 16;
+      const int n = max(0, min(16, l.H - i0));
+      float v[fp8dev::kEPT];
+      fp8dev::load16<T>(reinterpret_cast<const T*>(xrow), size_t(n ? i0 : 0), n, v);
+      fp8::Meta meta;
+      const uint4 codes = fp8dev::quantize16(v, moe::kScaleBlock / fp8dev::kEPT, meta);
+      const int b = c * (512 / moe::kScaleBlock) + (lane >> 3);
+#pragma unroll
+      for (int d = 0; d < kMaxRanks; ++d) {
+        if (pos[d] < 0) continue;
+        const size_t slot = size_t(me) * l.B + size_t(pos[d]);
+        if (size_t(i0) < l.xRow)
+          *reinterpret_cast<uint4*>(p.peer[d] + l.xrowAt(slot) + size_t(i0)) = codes;
+        if ((lane & 7) == 0 && b < l.nb)
+          *reinterpret_cast<uint32_t*>(p.peer[d] + l.scaleAt(slot) + 4 * size_t(b)) = meta;
+      }
+    }
+  } else {
+    const size_t bytes = size_t(l.H) * sizeof(T), units = (bytes + 15) / 16;
+    for (size_t u = size_t(lane); u < units; u += 32) {
+      const uint4 x = loadUserUnit(xrow, u, unitValid(bytes, u));
+#pragma unroll
+      for (int d = 0; d < kMaxRanks; ++d) {
+        if (pos[d] < 0) continue;
+        const size_t slot = size_t(me) * l.B + size_t(pos[d]);
+        *reinterpret_cast<uint4*>(p.peer[d] + l.xrowAt(slot) + 16 * u) = x;
+      }
+    }
+  }
+  // The slot record: token index, ids, weights, per-expert positions; the flag last.
+  const int32_t* ti = ids + size_t(t) * k;
+  int32_t id = -1, ep = -1;
+  float wt = 0.f;
+  if (lane < k) {
+    id = ti[lane];
+    wt = p.cached ? localAt<float>(p, l.tokW)[size_t(t) * k + lane] : p.w[size_t(t) * k + lane];
+    if (moe::firstOfExpert(ti, lane)) ep = bitsBelow(em + size_t(id) * W, t);
+  }
+#pragma unroll
+  for (int d = 0; d < kMaxRanks; ++d) {
+    if (pos[d] < 0) continue;
+    char* rec = p.peer[d] + l.metaAt(size_t(me) * l.B + size_t(pos[d]));
+    if (lane == 0) *reinterpret_cast<uint2*>(rec + 8) = make_uint2(uint32_t(t), 0u);
+    if (lane < k) {
+      *reinterpret_cast<int32_t*>(rec + l.recId(lane)) = id;
+      *reinterpret_cast<float*>(rec + l.recW(lane)) = wt;
+      *reinterpret_cast<int32_t*>(rec + l.recPos(lane)) = ep;
+    }
+  }
+  uint64_t* myFlag = pd >= 0 ? reinterpret_cast<uint64_t*>(
+                                   p.peer[lane] + l.metaAt(size_t(me) * l.B + size_t(pd)))
+                             : nullptr;
+  dev::warpPublish(myFlag, flag, pd >= 0);
+}
+
+/// Step 6's entries of one received slot (the whole warp); false when its wait stopped.
+__device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint64_t flag,
+                         dev::Waiter& wait) {
+  const moe::Layout& l = p.lay;
+  const int k = l.k, L = l.L, me = l.rank, N = l.N, lane = dev::laneId();
+  const size_t slot = size_t(s) * l.B + size_t(pIdx);
+  const char* rec = mine(p) + l.metaAt(slot);
+  if (!dev::warpAwait(reinterpret_cast<const uint64_t*>(rec), flag, wait, s)) return false;
+  int32_t id = -1, ep = -1;
+  float w = 0.f;
+  if (lane < k) {
+    id = int32_t(dev::ldRecord4(rec + l.recId(lane)));
+    w = __uint_as_float(dev::ldRecord4(rec + l.recW(lane)));
+    ep = int32_t(dev::ldRecord4(rec + l.recPos(lane)));
+  }
+  bool first = id >= 0;
+  float sum = w;
+  for (int i = 0; i < k; ++i) {  // the rules of core/moe/layout.h, across lanes
+    const int32_t o = dev::shfl32(id, i);
+    const float ow = dev::shfl32(w, i);
+    if (i < lane && o == id) first = false;
+    if (i > lane && o == id) sum = __fadd_rn(sum, ow);
+  }
+  const bool local = first && id / L == me;
+  const uint32_t ball = dev::ballot32(local);
+  const int c = __popc(ball & ((1u << lane) - 1u)), n = __popc(ball);
+  int32_t* se = localAt<int32_t>(p, l.slotEntries) + slot * size_t(l.kk);
+  float* sw = localAt<float>(p, l.slotW) + slot * size_t(l.kk);
+  if (local) {
+    const int entry = base[size_t(id - me * L) * N + s] + ep;
+    localAt<int32_t>(p, l.entryRows)[entry] = int32_t(slot);
+    se[c] = entry;
+    sw[c] = sum;
+  }
+  for (int x = n + lane; x < l.kk; x += 32) {
+    se[x] = -1;
+    sw[x] = 0.f;
+  }
+  return true;
+}
+
+/// Steps 1 to 6 (every thread); true in a thread that stopped waiting.
+template <class T, bool kFp8>
+__device__ bool dispatchBody(const Params& p, uint32_t* sm, uint64_t flag) {
+  const moe::Layout& l = p.lay;
+  const Smem S = smemOf(l);
+  const int N = l.N, me = l.rank, k = l.k, L = l.L, nTok = p.tokens, W = S.W;
+  const int tid = int(threadIdx.x);
+  dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
+  int32_t* ids = reinterpret_cast<int32_t*>(sm + S.ids);
+  uint32_t* em = sm + S.expMask;
+  uint32_t* dm = sm + S.destMask;
+  // 1. credits
+  if (blockIdx.x == 0 && tid < N)
+    dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.creditAt(0, me)), flag);
+  // 2. routing tables
+  for (size_t i = size_t(tid); i < size_t(l.E + N) * W; i += kThreads) em[i] = 0;
+  int32_t* keptIds = localAt<int32_t>(p, l.tokIds);
+  for (int i = tid; i < nTok * k; i += kThreads) {
+    int64_t v = 0;
+    if (p.cached) v = keptIds[i];
+    else v = p.ids64 ? static_cast<const int64_t*>(p.ids)[i] : static_cast<const int32_t*>(p.ids)[i];
+    ids[i] = moe::normId(v, l.E);
+  }
+  __syncthreads();
+  for (int i = tid; i < nTok * k; i += kThreads) {
+    const int t = i / k, j = i % k;
+    const int32_t* ti = ids + size_t(t) * k;
+    const uint32_t bit = 1u << (t & 31);
+    if (moe::firstOfExpert(ti, j)) atomicOr(&em[size_t(ti[j]) * W + (t >> 5)], bit);
+    if (moe::firstOfRank(ti, j, L)) atomicOr(&dm[size_t(ti[j] / L) * W + (t >> 5)], bit);
+  }
+  __syncthreads();
+  if (blockIdx.x == 0) {
+    int32_t* rows = localAt<int32_t>(p, l.tokRows);
+    float* keptW = localAt<float>(p, l.tokW);
+    for (int i = tid; i < nTok * k; i += kThreads) {
+      const int t = i / k, j = i % k;
+      const int32_t* ti = ids + size_t(t) * k;
+      const int d = ti[j] / L;
+      rows[i] = ti[j] < 0 ? -2
+                          : moe::firstOfRank(ti, j, L) ? d * l.B + bitsBelow(dm + size_t(d) * W, t)
+                                                       : -1;
+      if (!p.cached) {
+        keptIds[i] = ti[j];
+        keptW[i] = p.w[i];
+      }
+    }
+  }
+  // 3. every rank's credit
+  int failed = 0;
+  if (tid < N)
+    failed = !dev::waitFlagGE(reinterpret_cast<const uint64_t*>(mine(p) + l.creditAt(0, tid)),
+                              flag, wait, tid);
+  if (dev::syncThreadsOr(failed)) return true;
+  dev::fenceAfterWait();
+  // 4. headers
+  if (blockIdx.x == 0) {
+    for (int i = tid; i < N * (L + 1); i += kThreads) {
+      const int d = i / (L + 1), x = i % (L + 1);
+      char* h = p.peer[d] + l.headAt(me);
+      if (x == L) *reinterpret_cast<uint2*>(h + 8) = make_uint2(uint32_t(bitsAll(dm + size_t(d) * W, W)), 0u);
+      else *reinterpret_cast<int32_t*>(h + 16 + 4 * size_t(x)) = bitsAll(em + size_t(d * L + x) * W, W);
+    }
+    dev::fenceBeforeSignal();
+    __syncthreads();
+    if (tid < N) dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.headAt(me)), flag);
+  }
+  // 5. tokens
+  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
+  for (int t = gw; t < nTok; t += nw) sendToken<T, kFp8>(p, S, ids, em, dm, t, flag);
+  // 6. receive: headers, offsets, then the slots
+  int* base = reinterpret_cast<int*>(sm + S.base);
+  int* cnt = reinterpret_cast<int*>(sm + S.cnt);
+  int* ecTot = reinterpret_cast<int*>(sm + S.ecTot);
+  if (tid < N)
+    failed = !dev::waitFlagGE(reinterpret_cast<const uint64_t*>(mine(p) + l.headAt(tid)), flag,
+                              wait, tid);
+  if (dev::syncThreadsOr(failed)) return true;
+  dev::fenceAfterWait();
+  if (tid < N) cnt[tid] = int(dev::ldRecord4(mine(p) + l.headAt(tid) + 8));
+  for (int i = tid; i < L * N; i += kThreads)
+    base[i] = int(dev::ldRecord4(mine(p) + l.headAt(i % N) + 16 + 4 * size_t(i / N)));
+  __syncthreads();
+  for (int x = tid; x < L; x += kThreads) {
+    int tot = 0;
+    for (int s = 0; s < N; ++s) {
+      const int v = base[x * N + s];
+      base[x * N + s] = tot;
+      tot += v;
+    }
+    ecTot[x] = tot;
+    if (blockIdx.x == 0) localAt<int32_t>(p, l.expertCounts)[x] = tot;
+  }
+  __syncthreads();
+  const int entries = blockScan(ecTot, L);
+  for (int i = tid; i < L * N; i += kThreads) base[i] += ecTot[i / N];
+  if (blockIdx.x == 0) {
+    for (int x = tid; x < L; x += kThreads) localAt<int32_t>(p, l.expertOffsets)[x] = ecTot[x];
+    if (tid == 0) localAt<int32_t>(p, l.expertOffsets)[L] = entries;
+    if (tid < N) localAt<int32_t>(p, l.recvCounts)[tid] = cnt[tid];
+  }
+  __syncthreads();
+  const int total = blockScan(cnt, N);
+  for (int g = gw; g < total; g += nw) {
+    int s = N - 1;
+    while (s > 0 && cnt[s] > g) --s;
+    if (!takeSlot(p, base, s, g - cnt[s], flag, wait)) {
+      failed = 1;
+      break;
+    }
+  }
+  return failed != 0;
+}
+
+/// The dispatch. Contract: the file's comment (steps 0 to 7).
+template <class T, bool kFp8>
+__global__ void __launch_bounds__(kThreads) dispatchKernel(Params p) {
+  extern __shared__ uint32_t sm[];
+  const moe::Layout& l = p.lay;
+  const uint64_t flag = p.counters[blockIdx.x] + 1;
+  auto poison = [&](bool all) {
+    char* b = mine(p);
+    auto fill = [&](char* q, size_t n) { all ? dev::poisonAll(q, n) : dev::poisonShare(q, n); };
+    fill(b + l.xrows, l.slots() * l.xRow);
+    if (l.fp8) fill(b + l.scales, l.slots() * size_t(l.nb) * 4);
+    if (all || blockIdx.x == 0) {
+      for (int i = int(threadIdx.x); i < l.N; i += kThreads) localAt<int32_t>(p, l.recvCounts)[i] = 0;
+      for (int i = int(threadIdx.x); i <= l.L; i += kThreads) {
+        if (i < l.L) localAt<int32_t>(p, l.expertCounts)[i] = 0;
+        localAt<int32_t>(p, l.expertOffsets)[i] = 0;
+      }
+    }
+  };
+  dev::peerCall(p.fail, p.counters + blockIdx.x, flag, poison,
+                [&] { return dispatchBody<T, kFp8>(p, sm, flag); });
+}
+
+/// f(kernel instance) for the layout's dtype and FP8 flag.
+template <class F>
+void withKernel(const moe::Layout& l, F&& f) {
+  dev::dispatchDtype(dev::RowTypes{}, DataType(l.dtype), "moe dispatch", [&]<class T>() {
+    if (l.fp8) f(&dispatchKernel<T, true>);
+    else f(&dispatchKernel<T, false>);
+    return 0;
+  });
+}
+
+}  // namespace
+
+size_t dispatchSmem(const moe::Layout& lay) { return smemOf(lay).words * 4; }
+
+void prepareDispatch(const moe::Layout& lay, size_t smem) {
+  if (smem <= (48u << 10)) return;
+#if defined(CCLX_HAVE_HIP)
+  CCLX_THROW(cclxUnsupported, "moe dispatch: %zu bytes of shared memory (HIP: 48 KiB at most)",
+             smem);
+#else
+  withKernel(lay, [&](auto kernel) {
+    CCLX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(smem)));
+  });
+#endif
+}
+
+void launchDispatch(const Params& p, int grid, size_t smem, void* stream) {
+  withKernel(p.lay, [&](auto kernel) {
+    const gpurt::LaunchCheck launched;
+    kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(p);
+    launched.check("moe dispatch");
+  });
+}
+
+}  // namespace moegpu
+}  // namespace cclx

@@ -1,0 +1,303 @@
+"""cclx.moe.Buffer on a GPU (run by test_gpu_buffer.py at 1, 2, 3, 4 and 8 ranks sharing one GPU):
+the MoE kernels bit for bit like the CPU twin (a CPU comm of the same ranks running the same
+calls) and against the float64 reference (FP8 codes and scales against cclx's codec), on random
+and adversarial routing, k = 1..8, hidden sizes odd to 7168, f32 / bf16 / f16, FP8 on and off;
+many calls on one buffer; cached mode; a CUDA graph replayed with routing that changes between
+replays; no host synchronization in eager calls; a late rank and a rank that never comes (their
+peers fail naming them, outputs NaN, later calls raise)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+import cclx
+import cclx.moe as moe
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "python", "moe"))
+from buffer_ref import (DT, check_recv, check_y, experts_of, inputs,  # noqa: E402
+                        with_bad_ids)
+
+
+def setup(ctx):
+    ctx.comm = cclx.new_comm("cclx", torch.device("cuda"), name="moe_buf_gpu", timeout=120)
+    ctx.dev = ctx.comm.get_device()
+    ctx.twin = cclx.new_comm("cclx", "cpu", name="moe_buf_twin", timeout=120)
+
+
+def teardown(ctx):
+    ctx.comm.finalize()
+    ctx.twin.finalize()
+
+
+def _pair(ctx, B, H, E, k, dtype, fp8):
+    g = moe.Buffer(ctx.comm, B, H, E, k, dtype, fp8=fp8)
+    t = moe.Buffer(ctx.twin, B, H, E, k, dtype, fp8=fp8)
+    assert g.route == "kernels", (g.route, g.why)
+    assert t.route == "host" and g.bytes == t.bytes
+    return g, t
+
+
+def _same(a, b, what):
+    a, b = a.cpu(), b.cpu()
+    assert a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8),
+                                              b.contiguous().view(torch.uint8)), what
+
+
+def _compare(ctx, g, t, data, L, E, B, dtype, fp8, what):
+    """One round trip on the GPU buffer and on the twin; every output bit for bit, and against
+    the references."""
+    r = ctx.rank
+    x, ids, w = data[r]
+    recv, h = g.dispatch(x.to(ctx.dev), ids.to(ctx.dev), w.to(ctx.dev))
+    eo = experts_of(recv, h, r, L, dtype)
+    y = g.combine(eo, h)
+    trecv, th = t.dispatch(x, ids, w)
+    ty = t.combine(experts_of(trecv, th, r, L, dtype), th)
+    try:
+        for name in ("recv_counts", "expert_counts", "expert_offsets"):
+            _same(getattr(h, name), getattr(th, name), f"{what}: {name} vs twin")
+        n = int(th.expert_offsets[-1])
+        _same(h.entry_rows[:n], th.entry_rows[:n], f"{what}: entry_rows vs twin")
+        counts = th.recv_counts.tolist()
+        for s, c in enumerate(counts):
+            _same(recv.x[s * B:s * B + c], trecv.x[s * B:s * B + c], f"{what}: rows of {s}")
+            if fp8:
+                _same(recv.scales[s * B:s * B + c], trecv.scales[s * B:s * B + c],
+                      f"{what}: scales of {s}")
+        _same(y, ty, f"{what}: combine vs twin")
+        check_recv(g, recv, h, data, r, L, E, B, fp8)
+        check_y(y, x, ids, w, E, fp8, dtype)
+    except AssertionError as e:
+        raise AssertionError(f"{what}: {e}") from None
+
+
+def _run(ctx, seed, H, k, L, dtype, kind, fp8, Ts=None, B=None, bad=False, calls=1):
+    N = ctx.size
+    E = L * N
+    Ts = Ts or [5 + (3 * i) % 4 for i in range(N)]
+    B = B or max(max(Ts), 1)
+    g, t = _pair(ctx, B, H, E, k, DT[dtype], fp8)
+    try:
+        for c in range(calls):
+            data = inputs(seed + 1000 * c, N, Ts, H, k, E, DT[dtype], kind)
+            if bad:
+                data = with_bad_ids(data, E, seed + c)
+            _compare(ctx, g, t, data, L, E, B, DT[dtype], fp8,
+                     f"{kind} H={H} k={k} L={L} {dtype} fp8={fp8} call {c}")
+    finally:
+        g.destroy()
+        t.destroy()
+
+
+def case_routing_and_dtypes(ctx):
+    for fp8 in (False, True):
+        _run(ctx, 1, 33, 2, 4, "f32", "random", fp8)
+        _run(ctx, 2, 133, 8, 8, "bf16", "random", fp8)
+        _run(ctx, 3, 256, 1, 2, "f16", "one_expert", fp8)
+        _run(ctx, 4, 72, 3, 4, "bf16", "rank0_only", fp8, B=9)
+        _run(ctx, 5, 40, 5, 2, "f32", "dup", fp8)
+        _run(ctx, 6, 130, 4, 4, "bf16", "same_rank", fp8)
+        _run(ctx, 7, 72, 2, 4, "f16", "even_experts", fp8)
+        _run(ctx, 8, 50, 3, 2, "bf16", "last_empty", fp8)
+
+
+def case_every_k(ctx):
+    for k in range(1, 9):
+        _run(ctx, 10 + k, 65, k, 3, "bf16", "random" if k <= 3 * ctx.size else "dup", k % 2 == 0)
+
+
+def case_ids_out_of_range_and_empty_ranks(ctx):
+    Ts = [(i * 5) % 7 if i != 1 else 0 for i in range(ctx.size)]
+    _run(ctx, 20, 40, 3, 4, "bf16", "random", False, bad=True)
+    _run(ctx, 21, 130, 4, 4, "f32", "random", True, bad=True, Ts=Ts, B=9)
+
+
+def case_hidden_7168_256_experts(ctx):
+    """The anchors' shape: hidden 7168, top-8, 256 experts (or the next multiple of N), 128
+    tokens per rank."""
+    N = ctx.size
+    L = max(256 // N, 1)
+    for fp8 in (True, False):
+        _run(ctx, 30, 7168, 8, L, "bf16", "random", fp8, Ts=[128] * N)
+
+
+def case_many_calls_one_buffer(ctx):
+    _run(ctx, 40, 96, 4, 4, "bf16", "random", True, calls=6)
+    _run(ctx, 41, 24, 2, 2, "f32", "dup", False, calls=4, Ts=[4] * ctx.size)
+
+
+def case_cached_mode(ctx):
+    N, r, L, k, H, B = ctx.size, ctx.rank, 4, 4, 70, 7
+    E = L * N
+    for fp8 in (False, True):
+        g = moe.Buffer(ctx.comm, B, H, E, k, torch.bfloat16, fp8=fp8)
+        try:
+            data = inputs(50, N, [B] * N, H, k, E, torch.bfloat16, "random")
+            x, ids, w = (v.to(ctx.dev) for v in data[r])
+            recv, h = g.dispatch(x, ids, w)
+            g.combine(experts_of(recv, h, r, L, torch.bfloat16), h)
+            data2 = [((v * -3).to(torch.bfloat16), i, ww) for v, i, ww in data]
+            recv2, h2 = g.dispatch(data2[r][0].to(ctx.dev), handle=h)
+            y2 = g.combine(experts_of(recv2, h2, r, L, torch.bfloat16), h2)
+            check_recv(g, recv2, h2, data2, r, L, E, B, fp8)
+            check_y(y2, *data2[r], E, fp8, torch.bfloat16)
+        finally:
+            g.destroy()
+
+
+def _graph_experts(recv, h, rank, L, C, dtype):
+    """expert_out for every entry slot without a host read (capturable): entry i's local
+    expert from the offsets on the device."""
+    x = recv.dequantize(dtype) if recv.scales is not None else recv.x
+    i = torch.arange(C, device=x.device, dtype=torch.int32)
+    l = torch.searchsorted(h.expert_offsets[1:].contiguous(), i, right=True).clamp(max=L - 1)
+    e = (l + rank * L).float().unsqueeze(1)
+    rows = x.index_select(0, h.entry_rows.long())
+    return (rows.float() * (e + 1) + e).to(dtype)
+
+
+def case_cuda_graph_changing_routing(ctx):
+    """dispatch + experts + combine captured once, replayed with new tokens, ids and weights
+    copied into the captured inputs: each replay equals an eager twin call."""
+    N, r, L, k, H, B = ctx.size, ctx.rank, 3, 4, 136, 6
+    E = L * N
+    for fp8 in (False, True):
+        g = moe.Buffer(ctx.comm, B, H, E, k, torch.bfloat16, fp8=fp8)
+        t = moe.Buffer(ctx.twin, B, H, E, k, torch.bfloat16, fp8=fp8)
+        try:
+            C = g._views["entry_rows"].shape[0]
+            sx = torch.zeros(B, H, dtype=torch.bfloat16, device=ctx.dev)
+            sids = torch.zeros(B, k, dtype=torch.int64, device=ctx.dev)
+            sw = torch.zeros(B, k, dtype=torch.float32, device=ctx.dev)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):  # warm-up outside the capture
+                recv, h = g.dispatch(sx, sids, sw)
+                g.combine(_graph_experts(recv, h, r, L, C, torch.bfloat16), h)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                recv, h = g.dispatch(sx, sids, sw)
+                y = g.combine(_graph_experts(recv, h, r, L, C, torch.bfloat16), h)
+            for rep in range(4):
+                data = inputs(60 + rep, N, [B] * N, H, k, E, torch.bfloat16,
+                              ("random", "dup", "same_rank", "one_expert")[rep])
+                x, ids, w = data[r]
+                sx.copy_(x)
+                sids.copy_(ids)
+                sw.copy_(w)
+                graph.replay()
+                trecv, th = t.dispatch(x, ids, w)
+                ty = t.combine(_graph_experts(trecv, th, r, L, C, torch.bfloat16), th)
+                torch.cuda.synchronize()
+                _same(y, ty, f"replay {rep} fp8={fp8}: combine vs twin")
+                check_y(y, x, ids, w, E, fp8, torch.bfloat16)
+        finally:
+            torch.cuda.synchronize()
+            g.destroy()
+            t.destroy()
+
+
+def case_no_host_sync(ctx):
+    """Eager dispatch and combine never wait for the device (torch's sync debug mode raises on
+    any synchronizing call)."""
+    N, r, L, k, H, B = ctx.size, ctx.rank, 2, 2, 64, 4
+    E = L * N
+    g = moe.Buffer(ctx.comm, B, H, E, k, torch.bfloat16, fp8=True)
+    try:
+        data = inputs(70, N, [B] * N, H, k, E, torch.bfloat16, "random")
+        x, ids, w = (v.to(ctx.dev) for v in data[r])
+        eo = torch.zeros(g._views["entry_rows"].shape[0], H, dtype=torch.bfloat16, device=ctx.dev)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(3):
+                _, h = g.dispatch(x, ids, w)
+                g.combine(eo, h)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+    finally:
+        g.destroy()
+
+
+def case_composed_route_on_cuda(ctx):
+    """The composed route (what comms across hosts run) on this CUDA comm gives the kernels'
+    bits: receive rows, scales, counts, entries, combine."""
+    N, r = ctx.size, ctx.rank
+    for seed, H, k, L, dtype, kind, fp8 in ((90, 33, 2, 4, "f32", "random", False),
+                                            (91, 133, 8, 8, "bf16", "random", True),
+                                            (92, 72, 5, 2, "f16", "dup", True)):
+        E = L * N
+        Ts = [5 + (3 * i) % 4 for i in range(N)]
+        B = max(Ts)
+        kb = moe.Buffer(ctx.comm, B, H, E, k, DT[dtype], fp8=fp8)
+        co = moe.Buffer(ctx.comm, B, H, E, k, DT[dtype], fp8=fp8, route="composed")
+        try:
+            data = with_bad_ids(inputs(seed, N, Ts, H, k, E, DT[dtype], kind), E, seed)
+            x, ids, w = (v.to(ctx.dev) for v in data[r])
+            outs = []
+            for buf in (kb, co):
+                recv, h = buf.dispatch(x, ids, w)
+                y = buf.combine(experts_of(recv, h, r, L, DT[dtype]), h)
+                cnt = h.recv_counts.tolist()
+                rows = torch.cat([recv.x[s * B:s * B + cnt[s]] for s in range(N)])
+                sc = torch.cat([recv.scales[s * B:s * B + cnt[s]] for s in range(N)]) \
+                    if fp8 else rows
+                n = int(h.expert_offsets[-1])
+                outs.append((h.expert_offsets.clone(), h.entry_rows[:n].clone(), rows.clone(),
+                             sc.clone(), y))
+            what = f"{kind} H={H} k={k} {dtype} fp8={fp8}"
+            for i, name in enumerate(("expert_offsets", "entry_rows", "rows", "scales",
+                                      "combine")):
+                _same(outs[0][i], outs[1][i], f"{what}: {name}, kernels vs composed")
+        finally:
+            torch.cuda.synchronize()
+            kb.destroy()
+            co.destroy()
+
+
+def _failure(ctx, name, late_s):
+    """Rank N-1 comes `late_s` seconds late (None: never); the others' dispatch (timeout 2 s)
+    fails naming it: NaN rows, counts 0, the next call raises."""
+    N, r = ctx.size, ctx.rank
+    if N < 2:
+        return "skipped: needs two ranks"
+    comm = cclx.new_comm("cclx", torch.device("cuda"), name=name, timeout=120)
+    late = N - 1
+    try:
+        g = moe.Buffer(comm, 4, 64, 2 * N, 2, torch.bfloat16)
+        data = inputs(80, N, [4] * N, 64, 2, 2 * N, torch.bfloat16, "random")
+        x, ids, w = (v.to(ctx.dev) for v in data[r])
+        if r == late:
+            if late_s is None:
+                return None
+            time.sleep(late_s)
+        g.dispatch(x, ids, w, timeout=2.0)
+        torch.cuda.synchronize()
+        raw = g.recv.x.contiguous().view(torch.uint8)
+        assert bool((raw == 255).all()), "receive rows are not NaN after the failed dispatch"
+        assert int(g._views["expert_counts"].abs().sum().item()) == 0
+        try:
+            g.dispatch(x, ids, w, timeout=2.0)
+            raise AssertionError("the call after a failed dispatch did not raise")
+        except cclx.CclxError as e:
+            if r != late:
+                assert f"rank {late}" in str(e) or f"[{late}]" in str(e) or \
+                    f"rank(s) {late}" in str(e), str(e)
+    finally:
+        comm.abort()
+    return None
+
+
+def case_zz_late_rank(ctx):
+    return _failure(ctx, "moe_late", 6.0)
+
+
+def case_zzz_rank_never_comes(ctx):
+    return _failure(ctx, "moe_gone", None)
+
