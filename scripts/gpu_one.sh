@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# GPU validation that one GPU can carry, in stages (each fits a 10-minute command):
+# GPU validation that one GPU can carry, in stages (each fits a 10-minute command); the whole of
+# it at every world size in one command: scripts/gpu_verify.sh, whose build and runner the
+# stages below use:
 #   scripts/gpu_one.sh build    configure and build cclx with CUDA, the Python extension, the NCCL
-#                               drop-in and the GPU tests into build-dev (Ninja; GoogleTest from
-#                               $GTEST_SRC, .dev/googletest or /usr/src/googletest when not installed)
+#                               drop-in and the GPU tests into build-dev (scripts/gpu_verify.sh
+#                               build: Ninja; GoogleTest from $GTEST_SRC, .dev/googletest or
+#                               /usr/src/googletest when not installed)
 #   scripts/gpu_one.sh cpp [N]  device codec checks (test_gpu_fp8) and the several-ranks-per-GPU
 #                               suites (test_gpu_shared, test_gpu_failure, test_gpu_shared_colls)
 #                               (scripts/gpu_shared.sh; N = world sizes, default "2 3 4 5 8")
@@ -37,54 +40,34 @@
 #                               say why
 # Results and logs go to ${OUT:-bench/results}; each stage prints one summary line.
 set -u -o pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 STAGE=${1:?usage: scripts/gpu_one.sh build|cpp|window|dropin|py|suites|baselines}
 OUT=${OUT:-bench/results}
 BUILD=build-dev
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export CCLX_ABORT_ON_ERROR=${CCLX_ABORT_ON_ERROR:-0}  # the suites check errors (tests of the default set it)
-JOBS=$(nproc 2>/dev/null || echo 8)
 PY=${PYTHON:-python3}
 t0=$(date +%s)
 line() { echo "gpu_one $STAGE: $1, $(( $(date +%s) - t0 ))s"; }
 
+# The runner of scripts/gpu_verify.sh over $BUILD's binaries: one step per binary and world
+# size, the record $OUT/gpu_one_<stage>.json, the closing line "gpu_one_<stage>: N passed, ...".
+verify() {
+  "$PY" scripts/gpu_verify.py --tag "gpu_one_$STAGE" --build "$BUILD" --only cpp --out "$OUT" \
+    --jobs 1 --budget 100000 --time-scale "${CCLX_TEST_TIME_SCALE:-1}" "$@"
+}
+
 case "$STAGE" in
 build)
-  log="$OUT/build.log"
-  args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCCLX_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-        -DCCLX_BUILD_TESTS=ON -DCCLX_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v $PY)"
-        -Dnanobind_DIR="$($PY -m nanobind --cmake_dir)")
-  if ! cmake -S . -B "$BUILD" "${args[@]}" >"$log" 2>&1; then
-    src=""
-    for c in "${GTEST_SRC:-}" .dev/googletest /usr/src/googletest; do
-      if [ -n "$c" ] && [ -f "$c/CMakeLists.txt" ]; then src=$c; break; fi
-    done
-    [ -n "$src" ] || { tail -20 "$log"; line "CONFIGURE FAILED (no GoogleTest)"; exit 1; }
-    gt="$PWD/$BUILD/_gtest"
-    { cmake -S "$src" -B "$gt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
-        -DCMAKE_INSTALL_PREFIX="$gt/install" -DCMAKE_POSITION_INDEPENDENT_CODE=ON &&
-      cmake --build "$gt/build" -j"$JOBS" && cmake --install "$gt/build"; } >>"$log" 2>&1 ||
-      { tail -20 "$log"; line "GOOGLETEST BUILD FAILED"; exit 1; }
-    rm -f "$BUILD/CMakeCache.txt"
-    cmake -S . -B "$BUILD" "${args[@]}" -DCMAKE_PREFIX_PATH="$gt/install" >>"$log" 2>&1 ||
-      { tail -30 "$log"; line "CONFIGURE FAILED"; exit 1; }
-  fi
-  # TARGETS overrides what is built (default: everything the stages below run).
-  if ! cmake --build "$BUILD" -j"$JOBS" --target ${TARGETS:-cclx _C cclx_nccl test_gpu_fp8 test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm test_gpu_a2av_device test_gpu_window test_gpu_window_vmm test_gpu_dtype_guard test_gpu_stream_temp test_gpu_grow_faults test_gpu_quantized} \
-       >>"$log" 2>&1; then
-    grep -E "error|FAILED" "$log" | head -40
-    line "BUILD FAILED"
-    exit 1
-  fi
+  EXT_PYTHON=${EXT_PYTHON:-$(command -v "$PY")} BUILD_DIR=$BUILD bash scripts/gpu_verify.sh build ||
+    { line "BUILD FAILED"; exit 1; }
   line "built"
   ;;
 cpp)
   sizes=${2:-2 3 4 5 8}
-  "$BUILD/tests/test_gpu_fp8" --gtest_filter='GpuFp8.DeviceCodec*' \
-    --gtest_output="json:$OUT/gpu_fp8_codec.json" >"$OUT/gpu_fp8_codec.log" 2>&1
+  verify --match '^cpp/test_gpu_fp8$'
   crc=$?
-  echo "gpu_one: device codec rc=$crc $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu_fp8_codec.log" | tr '\n' ' ')"
   OUT="$OUT" bash scripts/gpu_shared.sh "$BUILD" "$sizes"
   src=$?
   line "codec rc=$crc shared rc=$src"
@@ -92,19 +75,8 @@ cpp)
   ;;
 window)
   sizes=${2:-2 3 4 8}
-  wrc=0
-  for n in $sizes; do
-    rounds=500
-    [ "$n" -eq 2 ] && rounds=10000
-    CCLX_TEST_RANKS=$n CCLX_TEST_WINDOW_ROUNDS=$rounds "$BUILD/tests/test_gpu_window" \
-      --gtest_output="json:$OUT/gpu_window_$n.json" >"$OUT/gpu_window_$n.log" 2>&1 || wrc=1
-    echo "gpu_one window: $n ranks, $rounds rounds: $(grep -E '^\[  (PASSED|FAILED)  \]|\[window rounds\]' \
-      "$OUT/gpu_window_$n.log" | tr '\n' ' ')"
-    CCLX_TEST_RANKS=$n "$BUILD/tests/test_gpu_window_vmm" \
-      --gtest_output="json:$OUT/gpu_window_vmm_$n.json" >"$OUT/gpu_window_vmm_$n.log" 2>&1 || wrc=1
-    echo "gpu_one window: cuMem memory, $n ranks: $(grep -E '^\[  (PASSED|FAILED)  \]' \
-      "$OUT/gpu_window_vmm_$n.log" | tr '\n' ' ')"
-  done
+  verify --match '^cpp/test_gpu_window(_vmm)?@' --sizes "$sizes" --window-rounds 10000,500
+  wrc=$?
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
   $PY -m pytest -q -rs tests/gpu/api/test_gpu_window.py tests/gpu/api/test_gpu_memory.py --junitxml="$OUT/pytest_gpu_window.xml" \
     >"$OUT/pytest_gpu_window.log" 2>&1
@@ -115,15 +87,10 @@ window)
   ;;
 dropin)
   sizes=${2:-2 3 4 8}
-  crc=0
-  for n in $sizes; do
-    CCLX_TEST_RANKS=$n timeout 300 "$BUILD/tests/test_gpu_shared_p2p" \
-      --gtest_output="json:$OUT/gpu_shared_p2p_$n.json" >"$OUT/gpu_shared_p2p_$n.log" 2>&1 || crc=1
-    echo "gpu_one dropin: point to point, $n ranks: $(grep -E '^\[  (PASSED|FAILED)  \]' \
-      "$OUT/gpu_shared_p2p_$n.log" | tr '\n' ' ')"
-  done
+  verify --match '^cpp/test_gpu_shared_p2p@' --sizes "$sizes"
+  crc=$?
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-  timeout 480 $PY -m pytest -q -rs -s tests/gpu/dropin/test_gpu_dropin_shared.py \
+  timeout 480 "$PY" -m pytest -q -rs -s tests/gpu/dropin/test_gpu_dropin_shared.py \
     --basetemp="$OUT/pytest_dropin_tmp" --junitxml="$OUT/pytest_dropin_shared.xml" \
     >"$OUT/pytest_dropin_shared.log" 2>&1
   prc=$?
@@ -148,15 +115,10 @@ py)
   ;;
 suites)
   n=${2:-3}
-  BINS="test_gpu_shared test_gpu_failure test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_rmsnorm test_gpu_a2av_device" \
-    OUT="$OUT" bash scripts/gpu_shared.sh "$BUILD" "$n"
+  verify --sizes "$n" --window-rounds 500,500 \
+    --match '^cpp/test_gpu_(shared|failure|faults|shared_colls|shared_grouped|rmsnorm|a2av_device|window|window_vmm)@'
   src=$?
-  wrc=0
-  for bin in test_gpu_window test_gpu_window_vmm; do
-    CCLX_TEST_RANKS=$n CCLX_TEST_WINDOW_ROUNDS=500 "$BUILD/tests/$bin" \
-      --gtest_output="json:$OUT/${bin}_$n.json" >"$OUT/${bin}_$n.log" 2>&1 || wrc=1
-    echo "gpu_one suites: $bin $n ranks: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/${bin}_$n.log" | tr '\n' ' ')"
-  done
+  wrc=$src
   export CCLX_EXT_DIR="$PWD/$BUILD/python/cclx" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
   $PY -m pytest -q -rs tests/gpu/perf/test_gpu_perf_fused.py tests/gpu/api/test_gpu_memory.py tests/gpu/api/test_gpu_window.py \
     tests/gpu/collectives/test_gpu_a2av_device.py \
@@ -176,7 +138,7 @@ baselines)
   for mode in graph eager; do
     flags=(-n 20)
     [ $mode = graph ] && flags=(-G 10 -n 50)
-    timeout 240 $PY -m cclx.perf -N 1 --baseline all -b 1K -e 256M -f 4 "${flags[@]}" \
+    timeout 240 "$PY" -m cclx.perf -N 1 --baseline all -b 1K -e 256M -f 4 "${flags[@]}" \
       --json "$OUT/perf_baselines_ws1_$mode.json" >"$OUT/perf_baselines_ws1_$mode.txt" 2>&1 ||
       src=1
     grep -E "^# baseline|summary" "$OUT/perf_baselines_ws1_$mode.txt"

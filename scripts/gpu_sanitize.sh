@@ -1,87 +1,84 @@
 #!/usr/bin/env bash
-# The GPU suites under compute-sanitizer: memcheck (with leak checking), racecheck, synccheck and
-# initcheck over the binaries of the shared-GPU harness (tests/cpp/helpers/gpu_ranks.h: rank r on
-# GPU r % count, so one GPU carries 2 and 3 ranks), each at each world size. Writes one log per
-# run and $OUT/gpu_sanitize.json (per tool, binary and world size: exit code, gtest counts,
-# sanitizer error count, seconds). Needs the build of scripts/gpu_one.sh build (build-dev).
-#   scripts/gpu_sanitize.sh [BUILD_DIR] [WORLD_SIZES]      (defaults build-dev, "2 3")
-#   TOOLS="memcheck racecheck"   tools to run (default all four)
-#   BINS="test_gpu_shared"       binaries (default below); "name:2" runs one at its own sizes
-#   GTEST_FILTER=...             narrows the cases (racecheck and initcheck are slow)
-#   RUN_TIMEOUT=900              seconds per run (tool x binary x world size)
-# The ranks are forked processes: --target-processes all follows them. Cases that fault on
-# purpose are left out where a tool would count the injected fault as a report: test_gpu_faults
-# runs under racecheck and synccheck only (its injected setup failures and killed peers leave
-# memory that memcheck and initcheck would flag by design).
+# Every GPU test binary (tests/cpp/gpu) under compute-sanitizer: memcheck (--leak-check full),
+# racecheck, synccheck and initcheck, the binaries whose ranks share a GPU at 2 ranks (rank r on
+# GPU r % count). The steps run through scripts/gpu_verify.py (the same runner, summarizer and
+# record as scripts/gpu_verify.sh): $OUT/gpu_sanitize.json holds every case per tool (passed /
+# failed / skipped / errored, seconds), each step's sanitizer report count (a step with reports
+# fails), the filters and exclusions below; the logs are in $OUT/gpu_sanitize_logs.tar.gz. The
+# closing line is "gpu_sanitize: N passed, N failed, N skipped"; non-zero on any failure or
+# report. Without a GPU it says so and exits 0. Needs the build of scripts/gpu_verify.sh build
+# (build-dev/carry, or build-dev).
+#   scripts/gpu_sanitize.sh [BUILD_DIR] [WORLD_SIZES]     (defaults build-dev/carry, "2")
+#   SANITIZE_MODE=quick (default)  fits one 10-minute call: per binary the cases that check
+#       results against the host twin (filters below, one or two cases where a binary has no
+#       such case); test_gpu_failure, whose every case waits out a timeout that the tools
+#       stretch, runs in the full mode only; CCLX_TEST_TIME_SCALE=10 (guards only: these cases
+#       wait out no timeout), 50 window rounds, 6 steps at once, a 500 s budget (what is not
+#       done by then is reported as errored)
+#   SANITIZE_MODE=full   every case but the exclusions below, CCLX_TEST_TIME_SCALE=4 (the
+#       timeouts the failure cases wait out grow with it), no budget: about an hour
+#   TOOLS="memcheck racecheck"   the tools (default all four)
+#   VERIFY_MATCH='test_gpu_shared@'  a regex on step ids; GTEST_FILTER=... replaces the filters
+#   RUN_TIMEOUT=900   seconds per step (tool x binary x world size)
 set -u -o pipefail
-cd "$(dirname "$0")/.."
-BUILD=${1:-build-dev}
-SIZES=${2:-2 3}
-OUT=${OUT:-bench/results/gpu_sanitize}
+cd "$(dirname "$0")/.." || exit 2
+BUILD=${1:-build-dev/carry}
+[ -d "$BUILD/tests" ] || BUILD=build-dev
+SIZES=${2:-2}
+MODE=${SANITIZE_MODE:-quick}
 TOOLS=${TOOLS:-memcheck racecheck synccheck initcheck}
-BINS=${BINS:-test_gpu_shared test_gpu_failure:3 test_gpu_faults test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm test_gpu_window test_gpu_window_vmm}
-RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0
-export CCLX_ABORT_ON_ERROR=${CCLX_ABORT_ON_ERROR:-0}  # the suites check errors
-export CCLX_TEST_TIME_SCALE=${CCLX_TEST_TIME_SCALE:-20}  # the tools slow kernels down a lot
-export CCLX_TEST_WINDOW_ROUNDS=${CCLX_TEST_WINDOW_ROUNDS:-50}
+if ! command -v nvidia-smi >/dev/null 2>&1 || [ -z "$(nvidia-smi -L 2>/dev/null)" ]; then
+  echo "gpu_sanitize: SKIPPED: no NVIDIA GPU here (nvidia-smi lists none); nothing was run"
+  exit 0
+fi
 [ -x "$CS" ] || { echo "gpu_sanitize: compute-sanitizer not found (set COMPUTE_SANITIZER)"; exit 2; }
-t0=$(date +%s)
-rows="$OUT/rows.txt"
-: >"$rows"
-rc=0
 
-tool_args() {
-  case $1 in
-    memcheck) echo "--tool memcheck --leak-check full" ;;
-    racecheck) echo "--tool racecheck --racecheck-report all" ;;
-    synccheck) echo "--tool synccheck" ;;
-    initcheck) echo "--tool initcheck" ;;
+# Excluded from memcheck and initcheck: the cases that kill a rank or inject a fault, because the
+# tool counts the fault itself. A killed rank (SIGKILL, or the watchdog's SIGABRT) is a process
+# that "did not terminate successfully" for the tool, and it and the aborted comms of its peers
+# never free their device memory, which --leak-check full reports; an injected setup failure (or
+# settings that fail creation) leaves a rank's published buffer allocated on purpose
+# (docs/design/failure.md: never freed under a peer). racecheck and synccheck run them (full mode).
+FAULTS='"GpuShared.KilledRankIsNamedAndSurvivorsGoOn", "GpuRmsNorm.KilledRankIsNamed",
+  "GpuSharedP2P.MismatchAndKilledPeerAreNamed", "GpuFailure.DeadRankGivesExactOrNaN",
+  "GpuFailure.WatchdogAbortsTheProcess", "GpuFaults.AbortWithDeadPeerReturnsAtOnce",
+  "GpuFaults.FinalizeWithoutPeerReturnsWithinTheBound", "GpuFaults.SetupFailureAt*",
+  "GpuFaults.DifferentStagingBytesFailCreationOnEveryRank"'
+# The quick mode's cases: results against the host twin (*Equal*) where a binary has them.
+QUICK='"*": "*Equal*",
+  "test_gpu_faults": "GpuFaults.CaptureOnForkedStreamsIsOrdered:GpuFaults.FinalizeWaitsForTheCommsOwnWork",
+  "test_gpu_window": "GpuWindow.Ring:GpuWindow.ManyPutsThenOneSignalAcrossStreams:GpuWindow.BackToBackRounds",
+  "test_gpu_window_vmm": "*", "test_gpu_dtype_guard": "*", "test_gpu_stream_temp": "*",
+  "test_gpu_grow_faults": "GpuGrowFaults.AllReduceOneRank:GpuGrowFaults.AllGatherAllRanks",
+  "test_gpu_dda": "GpuDda.SelectionFollowsSettings:GpuDda.LamportAllOnesInputs",
+  "test_gpu_dda_stress": "GpuDdaStress.PeerBarrier", "test_gpu_grouped": "GpuGrouped.SendRecvAnyOrder",
+  "test_gpu_nccl": "GpuNccl.RejectsHostAndForeignPointers:GpuNcclLib.*",
+  "test_gpu_failure": null'
+WHY='"test_gpu_failure": "every case waits out a timeout on purpose: SANITIZE_MODE=full"'
+
+if [ "$MODE" = full ]; then
+  filters='"*": "*"'; scale=4; args=(--budget 1000000 --jobs 4 --gpu-procs 8)
+  [ -n "${RUN_TIMEOUT:-}" ] || RUN_TIMEOUT=1800
+else
+  filters=$QUICK; scale=10; args=(--budget "${VERIFY_BUDGET:-500}" --jobs 6 --gpu-procs 12)
+  [ -n "${RUN_TIMEOUT:-}" ] || RUN_TIMEOUT=300
+fi
+[ -n "${GTEST_FILTER:-}" ] && filters="\"*\": \"$GTEST_FILTER\""
+tools=""
+for t in $TOOLS; do
+  case $t in
+    memcheck) a="--tool memcheck --leak-check full" ;;
+    racecheck) a="--tool racecheck --racecheck-report all" ;;
+    synccheck) a="--tool synccheck" ;;
+    initcheck) a="--tool initcheck" ;;
+    *) echo "gpu_sanitize: unknown tool $t"; exit 2 ;;
   esac
-}
-
-for tool in $TOOLS; do
-  for entry in $BINS; do
-    name=${entry%%:*}
-    sizes=$SIZES
-    [ "$entry" != "$name" ] && sizes=$(echo "${entry#*:}" | tr ',' ' ')
-    case "$tool:$name" in memcheck:test_gpu_faults | initcheck:test_gpu_faults) continue ;; esac
-    for n in $sizes; do
-      log="$OUT/${tool}_${name}_$n.log"
-      s=$(date +%s)
-      # shellcheck disable=SC2046
-      CCLX_TEST_RANKS=$n timeout "$RUN_TIMEOUT" "$CS" $(tool_args "$tool") --target-processes all \
-        --error-exitcode 99 "$BUILD/tests/$name" ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} \
-        >"$log" 2>&1
-      code=$?
-      [ $code -eq 0 ] || rc=1
-      errs=$(grep -cE "^========= (Invalid|Race|Barrier|Uninitialized|Leaked|Program hit|Error)" "$log")
-      passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
-      failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
-      echo "$tool $name $n $code ${passed:-0} ${failed:-0} $errs $(($(date +%s) - s))" >>"$rows"
-      echo "gpu_sanitize: $tool $name at $n ranks: rc=$code passed=${passed:-0}" \
-           "failed=${failed:-0} sanitizer errors=$errs ($(($(date +%s) - s)) s)"
-    done
-  done
+  tools="$tools${tools:+, }\"$t\": \"$a\""
 done
-
-python3 - "$rows" "$OUT/gpu_sanitize.json" <<'PY'
-import json, subprocess, sys
-runs = []
-for line in open(sys.argv[1]):
-    tool, name, n, code, passed, failed, errs, secs = line.split()
-    runs.append(dict(tool=tool, binary=name, ranks=int(n), rc=int(code), passed=int(passed),
-                     failed=int(failed), sanitizer_errors=int(errs), seconds=int(secs)))
-try:
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip().splitlines()
-except OSError:
-    gpu = []
-commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-json.dump(dict(commit=commit, gpus=gpu, ok=all(r["rc"] == 0 for r in runs), runs=runs),
-          open(sys.argv[2], "w"), indent=1)
-PY
-echo "gpu_sanitize: rc=$rc, $(wc -l <"$rows") runs, $(($(date +%s) - t0)) s; summary in $OUT/gpu_sanitize.json"
-exit $rc
+spec="{\"mode\": \"$MODE\", \"tools\": {$tools}, \"filters\": {$filters}, \"why_not_run\": {$WHY},
+  \"exclude\": {\"memcheck\": [$FAULTS], \"initcheck\": [$FAULTS]}, \"scale\": $scale}"
+echo "gpu_sanitize: $MODE mode, tools: $TOOLS; world sizes $SIZES; build $BUILD"
+python3 scripts/gpu_verify.py --tag gpu_sanitize --build "$BUILD" --only cpp --sizes "$SIZES" \
+  --sanitize "$spec" --compute-sanitizer "$CS" --step-timeout "$RUN_TIMEOUT" \
+  --window-rounds 50,50 --out "${OUT:-bench/results}" "${args[@]}"

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Several ranks per GPU: runs the GPU test binaries that take their world size from
-# CCLX_TEST_RANKS (rank r on GPU r % count) at each world size, and writes $OUT/gpu_shared.json
-# with pass counts per binary and world size.
+# Several ranks per GPU: the GPU test binaries that take their world size from CCLX_TEST_RANKS
+# (rank r on GPU r % count) at each world size, one after another, through the runner of
+# scripts/gpu_verify.sh (scripts/gpu_verify.py: a timeout per step, the cases of a crashed or
+# stopped binary counted as errored); writes $OUT/gpu_shared.json (every case per binary and
+# world size) and ends with "gpu_shared: N passed, N failed, N skipped".
 #   scripts/gpu_shared.sh BUILD_DIR [WORLD_SIZES]      (default "2 3 4 5 8")
 # BINS (default below) lists the binaries; "name:3,5" runs one at its own world sizes.
+# CCLX_TEST_TIME_SCALE (default 1 here: the timeouts a person running a binary gets;
+# tests/cpp/helpers/scale.h) and VERIFY_JOBS (default 1: one binary at a time) are passed on.
 #   test_gpu_shared   DDA flat / Lamport / tree and the FP8 collectives against the host twin,
 #                     back-to-back calls, graph replay, a missing rank, a killed rank, NCCL errors
 #   test_gpu_failure  the failure model: late and dead ranks, replays after a timeout, the
@@ -29,54 +33,21 @@
 #                     twin, back to back with all-to-all-v, graph replay with split sizes changed
 #                     between replays, split sizes that disagree, exceed the buffers or are negative
 set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 2
 BUILD=${1:?usage: scripts/gpu_shared.sh BUILD_DIR [WORLD_SIZES]}
 SIZES=${2:-2 3 4 5 8}
 BINS=${BINS:-test_gpu_shared test_gpu_failure:3,5 test_gpu_faults:2,3,5 test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm test_gpu_a2av_device}
-OUT=${OUT:-bench/results}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0
-export CCLX_ABORT_ON_ERROR=${CCLX_ABORT_ON_ERROR:-0}  # the suites check errors (tests of the default set it)
-rc=0
+# The runner's steps are cpp/<binary>@<ranks>: one alternative per binary and its sizes.
+match="" all=""
 for entry in $BINS; do
   name=${entry%%:*}
   sizes=$SIZES
   [ "$entry" != "$name" ] && sizes=$(echo "${entry#*:}" | tr ',' ' ')
-  bin="$BUILD/tests/$name"
-  if [ ! -x "$bin" ]; then echo "gpu_shared: $bin not built"; rc=1; continue; fi
-  for n in $sizes; do
-    s=$(date +%s)
-    CCLX_TEST_RANKS=$n "$bin" --gtest_output="json:$OUT/${name}_$n.json" >"$OUT/${name}_$n.log" 2>&1
-    r=$?
-    [ $r -ne 0 ] && rc=1
-    echo "gpu_shared: $name $n ranks rc=$r $(( $(date +%s) - s ))s $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/${name}_$n.log" | tr '\n' ' ')"
-  done
+  all="$all $sizes"
+  match="$match${match:+|}^cpp/$name@($(echo "$sizes" | tr ' ' '|'))\$"
 done
-OUT="$OUT" SIZES="$SIZES" BINS="$BINS" python3 - <<'PY'
-import json, os, subprocess
-out = os.environ["OUT"]
-gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                      capture_output=True, text=True).stdout.split("\n")
-rec = {"commit": os.environ.get("CCLX_GIT_COMMIT") or subprocess.run(
-           ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip(),
-       "gpus": [g for g in gpus if g], "binaries": {}}
-for entry in os.environ["BINS"].split():
-    name, _, own = entry.partition(":")
-    sizes = own.split(",") if own else os.environ["SIZES"].split()
-    per = rec["binaries"].setdefault(name, {})
-    for n in sizes:
-        try:
-            d = json.load(open(os.path.join(out, f"{name}_{n}.json")))
-        except Exception as e:
-            per[n] = {"error": str(e)}
-            continue
-        cases = [t for s in d.get("testsuites", []) for t in s.get("testsuite", [])]
-        per[n] = {
-            "tests": len(cases),
-            "passed": sum(1 for t in cases if not t.get("failures") and t.get("result") == "COMPLETED"),
-            "failed": [t["name"] for t in cases if t.get("failures")],
-            "seconds": {t["name"]: float(str(t.get("time", "0s")).rstrip("s")) for t in cases}}
-json.dump(rec, open(os.path.join(out, "gpu_shared.json"), "w"), indent=1)
-print("gpu_shared:", {b: {n: (v.get("passed"), v.get("tests")) for n, v in per.items()}
-                      for b, per in rec["binaries"].items()})
-PY
-exit $rc
+all=$(echo "$all" | tr ' ' '\n' | sort -nu | tr '\n' ' ')
+python3 scripts/gpu_verify.py --tag gpu_shared --build "$BUILD" --only cpp --sizes "$all" \
+  --match "$match" --jobs "${VERIFY_JOBS:-1}" --budget "${VERIFY_BUDGET:-100000}" --gpu all \
+  --time-scale "${CCLX_TEST_TIME_SCALE:-1}" --window-rounds "${VERIFY_WINDOW_ROUNDS:-10000,500}" \
+  --out "${OUT:-bench/results}"

@@ -45,7 +45,10 @@ LaunchEnv launchEnv() {
                  "torchrun's RANK with WORLD_SIZE; the two pairs do not mix)",
                  r ? p.rank : p.size, r ? p.size : p.rank);
     e.size = envInt(p.size, s, 1, 1 << 20);
-    e.rank = envInt(p.rank, r, 0, e.size - 1);
+    e.rank = envInt(p.rank, r, 0, 1 << 20);
+    if (e.rank >= e.size)
+      CCLX_THROW(cclxInvalidArgument, "invalid rank %d for world size %d (%s=%s, %s=%s)", e.rank,
+                 e.size, p.rank, r, p.size, s);
     e.rankVar = p.rank;
     e.sizeVar = p.size;
     break;

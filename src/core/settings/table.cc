@@ -258,13 +258,17 @@ const Entry kOutside[] = {
     CCLX_OUTSIDE("CCLX_CUDA_ARCH", "90", "GPU test scripts: the CUDA architecture built for"),
     CCLX_OUTSIDE("CCLX_TEST_ONLY", "unset",
                  "Python tests: a comma list of the cases a multi-rank run executes"),
-    CCLX_OUTSIDE("CCLX_TEST_RANKS", "unset", "GPU tests: the world size of the C++ GPU suites"),
+    CCLX_OUTSIDE("CCLX_TEST_RANKS", "unset",
+                 "GPU tests: the world size of the C++ GPU suites (ranks sharing the GPUs); a "
+                 "list (\"2 3 4 8\") gives the GPU Python tests their world sizes"),
     CCLX_OUTSIDE("CCLX_TEST_PG_PORT", "unset",
                  "GPU Python tests: the port of the reference process group"),
     CCLX_OUTSIDE("CCLX_TEST_WINDOW_ROUNDS", "10000",
                  "GPU window tests: back-to-back rounds of the window stress case"),
     CCLX_OUTSIDE("CCLX_TEST_TIME_SCALE", "1",
-                 "Tests: a factor stretching the test harnesses' deadlines (sanitized runs)"),
+                 "Tests: a factor on the timeouts failure cases wait out and on stress rounds "
+                 "(below 1: quick runs, at least 1 s; above 1: sanitized runs); hang guards "
+                 "only grow (tests/cpp/helpers/scale.h)"),
     CCLX_OUTSIDE("CCLX_EXTRAS", "every extra",
                  "scripts/test.sh, run.sh: the pyproject extras installed into the virtual "
                  "environment, space-separated"),

@@ -120,7 +120,7 @@ TEST(CallPlan, QuantizedWhoseFp8StagingGrewRunsLowered) {
   growPlan(p, call, CallPlace{0, 2, false, ""}, steps);
   EXPECT_TRUE(p.lowered);
   EXPECT_EQ(p.algo, Algo::Fp8);
-  EXPECT_EQ(p.args(call).what, "reduce_scatter_quantized");
+  EXPECT_STREQ(p.args(call).what, "reduce_scatter_quantized");
 }
 
 TEST(CallPlan, DeviceRowsFallingBackToNcclInsideCaptureAreRefused) {

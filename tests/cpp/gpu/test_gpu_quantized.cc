@@ -258,15 +258,17 @@ TEST(GpuQuantized, Fp8StagingThatFailsKeepsTheQuantizedRounding) {
   });
 }
 
-// The last rank never calls: the others time out naming it, their outputs are all ones.
+// The last rank never calls: the others time out naming it, their outputs are all ones. The
+// timeout (5 s) follows CCLX_TEST_TIME_SCALE (helpers/scale.h).
 TEST(GpuQuantized, MissingRankIsNamed) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize();
-  const auto timeout = std::chrono::seconds(5);
+  const auto timeout = test::expiring(std::chrono::seconds(5));
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto gpu = sharedGpuComm(rank, size, store, "rsq_missing", timeout);
-    if (rank == size - 1) {
-      std::this_thread::sleep_for(timeout + std::chrono::seconds(10));
+    if (rank == size - 1) {  // alive (never calling) until the others have their timeout
+      test::waitForOthers(*store, "rsq_missing", rank, size,
+                          timeout + test::guard(std::chrono::seconds(30)));
       return;  // never calls; leaves without finalize
     }
     const size_t count = 100003;
@@ -287,6 +289,7 @@ TEST(GpuQuantized, MissingRankIsNamed) {
     CK(cudaMemcpy(h.data(), d.recv, count * 4, cudaMemcpyDeviceToHost));
     for (uint32_t v : h) MP_CHECK(v == 0xffffffffu, "the output is not poisoned");
     gpu->finalize();
+    test::othersDone(*store, "rsq_missing", rank);
   }, std::chrono::seconds(300));
   ASSERT_TRUE(res.ok()) << res.log;
 }

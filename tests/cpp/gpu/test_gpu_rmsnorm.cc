@@ -325,16 +325,18 @@ TEST(GpuRmsNorm, BackToBackAndGraphReplay) {
 }
 
 // The last rank never calls: every other rank's fused call times out naming it, its outputs are
-// all ones (NaN), and the comm refuses further work.
+// all ones (NaN), and the comm refuses further work. The timeout (5 s) follows
+// CCLX_TEST_TIME_SCALE (helpers/scale.h).
 TEST(GpuRmsNorm, MissingRankIsNamed) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize();
-  const auto timeout = std::chrono::seconds(5);
+  const auto timeout = test::expiring(std::chrono::seconds(5));
   for (const char* fused : {"oneshot", "twoshot"}) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       auto gpu = sharedGpuComm(rank, size, store, "rms_missing", timeout);
-      if (rank == size - 1) {
-        std::this_thread::sleep_for(timeout + std::chrono::seconds(10));
+      if (rank == size - 1) {  // alive (never calling) until the others have their timeout
+        test::waitForOthers(*store, fused, rank, size,
+                            timeout + test::guard(std::chrono::seconds(30)));
         return;  // never calls; leaves without finalize
       }
       DevCase dc(mk(DataType::bf16, 16, 2048, fused, nullptr, true), rank, size, 900);
@@ -363,6 +365,7 @@ TEST(GpuRmsNorm, MissingRankIsNamed) {
         MP_CHECK(e.code() == cclxTimeout, "%s: later call: code %d: %s", fused, int(e.code()), e.what());
       }
       gpu->finalize();
+      test::othersDone(*store, fused, rank);
     }, std::chrono::seconds(300));
     ASSERT_TRUE(res.ok()) << fused << "\n" << res.log;
   }
@@ -375,7 +378,7 @@ TEST(GpuRmsNorm, KilledRankIsNamed) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize();
   const int victim = n - 1;
-  const auto timeout = std::chrono::seconds(6);
+  const auto timeout = test::expiring(std::chrono::seconds(6));  // CCLX_TEST_TIME_SCALE
   for (const char* fused : {"oneshot", "twoshot"}) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       auto gpu =

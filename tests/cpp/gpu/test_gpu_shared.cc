@@ -363,14 +363,16 @@ TEST(GpuShared, NcclCollectivesFailClearly) {
 }
 
 // The last rank never calls: every other rank's call times out naming it (device-side deadline).
+// The timeout (5 s) follows CCLX_TEST_TIME_SCALE (helpers/scale.h).
 TEST(GpuShared, MissingRankIsNamed) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize();
-  const auto timeout = std::chrono::seconds(5);
+  const auto timeout = test::expiring(std::chrono::seconds(5));
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto gpu = sharedGpuComm(rank, size, store, "missing", timeout);
-    if (rank == size - 1) {
-      std::this_thread::sleep_for(timeout + std::chrono::seconds(10));
+    if (rank == size - 1) {  // alive (never calling) until the others have their timeout
+      test::waitForOthers(*store, "missing", rank, size,
+                          timeout + test::guard(std::chrono::seconds(30)));
       return;  // never calls; leaves without finalize
     }
     char* p = poisoned(4096);
@@ -387,6 +389,7 @@ TEST(GpuShared, MissingRankIsNamed) {
                "the message does not name rank %d: %s", size - 1, e.what());
     }
     gpu->finalize();
+    test::othersDone(*store, "missing", rank);
   }, std::chrono::seconds(300));
   ASSERT_TRUE(res.ok()) << res.log;
 }
@@ -398,7 +401,7 @@ TEST(GpuShared, KilledRankIsNamedAndSurvivorsGoOn) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize();
   const int victim = n - 1;
-  const auto timeout = std::chrono::seconds(8);
+  const auto timeout = test::expiring(std::chrono::seconds(8));  // CCLX_TEST_TIME_SCALE
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto gpu = sharedGpuComm(rank, size, store, "kill", timeout);
     Stream st;

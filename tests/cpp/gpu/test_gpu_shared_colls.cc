@@ -223,11 +223,11 @@ TEST(GpuSharedColls, BackToBackAndGraphReplay) {
 
 // The last rank never calls. First at the staging growth of a comm's first pipelined call (the
 // host waits for the peers' growth records), then at the device deadline of a call whose staging
-// exists: both name the missing rank.
+// exists: both name the missing rank. The timeout (4 s) follows CCLX_TEST_TIME_SCALE.
 TEST(GpuSharedColls, MissingRankIsNamed) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize();
-  const auto timeout = std::chrono::seconds(4);
+  const auto timeout = test::expiring(std::chrono::seconds(4));
   for (bool warm : {false, true}) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       auto gpu = gpuComm(rank, size, store, warm ? "missing_dev" : "missing_grow", false, timeout);
@@ -238,8 +238,9 @@ TEST(GpuSharedColls, MissingRankIsNamed) {
       co.hints = {{"algo", "tree"}};
       if (warm)  // the staging exists: the wait is the kernel's
         gpu->allGather(in, out, count, DataType::f32, co)->waitBlocking(std::chrono::seconds(60));
-      if (rank == size - 1) {
-        std::this_thread::sleep_for(timeout + std::chrono::seconds(5));
+      if (rank == size - 1) {  // alive (never calling) until the others have their timeout
+        test::waitForOthers(*store, "missing", rank, size,
+                            timeout + test::guard(std::chrono::seconds(30)));
         return;  // never calls; leaves without finalize
       }
       try {
@@ -253,6 +254,7 @@ TEST(GpuSharedColls, MissingRankIsNamed) {
                  "the message does not name rank %d: %s", size - 1, e.what());
       }
       gpu->finalize();
+      test::othersDone(*store, "missing", rank);
     }, std::chrono::seconds(300));
     ASSERT_TRUE(res.ok()) << (warm ? "device deadline\n" : "staging growth\n") << res.log;
   }
@@ -260,12 +262,16 @@ TEST(GpuSharedColls, MissingRankIsNamed) {
 
 // A late rank: within the timeout every rank's result is exact; past it, every output is either
 // exact or NaN (all-ones bytes), never another value, and the late rank's call fails or is NaN.
+// The timeout is 5 s (CCLX_TEST_TIME_SCALE scales it); the rank is 0.4 and 1.6 timeouts late.
 TEST(GpuSharedColls, LateRankGivesExactOrNaN) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize();
-  for (int late : {2, 8}) {  // seconds; the timeout is 5 s
+  const auto timeout = test::expiring(std::chrono::seconds(5));
+  for (double share : {0.4, 1.6}) {
+    const auto late = std::chrono::milliseconds(int64_t(double(timeout.count()) * share));
+    const bool within = share < 1;
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-      auto gpu = gpuComm(rank, size, store, "late", false, std::chrono::seconds(5));
+      auto gpu = gpuComm(rank, size, store, "late", false, timeout);
       auto twin = hostTwin(rank, size, store, "late_twin");
       Stream st;
       XCase c;
@@ -276,7 +282,7 @@ TEST(GpuSharedColls, LateRankGivesExactOrNaN) {
       const std::vector<char> in = input(c, rank, size, 9501);
       const std::vector<char> want = twinResult(*twin, c, size, in);
       XBufs b(c, rank, size, in);
-      if (rank == size - 1) std::this_thread::sleep_for(std::chrono::seconds(late));
+      if (rank == size - 1) std::this_thread::sleep_for(late);
       CollOptions co;
       co.stream = st.s;
       co.hints = c.hints;
@@ -291,12 +297,15 @@ TEST(GpuSharedColls, LateRankGivesExactOrNaN) {
       const std::vector<char> got = b.output(guards);
       bool exact = got == want, nan = true;
       for (char x : got) nan = nan && uint8_t(x) == 0xff;
-      MP_CHECK(failed || exact || nan, "rank %d: output neither exact nor NaN (late %d s)", rank, late);
-      if (late < 5) MP_CHECK(exact, "rank %d: a rank 2 s late changed the result", rank);
+      MP_CHECK(failed || exact || nan, "rank %d: output neither exact nor NaN (late %lld ms)", rank,
+               (long long)late.count());
+      if (within)
+        MP_CHECK(exact, "rank %d: a rank %lld ms late (within the timeout) changed the result",
+                 rank, (long long)late.count());
       twin->finalize();
-      if (late < 5) gpu->finalize();
+      if (within) gpu->finalize();
     }, std::chrono::seconds(300));
-    ASSERT_TRUE(res.ok()) << "late " << late << " s\n" << res.log;
+    ASSERT_TRUE(res.ok()) << "late " << late.count() << " ms\n" << res.log;
   }
 }
 

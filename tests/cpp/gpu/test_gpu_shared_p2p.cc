@@ -294,12 +294,14 @@ TEST(GpuSharedP2P, SubsetsInterleavingAndGraphs) {
 // A receive longer than its send: the receiver fails naming the sender and its receive is
 // poisoned (never the sender's bytes read as a different message). A peer killed before its send:
 // the receiver's call fails within the timeout naming it. (The other ranks leave the comms only
-// once the checks are done: an abort anywhere would stop the checked calls first.)
+// once the checks are done: an abort anywhere would stop the checked calls first.) The timeout
+// (6 s) follows CCLX_TEST_TIME_SCALE (helpers/scale.h).
 TEST(GpuSharedP2P, MismatchAndKilledPeerAreNamed) {
   GPU_REQUIRE(1);
   const int n = worldSize();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
-    auto gpu = gpuComm(rank, size, store, "p2p_bad", std::chrono::seconds(6));
+    const auto timeout = test::expiring(std::chrono::seconds(6));
+    auto gpu = gpuComm(rank, size, store, "p2p_bad", timeout);
     Stream st;
     CollOptions co;
     co.stream = st.s;
@@ -323,7 +325,7 @@ TEST(GpuSharedP2P, MismatchAndKilledPeerAreNamed) {
     }
     store->wait({"mismatch_checked/0", "mismatch_checked/1"}, std::chrono::seconds(120));
     gpu->abort();
-    auto g2 = gpuComm(rank, size, store, "p2p_kill", std::chrono::seconds(6));
+    auto g2 = gpuComm(rank, size, store, "p2p_kill", timeout);
     const int victim = size - 1;
     if (rank == victim) raise(SIGKILL);
     if (rank == 0) {
@@ -337,7 +339,7 @@ TEST(GpuSharedP2P, MismatchAndKilledPeerAreNamed) {
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         MP_CHECK(std::string(e.what()).find(std::to_string(victim)) != std::string::npos,
                  "the error does not name rank %d: %s", victim, e.what());
-        MP_CHECK(sec < 30, "the failure took %.1f s", sec);
+        MP_CHECK(sec < test::guardSeconds(30), "the failure took %.1f s", sec);
         std::printf("[p2p] rank 0: receive from dead rank %d failed after %.1f s: %s\n", victim, sec,
                     e.what());
       }

@@ -30,11 +30,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-uint64_t rounds() {
-  const char* v = std::getenv("CCLX_TEST_WINDOW_ROUNDS");
-  long long n = v && *v ? std::atoll(v) : 10000;
-  return n < 1 ? 1 : uint64_t(n);
-}
+// CCLX_TEST_WINDOW_ROUNDS, else 10^4 scaled by CCLX_TEST_TIME_SCALE (helpers/scale.h).
+uint64_t rounds() { return test::rounds(10000, "CCLX_TEST_WINDOW_ROUNDS"); }
 
 std::vector<char> pattern(int rank, uint64_t round, size_t n) {
   std::vector<char> v(n);
@@ -342,7 +339,7 @@ TEST(GpuWindow, PeerNeverSignals) {
     w->registerBuffer(win.base, 1024, DataType::f32);
     if (rank == 1) {
       CollOptions o = on(s);
-      o.timeout = 1500ms;
+      o.timeout = test::expiring(1500ms);
       auto work = w->waitSignal(0, o);
       std::string m = expectError(cclxTimeout, [&] { work->waitBlocking(60s); }, "wait on rank 0");
       MP_CHECK(m.find("rank(s) 0") != std::string::npos, "message does not name rank 0: %s", m.c_str());

@@ -68,12 +68,6 @@ void drainLines(std::string& buf, int rank, std::string& log, bool flushAll) {
 }
 }  // namespace
 
-int timeScale() {
-  const char* v = std::getenv("CCLX_TEST_TIME_SCALE");
-  const int s = v ? std::atoi(v) : 1;
-  return s > 1 ? s : 1;
-}
-
 bool MpResult::ok() const {
   if (exitCodes.empty()) return false;
   for (int c : exitCodes)
@@ -176,7 +170,7 @@ MpResult runRanks(int n, const std::function<void(int, int, std::shared_ptr<Stor
   }
   if (afterFork) afterFork();
 
-  auto deadline = std::chrono::steady_clock::now() + timeout * timeScale();
+  auto deadline = std::chrono::steady_clock::now() + guard(timeout);
   int running = 0;
   for (pid_t p : pids) running += p > 0;
   std::vector<bool> done(size_t(n), false);

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "helpers/scale.h"  // CCLX_TEST_TIME_SCALE: runRanks' deadline is a guard()
+
 namespace cclx::test {
 
 struct MpResult {
@@ -37,10 +39,6 @@ MpResult runRanks(int n, const std::function<void(int rank, int size, std::share
 
 std::shared_ptr<Comm> makeCpuComm(int rank, int size, std::shared_ptr<Store> store,
                                   Options opts = {});
-
-/// CCLX_TEST_TIME_SCALE (an integer, default 1): the factor by which runRanks stretches its
-/// deadline; sanitized builds, several times slower, set it (scripts/sanitize.sh).
-int timeScale();
 
 /// Rank of this process inside runRanks (-1 in the parent).
 int mpRank();

@@ -1,4 +1,4 @@
-"""cclx's C++ torchcomms backend on CUDA, 2 and 3 ranks sharing the GPU
+"""cclx's C++ torchcomms backend on CUDA, 2 and 3 ranks sharing the GPU (or CCLX_TEST_RANKS)
 (cases_gpu_torchcomms.py beside this file; its windows: cases_gpu_torchcomms_window.py). Skipped, saying
 why, without a GPU, torchcomms or libcclx_torchcomms.so; the CPU twin is
 tests/python/api/test_torchcomms_cxx.py."""
@@ -11,6 +11,7 @@ if not (torch.cuda.is_available() and torch.cuda.device_count() >= 1):
     pytest.skip("needs a CUDA GPU, found none", allow_module_level=True)
 pytest.importorskip("torchcomms", reason="torchcomms is not installed")
 import harness  # noqa: E402
+from gpu_env import note_world_size, world_sizes  # noqa: E402
 
 import cclx  # noqa: E402
 
@@ -28,24 +29,28 @@ def _run(cases, ranks, tmp_path_factory):
         pytest.skip(f"{LIB} was not built (configure with CCLX_TORCHCOMMS_SRC)")
     env = harness.torchcomms_entry_point(str(tmp_path_factory.mktemp("tc_entry")))
     env.update(CCLX_ABORT_ON_ERROR="0", CCLX_TORCHCOMMS_ROUTE="cxx", NCCL_NVLS_ENABLE="0")
-    return harness.run(cases, ranks, env=env)
+    res = harness.run(cases, ranks, env=env)
+    res["__world_size__"] = ranks
+    return res
 
 
-@pytest.fixture(scope="module", params=[2, 3])
+@pytest.fixture(scope="module", params=world_sizes((2, 3)))
 def results(request, tmp_path_factory):
     return _run(CASES, request.param, tmp_path_factory)
 
 
-@pytest.fixture(scope="module", params=[2, 3])
+@pytest.fixture(scope="module", params=world_sizes((2, 3)))
 def window_results(request, tmp_path_factory):
     return _run(WINDOW_CASES, request.param, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", harness.case_names(CASES))
-def test_gpu_torchcomms(results, case):
+def test_gpu_torchcomms(request, results, case):
+    note_world_size(request, results["__world_size__"])
     harness.check(results, case)
 
 
 @pytest.mark.parametrize("case", harness.case_names(WINDOW_CASES))
-def test_gpu_torchcomms_window(window_results, case):
+def test_gpu_torchcomms_window(request, window_results, case):
+    note_world_size(request, window_results["__world_size__"])
     harness.check(window_results, case)

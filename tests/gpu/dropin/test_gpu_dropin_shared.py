@@ -3,8 +3,9 @@ drop-in (`cclx-nccl run -- torchrun ...`), where NCCL itself refuses ranks that 
 torchrun per world size runs every case of dropin_shared_worker.py in one process group (every
 c10d collective and point-to-point pattern, every dtype, async handles, CUDA-graph replay,
 new_group, torch's cost estimator), each result bit-equal to a reference computed by the drop-in's
-rules on the CPU. Then a rank killed mid-loop at 3 ranks: every survivor's error names it within
-the timeout. The CPU twin of the dispatch is tests/cpp/dropin/test_dropin_shared*.cc."""
+rules on the CPU (CCLX_TEST_RANKS picks other sizes: gpu_env.world_sizes). Then a rank
+killed mid-loop at 3 ranks: every survivor's error names it within the timeout (and
+examples/tp_mlp.py at 4 ranks; each skips where CCLX_TEST_RANKS leaves its size out). The CPU twin of the dispatch is tests/cpp/dropin/test_dropin_shared*.cc."""
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import cclx  # noqa: E402
 if not cclx._C.has_cuda:
     pytest.skip("cclx was built without CUDA", allow_module_level=True)
 import harness  # noqa: E402
+from gpu_env import note_world_size, require_world_size, world_sizes  # noqa: E402
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(HERE, "dropin_shared_worker.py")
@@ -44,9 +46,10 @@ def launch_cmd(args):
     return [sys.executable, "-m", "cclx.dropin", "run", "--"] + args
 
 
-@pytest.mark.parametrize("n", sorted(SETUPS))
-def test_torch_distributed_on_one_gpu(n, tmp_path):
-    mode, extra = SETUPS[n]
+@pytest.mark.parametrize("n", world_sizes(sorted(SETUPS)))
+def test_torch_distributed_on_one_gpu(request, n, tmp_path):
+    note_world_size(request, n)
+    mode, extra = SETUPS.get(n, ("eager", {}))
     out = tmp_path / "out"
     out.mkdir()
     cmd = launch_cmd([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
@@ -74,8 +77,10 @@ def test_torch_distributed_on_one_gpu(n, tmp_path):
     print(f"{n} ranks: {cases} cases passed on every rank" + (f"; skipped: {skips}" if skips else ""))
 
 
-def test_killed_rank_is_named_by_every_survivor(tmp_path):
+def test_killed_rank_is_named_by_every_survivor(request, tmp_path):
     n, timeout = 3, 15
+    require_world_size(n)
+    note_world_size(request, n)
     victim = n - 1
     port = harness.free_port()
     procs = []
@@ -112,8 +117,10 @@ def test_killed_rank_is_named_by_every_survivor(tmp_path):
     print(f"killed rank: every survivor named rank {victim}; {took:.1f} s in all")
 
 
-def test_tp_mlp_example_on_one_gpu():
+def test_tp_mlp_example_on_one_gpu(request):
     """examples/tp_mlp.py as docs/DROPIN.md shows it: 4 ranks on one GPU through the drop-in."""
+    require_world_size(4)
+    note_world_size(request, 4)
     ex = os.path.join(harness.ROOT, "examples", "tp_mlp.py")
     cmd = launch_cmd([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
                       "--master-port", str(harness.free_port()), ex])

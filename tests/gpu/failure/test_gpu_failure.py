@@ -1,5 +1,6 @@
-"""Failure semantics of CUDA comms through the Python API, 4 ranks sharing the GPUs present (one
-GPU suffices): a rank is SIGKILLed. With abort_process_on_timeout_or_error=False the failed op's
+"""Failure semantics of CUDA comms through the Python API, 4 ranks (or each size of
+CCLX_TEST_RANKS, gpu_env.world_sizes) sharing the GPUs present (one GPU suffices): the last
+rank is SIGKILLed. With abort_process_on_timeout_or_error=False the failed op's
 output is NaN after torch.cuda.synchronize(), its Work.is_completed() raises naming the dead rank
 and the next call raises; by default the watchdog ends every survivor by SIGABRT, also when the
 failed collective is a CUDA-graph replay that no API call observes. After set_timeout() on a comm
@@ -14,7 +15,6 @@ import pytest
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
-N = 4
 TIMEOUT = 3.0
 
 
@@ -29,15 +29,16 @@ def _require_gpu():
 
 
 _require_gpu()
+from gpu_env import note_world_size, world_sizes  # noqa: E402
 from harness import child_env, free_port  # noqa: E402
 
 
-def launch(mode):
+def launch(mode, n):
     port = free_port()
     procs = []
-    for r in range(N):
-        env = child_env({"RANK": str(r), "WORLD_SIZE": str(N), "LOCAL_RANK": str(r),
-                         "LOCAL_WORLD_SIZE": str(N), "MASTER_ADDR": "127.0.0.1",
+    for r in range(n):
+        env = child_env({"RANK": str(r), "WORLD_SIZE": str(n), "LOCAL_RANK": str(r),
+                         "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
                          "MASTER_PORT": str(port), "FAILURE_MODE": mode,
                          "FAILURE_TIMEOUT": str(TIMEOUT), "NCCL_NVLS_ENABLE": "0"})
         if mode not in ("raise", "set_timeout"):
@@ -46,7 +47,7 @@ def launch(mode):
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "failure_gpu_worker.py")],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
-    ends = [None] * N
+    ends = [None] * n
     deadline = time.time() + 180
     while any(e is None for e in ends) and time.time() < deadline:
         for r, p in enumerate(procs):
@@ -61,9 +62,12 @@ def launch(mode):
     return procs, outs, ends
 
 
+@pytest.mark.parametrize("ranks", world_sizes((4,)))
 @pytest.mark.parametrize("mode", ["raise", "default", "graph", "set_timeout"])
-def test_gpu_killed_rank(mode):
-    procs, outs, ends = launch(mode)
+def test_gpu_killed_rank(request, mode, ranks):
+    N = ranks  # noqa: N806
+    note_world_size(request, N)
+    procs, outs, ends = launch(mode, N)
     log = "\n".join(f"--- rank {r} (rc {p.returncode}) ---\n{o[-3000:]}" for r, (p, o) in
                     enumerate(zip(procs, outs)))
     assert procs[N - 1].returncode == -signal.SIGKILL, log

@@ -1,5 +1,6 @@
 """A CUDA rank that fails during creation (a device that does not exist) makes the other rank
-fail at once with its message; the CPU twin is tests/python/failure/test_rendezvous.py."""
+fail at once with its message (2 ranks: skipped where CCLX_TEST_RANKS leaves 2 out); the
+CPU twin is tests/python/failure/test_rendezvous.py."""
 import json
 import os
 import subprocess
@@ -21,9 +22,12 @@ def _need_one_gpu():
 
 _need_one_gpu()
 import harness  # noqa: E402
+from gpu_env import note_world_size, require_world_size  # noqa: E402
 
 
-def test_bad_cuda_device_fails_the_other_rank_at_once():
+def test_bad_cuda_device_fails_the_other_rank_at_once(request):
+    require_world_size(2)
+    note_world_size(request, 2)
     worker = os.path.join(harness.HERE, "rdv_worker.py")
     port = harness.free_port()
     procs = []

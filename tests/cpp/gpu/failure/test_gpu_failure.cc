@@ -8,7 +8,8 @@
 // per queued call. With abort-on-error on, the watchdog ends the process without any further
 // call on the comm.
 //
-// World size: CCLX_TEST_RANKS (default 3); scripts/gpu_shared.sh runs it at 3 and 5.
+// World size: CCLX_TEST_RANKS (default 3). The comm timeout (3 s) and the sleeps made from it
+// follow CCLX_TEST_TIME_SCALE (helpers/scale.h: scripts/gpu_verify.sh runs them at 1.2 s).
 #include <gtest/gtest.h>
 
 #if defined(CCLX_HAVE_CUDA)
@@ -35,7 +36,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Hints = std::map<std::string, std::string>;
-constexpr auto kTimeout = std::chrono::seconds(3);
+// The comms' timeout, waited out by every case: 3 s, scaled (helpers/scale.h).
+std::chrono::milliseconds commTimeout() { return test::expiring(std::chrono::seconds(3)); }
 constexpr size_t kCount = 24577;  // elements per call (odd)
 constexpr int kStale = 0x40;      // fill byte of outputs before a call: 3.0f, bf16 3.0: plausible
 
@@ -56,7 +58,7 @@ const AlgoCase kAlgos[] = {
 // The comms of this suite: the short timeout, abort-on-error off unless asked.
 std::shared_ptr<Comm> gpuComm(int rank, int size, std::shared_ptr<Store> store,
                               const std::string& name, bool abortOnError = false) {
-  return sharedGpuComm(rank, size, std::move(store), name, kTimeout, abortOnError);
+  return sharedGpuComm(rank, size, std::move(store), name, commTimeout(), abortOnError);
 }
 
 std::shared_ptr<Comm> twinComm(int rank, int size, std::shared_ptr<Store> store,
@@ -158,8 +160,8 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Slack for the shared GPU: ranks time-slice one device.
-double slack(int n) { return 2.0 + 0.5 * n; }
+// Slack for the shared GPU: ranks time-slice one device (a guard: never shortened).
+double slack(int n) { return test::guardSeconds(2.0 + 0.5 * n); }
 
 }  // namespace
 
@@ -168,7 +170,7 @@ TEST(GpuFailure, LateRankGivesExactOrNaN) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize(3);
   constexpr int kCalls = 8, kLate = 3;
-  const double T = std::chrono::duration<double>(kTimeout).count();
+  const double T = std::chrono::duration<double>(commTimeout()).count();
   for (const AlgoCase& a : kAlgos) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       const int late = size - 1;
@@ -179,7 +181,7 @@ TEST(GpuFailure, LateRankGivesExactOrNaN) {
       auto t0 = Clock::now();
       for (int i = 0; i < kCalls; ++i) {
         if (rank == late && i == kLate) {
-          std::this_thread::sleep_for(2 * kTimeout);
+          std::this_thread::sleep_for(2 * commTimeout());
           t0 = Clock::now();
         }
         enqueueCall(*gpu, a, *calls[size_t(i)], st.s);
@@ -210,7 +212,7 @@ TEST(GpuFailure, DeadRankGivesExactOrNaN) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize(3);
   constexpr int kCalls = 12, kDie = 5;
-  const double T = std::chrono::duration<double>(kTimeout).count();
+  const double T = std::chrono::duration<double>(commTimeout()).count();
   for (const AlgoCase& a : kAlgos) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       const int victim = size - 1;
@@ -285,7 +287,7 @@ TEST(GpuFailure, DeadRankGivesExactOrNaN) {
 TEST(GpuFailure, GraphReplayAfterTimeout) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize(3);
-  const double T = std::chrono::duration<double>(kTimeout).count();
+  const double T = std::chrono::duration<double>(commTimeout()).count();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     const int late = size - 1;
     auto gpu = gpuComm(rank, size, store, "graph_late");
@@ -322,7 +324,7 @@ TEST(GpuFailure, GraphReplayAfterTimeout) {
                       RedOpKind::SUM, co);
       MP_CHECK(outputs(i) == want, "replay 1, %s: not exact", algs[i].name);
     }
-    if (rank == late) std::this_thread::sleep_for(2 * kTimeout);
+    if (rank == late) std::this_thread::sleep_for(2 * commTimeout());
     const auto t0 = Clock::now();
     replay();
     MP_CHECK(since(t0) <= T + slack(size), "late replay: rank %d waited %.1f s", rank, since(t0));
@@ -331,14 +333,15 @@ TEST(GpuFailure, GraphReplayAfterTimeout) {
     for (int rep = 0; rep < 2; ++rep) {
       const auto t1 = Clock::now();
       replay();
-      MP_CHECK(since(t1) <= 1.0, "replay after the failure took %.1f s", since(t1));
+      MP_CHECK(since(t1) <= test::guardSeconds(1.0), "replay after the failure took %.1f s",
+               since(t1));
       for (int i = 0; i < 2; ++i)
         MP_CHECK(allOnes(outputs(i)), "replay after the failure, %s: not NaN", algs[i].name);
     }
     // The watchdog (or this query) turns the device's report into the comm's failure.
     const auto t2 = Clock::now();
     cclxResult_t e = cclxSuccess;
-    while ((e = gpu->asyncError()) == cclxSuccess && since(t2) < 2.0)
+    while ((e = gpu->asyncError()) == cclxSuccess && since(t2) < test::guardSeconds(2.0))
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     MP_CHECK(e != cclxSuccess, "rank %d: no failure reported after the replays", rank);
     graph.reset();  // before the comm goes
@@ -354,11 +357,12 @@ TEST(GpuFailure, GraphReplayAfterTimeout) {
 TEST(GpuFailure, WatchdogAbortsTheProcess) {
   GPU_REQUIRE(1);
   const int n = sharedWorldSize(3);
-  const double T = std::chrono::duration<double>(kTimeout).count();
+  const double T = std::chrono::duration<double>(commTimeout()).count();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     auto gpu = gpuComm(rank, size, store, "watchdog_abort", /*abortOnError=*/true);
     if (rank == size - 1) {
-      std::this_thread::sleep_for(kTimeout + std::chrono::seconds(int(slack(size)) + 2));
+      std::this_thread::sleep_for(commTimeout() +
+                                  std::chrono::milliseconds(int64_t((slack(size) + 2) * 1000)));
       std::_Exit(0);  // never calls
     }
     char* p = poisoned(4096);
