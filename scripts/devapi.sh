@@ -104,9 +104,10 @@ run() {
       r=$?
       { echo "===== $t, $n ranks, rc=$r"; cat "$part"; } >>"$log"
       [ $r -eq 0 ] || rc=1
-      summary=$(grep -E "^\[  (PASSED|FAILED) +\]|^\[  SKIPPED \]" "$part" | tr '\n' ' ')
+      summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?" "$part" | tr '\n' ' ')
       echo "$t ranks=$n rc=$r $(( $(date +%s) - start ))s: ${summary:-no summary (see $log)}"
-      grep -E "^\[devapi\]|^\[devwin\]|^\[window rounds\]|^\[  FAILED  \]" "$part" | sed 's/^/  /'
+      grep -E "^\[devapi\]|^\[devwin\]|^\[window rounds\]|^\[  FAILED  \] [A-Za-z]" "$part" \
+        | sed 's/^/  /'
       rm -f "$part"
     done
   done

@@ -9,7 +9,8 @@
 // window is poisoned, later calls fail on every rank, and the host raises cclxTimeout naming the
 // source); the handle's lifetime across deregistration.
 //
-// World size: CCLX_TEST_RANKS (default 2). CCLX_TEST_DEVWIN_ROUNDS (default 50): rounds per run.
+// World size: CCLX_TEST_RANKS (default 2). CCLX_TEST_DEVWIN_ROUNDS (default 50, scaled by
+// CCLX_TEST_TIME_SCALE below 1): rounds per launch.
 #include <gtest/gtest.h>
 
 #if defined(CCLX_HAVE_CUDA)
@@ -17,7 +18,6 @@
 #include <cclx/device_window.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,11 +33,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-int roundsPerRun() {
-  const char* v = std::getenv("CCLX_TEST_DEVWIN_ROUNDS");
-  const int n = v && *v ? std::atoi(v) : 50;
-  return n < 1 ? 1 : n;
-}
+// CCLX_TEST_DEVWIN_ROUNDS, else 50 scaled by CCLX_TEST_TIME_SCALE (helpers/scale.h).
+int roundsPerRun() { return int(test::rounds(50, "CCLX_TEST_DEVWIN_ROUNDS")); }
 
 template <class T>
 T* devAlloc(size_t n) {
@@ -190,7 +187,7 @@ TEST(GpuDeviceWindow, SignalsCountersAddresses) {
 }
 
 // Rank 1 waits for a signal rank 0 never sends: the wait returns kDevWinFailed at the comm's
-// timeout (5 s, the comm's when the handle was made), poisons rank 1's window, and every later call fails; the other ranks' calls fail at
+// timeout (5 s scaled, the comm's when the handle was made), poisons rank 1's window, and every later call fails; the other ranks' calls fail at
 // entry once the abort word reached them; every host sees the comm failed.
 TEST(GpuDeviceWindow, PeerNeverSignals) {
   GPU_REQUIRE(1);
@@ -204,10 +201,12 @@ TEST(GpuDeviceWindow, PeerNeverSignals) {
     auto w = comm->newWindow();
     w->registerBuffer(win.base, 1024, DataType::f32);
     // The handle's waits take the comm's timeout when it is made.
-    comm->setTimeout(5000ms);
+    const auto timeout = test::expiring(5000ms);
+    comm->setTimeout(timeout);
     void* h = w->deviceWindow(1, 0, 1);
     comm->setTimeout(120s);
-    MP_CHECK(w->deviceWindowHandle().comm.timeoutMs == 5000u, "the handle's timeout");
+    MP_CHECK(w->deviceWindowHandle().comm.timeoutMs == uint32_t(timeout.count()),
+             "the handle's timeout");
     int* status = devAlloc<int>(4);
     if (rank == 1) {
       devwintest::launchFailure(h, src.base, 0, true, status, st.s);

@@ -7,7 +7,8 @@
 // graph (their kernel behind cclx's reset kernel, devapi_reset.h) replayed CCLX_TEST_DEVAPI_REPLAYS
 // times (default 2). After every run it checks their results array (1 per iteration) and the
 // windows' contents (the block from the previous rank holds its last iteration's pattern, every
-// other byte is untouched). NUM_ITERATIONS (their variable; default 20) sets the iterations.
+// other byte is untouched). NUM_ITERATIONS (their variable; default 20, scaled by
+// CCLX_TEST_TIME_SCALE below 1) sets the iterations.
 #include <gtest/gtest.h>
 
 #if defined(CCLX_HAVE_CUDA)
@@ -49,7 +50,8 @@ int envInt(const char* name, int dflt) {
   const int n = v && *v ? std::atoi(v) : dflt;
   return n < 1 ? 1 : n;
 }
-int iterations() { return envInt("NUM_ITERATIONS", 20); }
+// NUM_ITERATIONS (torchcomms' variable), else 20 scaled by CCLX_TEST_TIME_SCALE (helpers/scale.h).
+int iterations() { return int(test::rounds(20, "NUM_ITERATIONS")); }
 int replays() { return envInt("CCLX_TEST_DEVAPI_REPLAYS", 2); }
 
 int threadsFor(CoopScope s) { return s == CoopScope::BLOCK ? 256 : s == CoopScope::WARP ? 32 : 1; }
