@@ -298,7 +298,11 @@ class HostWindow final : public WinImpl {
     c.timeoutMs = none ? 0u : uint32_t(std::min<long long>(ms, 0xFFFFFFFFll));
     c.timeoutNs = none ? 0u : uint64_t(ms) * 1000000ull;
   }
-  void* devHandlePlace(const DeviceWindowHandle& h) override { return new DeviceWindowHandle(h); }
+  void* devHandlePlace(const DeviceWindowHandle& h) override {
+    auto* p = new DeviceWindowHandle;
+    std::memcpy(static_cast<void*>(p), &h, sizeof(h));  // byte for byte, as CUDA's copy
+    return p;
+  }
   void devHandleFree(void* p) override { delete static_cast<DeviceWindowHandle*>(p); }
   // A peer's mapping of the area outlives this rank's unmapping and unlinking.
   void devAbandon(void* mem, void* handle) override {

@@ -23,6 +23,7 @@
 #include <cclx/device_window.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,8 @@ DeviceWindowHandle buildHandle(Window::State& w, const DevWinState& d,
                                const DeviceWindowLayout& l) {
   const CommState& cs = *w.cs;
   const int n = cs.info.size;
-  DeviceWindowHandle h{};
+  DeviceWindowHandle h;
+  std::memset(&h, 0, sizeof(h));  // padding too: the bytes are copied to the device as they are
   DeviceWindowComm& c = h.comm;
   c.rank = cs.info.rank;
   c.size = n;
