@@ -15,7 +15,13 @@
 // Contract of the skeleton (every block, all threads, block-uniform control flow):
 //   1. abortedAtEntry(f) (nothing pushed to a peer yet): poison(false), no body;
 //   2. otherwise body(); when any thread returned true: poison(true);
+//   2b. when the body completed but the abort word is raised now (read after this block's last
+//      write of the outputs): another block of the call may have stopped and poisoned the whole
+//      output before this block's writes landed, so this block poisons it whole again and
+//      records the abort (noteAbort: the host fails the call, never a silent NaN); ok stays true
+//      (the block did complete its protocol steps);
 //   3. __syncthreads(); advance(ok).
+// Hence an output is exact or NaN as a whole, never a mix of exact and poisoned parts.
 // The kernel reads its counters before it calls the skeleton (the reads happen before step 3's
 // barrier).
 #pragma once
@@ -33,9 +39,18 @@ template <class Poison, class Body, class Advance>
 __device__ __forceinline__ void peerCall(const FailParams& f, Poison&& poison, Body&& body,
                                          Advance&& advance) {
   bool ok = false;
-  if (abortedAtEntry(f)) poison(false);
-  else if (syncThreadsOr(body())) poison(true);
-  else ok = true;
+  if (abortedAtEntry(f)) {
+    poison(false);
+  } else if (syncThreadsOr(body())) {
+    poison(true);
+  } else {
+    ok = true;
+    __threadfence();  // this block's output writes before the abort word's read
+    if (syncThreadsOr(threadIdx.x == 0 && abortWord(f) != 0u)) {
+      if (threadIdx.x == 0) noteAbort(f);
+      poison(true);
+    }
+  }
   __syncthreads();  // every thread has read the counters and is done with the outputs
   advance(ok);
 }
