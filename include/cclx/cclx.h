@@ -214,6 +214,13 @@ cclxResult_t cclxWaitSignal(int peer, cclxWindow_t win, void* stream);
 /* Rank `rank`'s window as addressed by this process (cclxUnsupported when not directly
  * accessible, e.g. across hosts). */
 cclxResult_t cclxWinRemotePtr(cclxWindow_t win, int rank, void** ptr);
+/* Collective on the first call: the address of the window's device handle (torchcomms'
+ * TorchCommDeviceWindow with the cclx backend; <cclx/device_window.h>), with signalCount
+ * signals and counterCount counters (negative: the comm's size) and barrierCount barriers.
+ * Errors: cclxInvalidArgument (counts out of range or different across ranks), cclxUnsupported
+ * (no peer memory: e.g. ranks on several hosts). */
+cclxResult_t cclxWinGetDeviceWindow(cclxWindow_t win, int signalCount, int counterCount,
+                                    int barrierCount, void** handle);
 /* Shared host memory for the windows of CPU communicators (zeroed). */
 cclxResult_t cclxMemAllocShared(void** ptr, size_t size);
 cclxResult_t cclxMemFreeShared(void* ptr);

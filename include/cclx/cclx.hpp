@@ -274,6 +274,7 @@ struct RmsNormArgs {
 class Backend;
 struct CommState;
 class Window;
+struct DeviceWindowHandle;  // <cclx/device_window.h>
 
 /// Whether a peer's window memory is directly addressable from this rank (torchcomms'
 /// TorchCommWinAccessType): Unified = Window::remotePtr() works (same host, peer memory);
@@ -547,6 +548,21 @@ class Window {
   WinAccess access(int peer) const;
   /// "shm" (host shared memory), "ipc" (CUDA IPC) or "nccl" (NCCL's one-sided API).
   const char* transport() const;
+
+  /// torchcomms' get_device_window: collective on the first call after registerBuffer(); the
+  /// address of this window's device handle (<cclx/device_window.h>: a kernel takes it as
+  /// `DeviceWindow*` or torchcomms' `TorchCommDeviceWindow<CclxDeviceBackend>*`), with
+  /// `signalCount` signals and `counterCount` counters (negative: the comm's size) and
+  /// `barrierCount` barriers. Every rank must pass the same counts (cclxInvalidArgument on every
+  /// rank, naming the ranks). Later calls return the same address when the counts fit the
+  /// existing handle's (else cclxInvalidArgument). It lives until deregisterBuffer(), which
+  /// first waits for this rank's device work; kernels that use it must have finished on every
+  /// rank by then. CUDA comms of one host (transport "ipc"); CPU comms get the same handle in
+  /// host memory (its methods are device code: a twin for checks); cclxUnsupported otherwise.
+  /// Create it before capturing a CUDA graph that uses it.
+  void* deviceWindow(int signalCount = -1, int counterCount = -1, int barrierCount = 1);
+  /// The handle deviceWindow() placed, as the host built it (the pointers are the device's).
+  const DeviceWindowHandle& deviceWindowHandle() const;
   const std::shared_ptr<Comm>& comm() const;
 
   // Internal.

@@ -434,6 +434,12 @@ class Window:
 
     def access(self, peer: int) -> WinAccess: ...
 
+    def device_window(self, signal_count: int, counter_count: int, barrier_count: int) -> int:
+        """Collective on the first call: the address of the window's device handle."""
+
+    def device_window_info(self) -> dict:
+        """The device handle as the host built it (a dict of its fields)."""
+
     @property
     def registered(self) -> bool: ...
 

@@ -164,6 +164,27 @@ class Window:
         acc = self._w.access(int(peer_rank))
         return TorchCommWindowAttr(TorchCommWinAccessType(acc.value))
 
+    # ----------------------------------------------------------------- device windows
+    def get_device_window(self, signal_count: int = -1, counter_count: int = -1,
+                          barrier_count: int = 1) -> int:
+        """torchcomms' get_device_window: the device address of this window's handle, which a
+        kernel takes as `cclx::DeviceWindow*` (<cclx/device_window.cuh>) or torchcomms'
+        `TorchCommDeviceWindow<CclxDeviceBackend>*` (<cclx/torchcomms/device_window.cuh>).
+        Collective on the first call after tensor_register (every rank the same counts; negative
+        signal_count / counter_count: the comm's size); later calls return the same address. It
+        lives until tensor_deregister, by which time kernels using it must have finished on every
+        rank. CUDA comms of one host; CPU comms get the same handle in host memory (a twin for
+        checks: its methods are device code)."""
+        self._comm._require_open("get_device_window")
+        return int(self._w.device_window(int(signal_count), int(counter_count),
+                                         int(barrier_count)))
+
+    def get_device_window_info(self) -> Dict[str, Any]:
+        """The handle get_device_window() placed, as the host built it: rank, num_ranks, base,
+        size, the counts, the resource areas' offsets and every rank's resource area and window
+        as this process addresses them ("resources", "peers")."""
+        return dict(self._w.device_window_info())
+
     # ----------------------------------------------------------------- properties
     def get_size(self) -> int:
         """Bytes of the registered buffer (0 when nothing is registered)."""

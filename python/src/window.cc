@@ -6,6 +6,8 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 
+#include <cclx/device_window.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -99,6 +101,42 @@ void bindWindow(nb::module_& m, CommClass& c) {
             return w.access(peer);
           },
           nb::arg("peer"))
+      .def(
+          "device_window",
+          [](Window& w, int signals, int counters, int barriers) {
+            nb::gil_scoped_release nogil;
+            return reinterpret_cast<uintptr_t>(w.deviceWindow(signals, counters, barriers));
+          },
+          nb::arg("signal_count"), nb::arg("counter_count"), nb::arg("barrier_count"),
+          "Collective on the first call: the address of the window's device handle.")
+      .def(
+          "device_window_info",
+          [](const Window& w) {
+            const DeviceWindowHandle& h = w.deviceWindowHandle();
+            const DeviceWindowComm& c = h.comm;
+            nb::dict d;
+            nb::list res, peers;
+            for (int r = 0; r < c.size; ++r) {
+              res.append(reinterpret_cast<uintptr_t>(c.res[r]));
+              peers.append(reinterpret_cast<uintptr_t>(h.window.base[r]));
+            }
+            d["rank"] = h.rank;
+            d["num_ranks"] = h.numRanks;
+            d["base"] = reinterpret_cast<uintptr_t>(h.base);
+            d["size"] = h.size;
+            d["signal_count"] = c.signalCount;
+            d["counter_count"] = c.counterCount;
+            d["barrier_count"] = c.barrierCount;
+            d["signal_offset"] = c.signalOffset;
+            d["barrier_offset"] = c.barrierOffset;
+            d["counter_offset"] = c.counterOffset;
+            d["timeout_ms"] = c.timeoutMs;
+            d["resources"] = res;
+            d["peers"] = peers;
+            d["handle_bytes"] = sizeof(DeviceWindowHandle);
+            return d;
+          },
+          "The device handle as the host built it (a dict of its fields).")
       .def_prop_ro("registered", &Window::registered)
       .def_prop_ro("count", &Window::count)
       .def_prop_ro("dtype", &Window::dtype)

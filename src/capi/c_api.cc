@@ -529,6 +529,14 @@ cclxResult_t cclxWinRemotePtr(cclxWindow_t win, int rank, void** ptr) {
   });
 }
 
+cclxResult_t cclxWinGetDeviceWindow(cclxWindow_t win, int signalCount, int counterCount,
+                                    int barrierCount, void** handle) {
+  return guard([&] {
+    CCLX_ARG_CHECK(handle != nullptr, "handle is NULL");
+    *handle = winOf(win).deviceWindow(signalCount, counterCount, barrierCount);
+  });
+}
+
 cclxResult_t cclxMemAllocShared(void** ptr, size_t size) {
   return guard([&] {
     CAPI_ARG_CHECK(ptr != nullptr, "ptr is NULL");

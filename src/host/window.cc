@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -31,6 +32,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+
+#include <cclx/device_window.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -283,6 +286,29 @@ class HostWindow final : public WinImpl {
   }
 
   void* peerPtr(int rank) const override { return peer_[size_t(rank)]; }
+
+  // Device windows: the CPU twin of the CUDA transport's. The resource area is shared memory
+  // (registered in a window of its own like any other), the handle a host copy. There is no
+  // device-side failure model here: the control and error words stay null.
+  void* devResAlloc(size_t bytes) override { return allocShared(bytes); }
+  void devResFree(void* p) override { freeShared(p); }
+  void devFailWords(DeviceWindowComm& c, std::chrono::milliseconds timeout) const override {
+    const long long ms = timeout.count();
+    const bool none = ms <= 0 || ms >= kInfiniteTimeout.count();
+    c.timeoutMs = none ? 0u : uint32_t(std::min<long long>(ms, 0xFFFFFFFFll));
+    c.timeoutNs = none ? 0u : uint64_t(ms) * 1000000ull;
+  }
+  void* devHandlePlace(const DeviceWindowHandle& h) override {
+    auto* p = new DeviceWindowHandle;
+    std::memcpy(static_cast<void*>(p), &h, sizeof(h));  // byte for byte, as CUDA's copy
+    return p;
+  }
+  void devHandleFree(void* p) override { delete static_cast<DeviceWindowHandle*>(p); }
+  // A peer's mapping of the area outlives this rank's unmapping and unlinking.
+  void devAbandon(void* mem, void* handle) override {
+    devResFree(mem);
+    devHandleFree(handle);
+  }
 
  private:
   // Rank `owner`'s count of signals from rank `src`.

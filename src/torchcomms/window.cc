@@ -172,4 +172,25 @@ std::shared_ptr<tcx::TorchCommWindowAttr> CclxWindow::get_attr(int peerRank) {
   });
 }
 
+#if CCLX_TC_DEVICE_API
+void* CclxWindow::get_device_window(int signal_count, int counter_count, int barrier_count) {
+  return guarded("get_device_window", [&] {
+    return win("get_device_window").deviceWindow(signal_count, counter_count, barrier_count);
+  });
+}
+
+tcx::RegisteredBuffer CclxWindow::register_local_buffer(const at::Tensor& tensor) {
+  return guarded("register_local_buffer", [&] {
+    checkTensor(tensor, device_, "register_local_buffer");
+    tcx::RegisteredBuffer b;
+    b.base_ptr = tensor.data_ptr();
+    b.size = tensor.nbytes();
+    b.backend_window = nullptr;
+    return b;
+  });
+}
+
+void CclxWindow::deregister_local_buffer(tcx::RegisteredBuffer& buf) { buf = tcx::RegisteredBuffer{}; }
+#endif
+
 }  // namespace cclx::tc

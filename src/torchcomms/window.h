@@ -18,6 +18,15 @@
 // into a new shared-memory file at registration (every view of the storage follows), as cclx's
 // Python windows do. map_remote_tensor(r) is a view of r's registered tensor (its shape and dtype)
 // where get_attr(r) is UNIFIED, valid until tensor_deregister; it raises otherwise.
+//
+// Device API (torchcomms' TorchCommDeviceWindow with cclx's backend, CclxDeviceBackend in
+// <cclx/torchcomms/device_window.hpp>): get_device_window returns the device address of the
+// window's handle (cclx::Window::deviceWindow: collective on the first call, every rank the same
+// counts; it lives until tensor_deregister); register_local_buffer gives {data_ptr, nbytes} of a
+// tensor of the comm's device (cclx's puts are stores by the calling threads: nothing to
+// register) and deregister_local_buffer clears it. Not wired: register_local_buffer_handle /
+// deregister_local_buffer_handle (a RegisteredBuffer in device memory, for Triton), which keep
+// torchcomms' "not supported" error.
 #pragma once
 
 #include "torchcomms/convert.h"
@@ -26,6 +35,13 @@
 #include <comms/torchcomms/TorchWork.hpp>
 
 #include <memory>
+
+// torchcomms releases with the device API (0.3 and later) declare its window methods.
+#if __has_include(<comms/torchcomms/device/TorchCommDeviceWindow.hpp>)
+#define CCLX_TC_DEVICE_API 1
+#else
+#define CCLX_TC_DEVICE_API 0
+#endif
 
 namespace cclx::tc {
 
@@ -48,6 +64,13 @@ class CclxWindow : public tcx::TorchCommWindow {
   c10::intrusive_ptr<tcx::TorchWork> wait_signal(
       int peerRank, bool asyncOp, const tcx::WaitSignalOptions& options = {}) override;
   std::shared_ptr<tcx::TorchCommWindowAttr> get_attr(int peerRank) override;
+
+#if CCLX_TC_DEVICE_API
+  void* get_device_window(int signal_count = -1, int counter_count = -1,
+                          int barrier_count = 1) override;
+  tcx::RegisteredBuffer register_local_buffer(const at::Tensor& tensor) override;
+  void deregister_local_buffer(tcx::RegisteredBuffer& buf) override;
+#endif
 
  private:
   Window& win(const char* what);

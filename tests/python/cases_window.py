@@ -198,6 +198,30 @@ def case_closed_comm(ctx):
     _expect(cclx.CclxUsageError, lambda: win.tensor_register(torch.zeros(4)), "finalized")
 
 
+def case_device_window(ctx):
+    """get_device_window on a CPU comm: the handle (host memory, the CPU twin), its fields, the
+    same address again, counts above it and mismatched counts refused."""
+    c, r, n = ctx.comm, ctx.rank, ctx.size
+    buf = torch.zeros(4, 64)
+    win = c.new_window()
+    _expect(cclx.CclxUsageError, lambda: win.get_device_window(), "no registered buffer")
+    win.tensor_register(buf)
+    _expect(cclx.CclxInvalidArgument, lambda: win.get_device_window(2 + (r == n - 1)),
+            "same counts", f"rank {n - 1}: 3 signals")
+    h = win.get_device_window(signal_count=2, barrier_count=2)
+    assert h != 0 and win.get_device_window(1, 0, 1) == h
+    _expect(cclx.CclxInvalidArgument, lambda: win.get_device_window(3), "2 signals")
+    info = win.get_device_window_info()
+    assert info["rank"] == r and info["num_ranks"] == n and info["size"] == buf.numel() * 4
+    assert info["base"] == buf.data_ptr()
+    assert (info["signal_count"], info["counter_count"], info["barrier_count"]) == (2, n, 2)
+    assert info["peers"][r] == buf.data_ptr() and len(info["resources"]) == n
+    assert all(p != 0 for p in info["peers"] + info["resources"])
+    c.barrier()
+    win.tensor_deregister()
+    _expect(cclx.CclxUsageError, lambda: win.get_device_window_info(), "has none")
+
+
 def case_kv_example(ctx):
     here = os.path.dirname(os.path.abspath(__file__))
     mod = runpy.run_path(os.path.join(here, "..", "..", "examples", "kv_transfer.py"))

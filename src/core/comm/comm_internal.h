@@ -1,4 +1,5 @@
-// Pieces of Comm shared between comm.cc (life cycle) and comm_colls.cc (collectives).
+// Pieces of Comm shared between comm.cc (life cycle) and comm_colls.cc (collectives), and the
+// state of a Window (window.cc, device_window.cc).
 #pragma once
 
 #include <chrono>
@@ -6,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <cclx/device_window.h>
+
 #include "core/comm/backend.h"
+#include "core/comm/window.h"
 
 namespace cclx {
 
@@ -66,5 +70,53 @@ void trackReturned(CommState& st, const char* label, uint64_t seq, std::shared_p
                    const char* algo);
 /// The dispatch threw (the operation did not run, or failed inside the call).
 void trackThrew(CommState& st);
+
+// ---- Windows' state (window.cc; device windows: device_window.cc)
+
+/// A device window of a registered window (core/comm/device_window.cc): its resource area (in
+/// a window of its own), the handle as built and where it was placed.
+struct DevWinState {
+  std::shared_ptr<Window> res;  // the resource areas' window (registered)
+  void* mem = nullptr;          // this rank's resource area (devResAlloc)
+  void* placed = nullptr;       // the handle where kernels read it (devHandlePlace)
+  DeviceWindowHandle handle{};  // as built
+  int signals = 0, counters = 0, barriers = 0;
+};
+
+struct Window::State {
+  std::shared_ptr<Comm> comm;
+  CommState* cs = nullptr;
+  int id = 0;                     // the window's number on its comm (same on every rank)
+  std::unique_ptr<WinImpl> impl;
+  bool registered = false;
+  void* ptr = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::f32;
+  int gen = 0;                    // registrations so far: their keys in the store
+  std::unique_ptr<DevWinState> dev;  // the device window of this registration, if any
+  int devTries = 0;                  // attempts to make one (their keys in the store)
+
+  /// The ranks' records under "win/<id>/<prefix><tag>".
+  WinExchange exchange(const std::string& prefix) const;
+};
+
+/// Runs a transport call; a failure that ends the comm is reported like a collective's.
+void winGuardFailed(CommState& cs, const Error& e, const char* op);
+template <class F>
+auto winGuarded(CommState& cs, const char* op, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    winGuardFailed(cs, e, op);
+    throw;
+  }
+}
+/// cclxInvalidUsage unless a buffer is registered.
+void winRequireRegistered(const Window::State& w, const char* op);
+/// "ranks 0, 2: <record>; rank 1: <record>" for records that differ.
+std::string winDisagreement(const std::vector<std::string>& recs);
+/// Releases the device window of `w` (deregistration: collective when `collective`, else this
+/// rank's mappings only, its memory left to the process).
+void devWinRelease(Window::State& w, bool collective);
 
 }  // namespace cclx

@@ -1,7 +1,7 @@
 // Window (include/cclx/cclx.hpp): one-sided put / signal / waitSignal over memory every rank
 // registers. This file validates every call, makes the ranks agree on what they register, and
 // turns a transport's failure into the comm's (core/failure/watchdog.h); the transports live beside their
-// backends (core/comm/window.h).
+// backends (core/comm/window.h). Device windows: core/comm/device_window.cc.
 #include <cclx/cclx.hpp>
 
 #include <cstdint>
@@ -16,47 +16,23 @@
 
 namespace cclx {
 
-struct Window::State {
-  std::shared_ptr<Comm> comm;
-  CommState* cs = nullptr;
-  int id = 0;                     // the window's number on its comm (same on every rank)
-  std::unique_ptr<WinImpl> impl;
-  bool registered = false;
-  void* ptr = nullptr;
-  size_t count = 0;
-  DataType dtype = DataType::f32;
-  int gen = 0;                    // registrations so far: their keys in the store
-
-  /// The ranks' records under "win/<id>/<prefix><tag>".
-  WinExchange exchange(const std::string& prefix) const {
-    CommState* s = cs;
-    const int wid = id;
-    return [s, wid, prefix](const std::string& tag, const std::string& mine) {
-      const BootstrapInfo& i = s->info;
-      return storeAllGather(*i.store, strFormat("win/%d/%s%s", wid, prefix.c_str(), tag.c_str()),
-                            mine, i.rank, i.size, i.opts.timeout,
-                            strFormat("window #%d (%s%s) of comm '%s'", wid, prefix.c_str(),
-                                      tag.c_str(), i.opts.name.c_str()));
-    };
-  }
-};
+WinExchange Window::State::exchange(const std::string& prefix) const {
+  CommState* s = cs;
+  const int wid = id;
+  return [s, wid, prefix](const std::string& tag, const std::string& mine) {
+    const BootstrapInfo& i = s->info;
+    return storeAllGather(*i.store, strFormat("win/%d/%s%s", wid, prefix.c_str(), tag.c_str()),
+                          mine, i.rank, i.size, i.opts.timeout,
+                          strFormat("window #%d (%s%s) of comm '%s'", wid, prefix.c_str(),
+                                    tag.c_str(), i.opts.name.c_str()));
+  };
+}
 
 std::unique_ptr<WinImpl> Backend::newWindow(const WinExchange&) {
   CCLX_THROW(cclxUnsupported, "the %s backend has no one-sided windows", name());
 }
 
 namespace {
-
-// Runs a transport call; a failure that ends the comm is reported like a collective's.
-template <class F>
-auto guarded(CommState& cs, const char* op, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    commFailed(cs, e.code(), e.what(), strFormat("window %s", op));
-    throw;
-  }
-}
 
 void checkPeer(const CommState& cs, const char* op, const char* what, int r) {
   CCLX_ARG_CHECK(r >= 0 && r < cs.info.size, "%s: %s %d is outside [0, %d)", op, what, r,
@@ -73,8 +49,14 @@ CollOptions resolved(const CommState& cs, const CollOptions& o) {
   return r;
 }
 
+}  // namespace
+
+void winGuardFailed(CommState& cs, const Error& e, const char* op) {
+  commFailed(cs, e.code(), e.what(), strFormat("window %s", op));
+}
+
 // "ranks 0, 2: 1024 x f32; rank 1: 512 x f32" for the records that differ.
-std::string disagreement(const std::vector<std::string>& recs) {
+std::string winDisagreement(const std::vector<std::string>& recs) {
   std::map<std::string, std::string> groups;
   std::map<std::string, int> n;
   for (size_t r = 0; r < recs.size(); ++r) {
@@ -89,8 +71,6 @@ std::string disagreement(const std::vector<std::string>& recs) {
   return out;
 }
 
-}  // namespace
-
 std::shared_ptr<Window> Comm::newWindow() {
   requireUsable(*st_, "new_window");
   auto w = std::make_unique<Window::State>();
@@ -98,7 +78,7 @@ std::shared_ptr<Window> Comm::newWindow() {
   w->cs = st_.get();
   w->id = st_->windowSeq++;
   const WinExchange ex = w->exchange("");
-  w->impl = guarded(*st_, "new_window", [&] { return st_->backend->newWindow(ex); });
+  w->impl = winGuarded(*st_, "new_window", [&] { return st_->backend->newWindow(ex); });
   CCLX_INFO("window #%d of comm '%s': %s", w->id, name().c_str(), w->impl->transport());
   return std::make_shared<Window>(std::move(w));
 }
@@ -108,6 +88,7 @@ Window::Window(std::unique_ptr<State> st) : st_(std::move(st)) {}
 Window::~Window() {
   if (!st_ || !st_->impl) return;
   try {
+    if (st_->dev) devWinRelease(*st_, false);
     if (st_->registered) st_->impl->release();
     st_->impl.reset();
   } catch (const std::exception& e) {
@@ -131,16 +112,16 @@ void Window::registerBuffer(void* ptr, size_t count, DataType dtype) {
   // fails on every rank alike, with nothing registered anywhere.
   const std::string prefix = strFormat("r%d/", w.gen++);
   const WinExchange ex = w.exchange(prefix);
-  const std::vector<std::string> recs = guarded(cs, "tensor_register", [&] {
+  const std::vector<std::string> recs = winGuarded(cs, "tensor_register", [&] {
     return ex("size", strFormat("%zu x %s", count, dtypeName(dtype)));
   });
   for (const std::string& r : recs)
     if (r != recs[0])
       CCLX_THROW(cclxInvalidArgument,
                  "tensor_register: every rank must register a buffer of the same size and dtype; "
-                 "%s", disagreement(recs).c_str());
+                 "%s", winDisagreement(recs).c_str());
   CCLX_ARG_CHECK(count > 0, "tensor_register: every rank registered an empty buffer");
-  guarded(cs, "tensor_register", [&] { w.impl->attach(ptr, count * es, ex); });
+  winGuarded(cs, "tensor_register", [&] { w.impl->attach(ptr, count * es, ex); });
   w.registered = true;
   w.ptr = ptr;
   w.count = count;
@@ -154,9 +135,12 @@ void Window::deregisterBuffer() {
                "tensor_deregister: window #%d has no registered buffer", w.id);
   const bool usable = !cs.aborted && !cs.finalized;
   try {
+    // The device window first: its resources' window is deregistered collectively too.
+    if (w.dev) devWinRelease(w, usable);
     const WinExchange ex = w.exchange(strFormat("d%d/", w.gen - 1));
-    guarded(cs, "tensor_deregister", [&] { w.impl->detach(ex, usable); });
+    winGuarded(cs, "tensor_deregister", [&] { w.impl->detach(ex, usable); });
   } catch (...) {
+    if (w.dev) devWinRelease(w, false);
     w.impl->release();
     w.registered = false;
     throw;
@@ -173,23 +157,23 @@ DataType Window::dtype() const { return st_->dtype; }
 const char* Window::transport() const { return st_->impl ? st_->impl->transport() : ""; }
 const std::shared_ptr<Comm>& Window::comm() const { return st_->comm; }
 
-namespace {
-void requireRegistered(const Window::State& w, const char* op) {
+void winRequireRegistered(const Window::State& w, const char* op) {
   CCLX_REQUIRE(w.registered, cclxInvalidUsage,
                "%s: window #%d has no registered buffer (call tensor_register first)", op, w.id);
 }
 
 // signal and wait_signal: the window's checks, then `op` on its transport.
+namespace {
 template <class Op>
 std::shared_ptr<Work> signalOp(Window::State& w, const char* what, const char* arg, int peer,
                                const CollOptions& o, Op&& op) {
   CommState& cs = *w.cs;
   requireUsable(cs, what);
-  requireRegistered(w, what);
+  winRequireRegistered(w, what);
   checkPeer(cs, what, arg, peer);
   const CollOptions co = resolved(cs, o);
   ++cs.opSeq;
-  return guarded(cs, what, [&] { return op(*w.impl, peer, co); });
+  return winGuarded(cs, what, [&] { return op(*w.impl, peer, co); });
 }
 }  // namespace
 
@@ -198,7 +182,7 @@ std::shared_ptr<Work> Window::put(const void* src, size_t count, int dst, size_t
   State& w = *st_;
   CommState& cs = *w.cs;
   requireUsable(cs, "put");
-  requireRegistered(w, "put");
+  winRequireRegistered(w, "put");
   checkPeer(cs, "put", "dst_rank", dst);
   CCLX_ARG_CHECK(count <= w.count && targetOffset <= w.count - count,
                  "put: %zu elements at element offset %zu do not fit rank %d's window of %zu "
@@ -208,7 +192,7 @@ std::shared_ptr<Work> Window::put(const void* src, size_t count, int dst, size_t
   ++cs.opSeq;
   if (count == 0) return completedWork();
   const size_t es = dtypeSize(w.dtype);
-  return guarded(cs, "put", [&] { return w.impl->put(src, count * es, dst, targetOffset * es, co); });
+  return winGuarded(cs, "put", [&] { return w.impl->put(src, count * es, dst, targetOffset * es, co); });
 }
 
 std::shared_ptr<Work> Window::signal(int dst, const CollOptions& o) {
@@ -224,7 +208,7 @@ std::shared_ptr<Work> Window::waitSignal(int src, const CollOptions& o) {
 void* Window::remotePtr(int rank) const {
   const State& w = *st_;
   requireUsable(*w.cs, "map_remote_tensor");
-  requireRegistered(w, "map_remote_tensor");
+  winRequireRegistered(w, "map_remote_tensor");
   checkPeer(*w.cs, "map_remote_tensor", "rank", rank);
   void* p = w.impl->peerPtr(rank);
   CCLX_REQUIRE(p != nullptr, cclxUnsupported,
@@ -237,7 +221,7 @@ void* Window::remotePtr(int rank) const {
 WinAccess Window::access(int peer) const {
   const State& w = *st_;
   requireUsable(*w.cs, "get_attr");
-  requireRegistered(w, "get_attr");
+  winRequireRegistered(w, "get_attr");
   checkPeer(*w.cs, "get_attr", "peer_rank", peer);
   return w.impl->peerPtr(peer) ? WinAccess::Unified : WinAccess::Separate;
 }

@@ -6,12 +6,16 @@
 
 #include <cclx/cclx.hpp>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace cclx {
+
+struct DeviceWindowComm;    // <cclx/device_window.h>
+struct DeviceWindowHandle;
 
 /// Every rank calls it with the same tag and gets every rank's value (index = rank), through the
 /// comm's store under the window's keys; a rank that never arrives fails it with cclxTimeout
@@ -39,6 +43,26 @@ class WinImpl {
   virtual std::shared_ptr<Work> waitSignal(int src, const CollOptions& o) = 0;
   /// Rank `rank`'s window memory as mapped in this process; nullptr when not directly accessible.
   virtual void* peerPtr(int rank) const = 0;
+
+  // Device windows (core/comm/device_window.cc). The defaults: this transport has none.
+  /// `bytes` zeroed bytes of memory this transport can register in a window of its own (the
+  /// device window's resource area, which every peer maps); throws cclxUnsupported where device
+  /// windows do not exist, and the error of a failed allocation.
+  virtual void* devResAlloc(size_t bytes);
+  /// Frees devResAlloc's memory (no peer maps it any more).
+  virtual void devResFree(void* p);
+  /// Blocks until this rank's device work that may use a device window of this window is done.
+  virtual void devQuiesce() {}
+  /// The failure part of a device window's comm (control and error words, the timeout).
+  virtual void devFailWords(DeviceWindowComm& c, std::chrono::milliseconds timeout) const;
+  /// Copies the handle to where kernels read it (device memory) and returns that address;
+  /// devHandleFree releases it.
+  virtual void* devHandlePlace(const DeviceWindowHandle& h);
+  virtual void devHandleFree(void* p);
+  /// This rank lets go of its resource area and handle without the peers (a window destroyed
+  /// while registered, a failed comm): a transport whose peers' mappings outlive a free frees
+  /// them; the default leaves both allocated (a peer or a kernel may still use them).
+  virtual void devAbandon(void* mem, void* handle) {}
 };
 
 }  // namespace cclx

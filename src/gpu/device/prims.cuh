@@ -226,6 +226,9 @@ __device__ __forceinline__ T shfl32(T v, int srcLane) {
   return __shfl_sync(0xffffffffu, v, srcLane);
 }
 __device__ __forceinline__ bool any32(bool p) { return __any_sync(0xffffffffu, p); }
+/// Barrier of the 32 lanes of this warp that also orders their memory accesses (bar.warp.sync:
+/// a lane's accesses before it happen before every lane's accesses after it).
+__device__ __forceinline__ void syncWarp32() { __syncwarp(0xffffffffu); }
 
 // ---- loads that bypass L1 (data a peer wrote, read after an acquire) ----
 
@@ -345,6 +348,13 @@ __device__ __forceinline__ T shfl32(T v, int srcLane) {
 __device__ __forceinline__ bool any32(bool p) {
   const uint64_t m = __ballot(p);
   return ((m >> (__lane_id() & 32u)) & 0xffffffffull) != 0;
+}
+/// Barrier of this lane's half-wavefront that also orders its lanes' memory accesses: the
+/// wavefront runs in lockstep, so workgroup-scope fences around a wave barrier give the order.
+__device__ __forceinline__ void syncWarp32() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
 
 // ---- loads of data a peer wrote, after an acquire (fenceAfterWait invalidated L1) ----

@@ -40,6 +40,8 @@
 #include <map>
 #include <mutex>
 
+#include <cclx/device_window.h>
+
 #include "base/error.h"
 #include "base/log.h"
 #include "core/settings/table.h"
@@ -368,6 +370,33 @@ class IpcWindow final : public WinImpl {
   }
 
   void* peerPtr(int rank) const override { return peer_[size_t(rank)]; }
+
+  // Device windows (devwin.cc): resources in cudaMalloc memory, the comm's failure words.
+  void* devResAlloc(size_t bytes) override {
+    return devWinAllocZeroed(sh_->device, bytes, calls_.internalStream());
+  }
+  void devResFree(void* p) override { devWinFree(sh_->device, p); }
+  void devQuiesce() override {
+    calls_.drain();
+    devWinQuiesce(sh_->device);
+  }
+  void devFailWords(DeviceWindowComm& c, std::chrono::milliseconds timeout) const override {
+    CollOptions o;
+    o.timeout = timeout;
+    const FailParams f = fail(o);
+    for (int r = 0; r < kMaxRanks; ++r) c.ctl[r] = f.ctl[r];
+    c.err = f.err;
+    c.timeoutNs = f.timeoutNs;
+    c.timeoutMs = f.timeoutMs;
+  }
+  void* devHandlePlace(const DeviceWindowHandle& h) override {
+    return devWinPlace(sh_->device, h, calls_.internalStream());
+  }
+  void devHandleFree(void* p) override { devWinFree(sh_->device, p); }
+  void devAbandon(void* mem, void* handle) override {  // a kernel or a peer may still use them
+    CCLX_INFO("device window released without deregistration: its resources %p and handle %p "
+              "stay allocated", mem, handle);
+  }
 
  private:
   // Where some rank publishes 'V', every rank must reach every other's mailbox: the same network

@@ -2,6 +2,7 @@
 // Every kernel follows the failure model (device/fail.cuh): it reads the comm's abort word at
 // entry and pushes nothing to a peer once it is raised, and its one spin loop polls through a
 // dev::Waiter.
+#include "gpu/device/copy.cuh"
 #include "gpu/device/sync.cuh"
 #include "gpu/device/launch.cuh"
 #include "gpu/window/window.h"
@@ -9,43 +10,14 @@
 namespace cclx {
 namespace {
 
-// Copies [src, src + bytes) to dst in units of T, src and dst being equally aligned modulo
-// sizeof(T): a byte head up to dst's alignment, the body in T, a byte tail. Grid-stride.
-template <typename T>
-__device__ __forceinline__ void copyAs(const char* src, char* dst, size_t bytes, size_t t,
-                                       size_t threads) {
-  const size_t mis = (sizeof(T) - (reinterpret_cast<uintptr_t>(dst) & (sizeof(T) - 1))) & (sizeof(T) - 1);
-  const size_t head = mis < bytes ? mis : bytes;
-  for (size_t i = t; i < head; i += threads) dst[i] = src[i];
-  const size_t n = (bytes - head) / sizeof(T);
-  const T* s = reinterpret_cast<const T*>(src + head);
-  T* d = reinterpret_cast<T*>(dst + head);
-  size_t i = t;
-  for (; i + 3 * threads < n; i += 4 * threads) {  // four loads in flight before the stores
-    const T a = s[i], b = s[i + threads], c = s[i + 2 * threads], e = s[i + 3 * threads];
-    d[i] = a;
-    d[i + threads] = b;
-    d[i + 2 * threads] = c;
-    d[i + 3 * threads] = e;
-  }
-  for (; i < n; i += threads) d[i] = s[i];
-  for (size_t j = head + n * sizeof(T) + t; j < bytes; j += threads) dst[j] = src[j];
-}
-
 // Put: plain stores into the destination's window (peer memory, or this rank's own). Nothing
 // orders them here: the kernel's completion does, and the signal kernel that follows in stream
 // order publishes them (see winSignalKernel). Entry: with the abort word raised nothing is
 // written to the peer.
 __global__ void winPutKernel(WinPutParams p) {
   if (dev::abortedAtEntry(p.fail)) return;
-  const size_t t = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t threads = size_t(gridDim.x) * blockDim.x;
-  const uintptr_t x = reinterpret_cast<uintptr_t>(p.src) ^ reinterpret_cast<uintptr_t>(p.dst);
-  if ((x & 15) == 0) copyAs<uint4>(p.src, p.dst, p.bytes, t, threads);
-  else if ((x & 7) == 0) copyAs<uint2>(p.src, p.dst, p.bytes, t, threads);
-  else if ((x & 3) == 0) copyAs<uint32_t>(p.src, p.dst, p.bytes, t, threads);
-  else if ((x & 1) == 0) copyAs<uint16_t>(p.src, p.dst, p.bytes, t, threads);
-  else copyAs<uint8_t>(p.src, p.dst, p.bytes, t, threads);
+  dev::copyBytes(p.src, p.dst, p.bytes, size_t(blockIdx.x) * blockDim.x + threadIdx.x,
+                 size_t(gridDim.x) * blockDim.x);
 }
 
 // Signal: counts[me] in the destination's slot += 1, release-ordered at system scope. Every

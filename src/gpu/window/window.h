@@ -110,6 +110,14 @@ class WinCalls {
   std::vector<Last> lastOnStream_;  // the last call on every stream used (drain)
 };
 
+/// Device windows (devwin.cc), on `device` with this thread's capture mode relaxed: `bytes` of
+/// zeroed device memory (cudaMalloc: CUDA IPC exports it), the handle copied to device memory,
+/// their release, and a wait for every operation of this process on the device.
+void* devWinAllocZeroed(int device, size_t bytes, void* stream);
+void* devWinPlace(int device, const DeviceWindowHandle& h, void* stream);
+void devWinFree(int device, void* p);
+void devWinQuiesce(int device);
+
 /// Collective: a window over CUDA IPC in signal slot `slot` (peer memory must be usable).
 std::unique_ptr<WinImpl> makeIpcWindow(CudaBackend& b, int slot);
 /// Collective: a window over NCCL's one-sided API, or cclxUnsupported saying what is missing.
