@@ -44,6 +44,9 @@ EXPECT = {"test_gpu_failure": 40, "test_gpu_shared_grouped": 30, "test_gpu_share
           "test_gpu_faults": 15, "test_gpu_shared": 14, "test_gpu_quantized": 14,
           "test_gpu_window": 12, "test_gpu_grow_faults": 10, "test_gpu_window_vmm": 4,
           "py-suites": 60, "py-api": 60, "py-fixed": 120, "py-ws1": 40}
+# GPU binaries whose main source is not named after them.
+OTHER_SOURCES = {"test_gpu_devapi_torchcomms": "tests/cpp/gpu/devapi/torchcomms_devapi.cc"}
+OTHER_SOURCES_WHY = "torchcomms' device-API kernels: scripts/gpu_verify.sh build with .dev/torchcomms"
 LATE = ("perf/test_gpu_perf_baselines.py", "perf/test_gpu_soak_mps.py")
 EXCLUSIVE = ("perf/test_gpu_soak_mps.py",)  # starts an MPS daemon: runs alone
 
@@ -87,6 +90,11 @@ def cpp_steps(build: str, sizes: list, a) -> list:
             glob.glob(os.path.join(ROOT, "tests/cpp/gpu/**/test_gpu_*.cc"), recursive=True)}
     bins = {os.path.basename(p): p for p in glob.glob(os.path.join(build, "tests", "test_gpu_*"))
             if os.access(p, os.X_OK) and not p.endswith((".json", ".log"))}
+    for name, src in OTHER_SOURCES.items():  # built only where their inputs are: listed if not
+        if name in bins:
+            srcs[name] = os.path.join(ROOT, src)
+        else:
+            a.not_run = getattr(a, "not_run", []) + [f"{name}: not built here ({OTHER_SOURCES_WHY})"]
     single, shared = [], []
     for name in sorted(set(srcs) | set(bins)):
         src = open(srcs[name], errors="replace").read() if name in srcs else ""
@@ -158,7 +166,7 @@ def sanitizer_steps(cpp: list, a) -> list:
     run}, "exclude": {tool: [negative patterns]}, "scale": CCLX_TEST_TIME_SCALE}."""
     spec = json.loads(a.sanitize)
     a.time_scale = spec.get("scale", a.time_scale)
-    steps, a.not_run = [], []
+    steps, a.not_run = [], list(getattr(a, "not_run", []))
     for tool, args in spec["tools"].items():
         for s in cpp:
             pos = spec["filters"].get(s["name"], spec["filters"].get("*", "*"))
@@ -206,6 +214,55 @@ def base_env(a) -> dict:
         if d and os.path.isdir(d):
             env["CCLX_NCCL_PIP_DIR"] = d
     return env
+
+
+class Mps:
+    """An MPS daemon of the run's own (its pipe and log folders under the work folder) for the
+    steps whose ranks share a GPU: without it the GPU time-slices between the ranks' contexts
+    and every kernel that waits for a peer waits a time slice. Each rank process is limited to
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / --gpu-procs (rounded down): the rank processes
+    that run at once can hold their SMs side by side, so a kernel waiting for a peer never holds
+    the SMs the peer needs (src/core/sharing/mps.h). Steps under a compute-sanitizer (which does
+    not attach to MPS clients) and the exclusive steps (they start their own daemon) run after
+    it is stopped."""
+
+    def __init__(self, a):
+        self.dir = os.path.join(a.work, "mps")
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(self.dir, "pipe"),
+                    "CUDA_MPS_LOG_DIRECTORY": os.path.join(self.dir, "log")}
+        self.percent = max(1, 100 // max(1, a.gpu_procs))
+        self.on = False
+
+    def start(self, env: dict) -> str:
+        """"" when the daemon runs; otherwise why not."""
+        ctl = shutil.which("nvidia-cuda-mps-control")
+        if not ctl:
+            return "nvidia-cuda-mps-control is not installed"
+        for d in self.env.values():
+            os.makedirs(d, exist_ok=True)
+        try:
+            r = subprocess.run([ctl, "-d"], env=dict(env, **self.env), capture_output=True,
+                               text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"the MPS daemon did not start: {e}"
+        if r.returncode != 0:
+            return f"the MPS daemon did not start (rc {r.returncode}): {r.stdout}{r.stderr}".strip()
+        self.on = True
+        return ""
+
+    def step_env(self) -> dict:
+        return dict(self.env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(self.percent)) if self.on else {}
+
+    def stop(self, env: dict) -> None:
+        if not self.on:
+            return
+        self.on = False
+        try:
+            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=dict(env, **self.env),
+                           text=True, capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            pass
+        time.sleep(1)  # the server's exit
 
 
 def command(s: dict, a) -> list:
@@ -260,9 +317,10 @@ def sanitizer_errors(log: str) -> int:
                           text, re.M))
 
 
-def run_steps(steps: list, a, env: dict) -> None:
+def run_steps(steps: list, a, env: dict, mps: "Mps") -> None:
     """Starts the steps in order while they fit (--jobs, --gpu-procs; a step that waited 30 s at
-    the head of the queue lets none pass it), stops everything at the budget."""
+    the head of the queue lets none pass it), stops everything at the budget. The steps run as
+    clients of `mps` while it is on; an exclusive step stops it first (it runs alone)."""
     deadline = time.time() + a.budget
     for s in steps:
         if s["state"] != "ran":
@@ -293,10 +351,14 @@ def run_steps(steps: list, a, env: dict) -> None:
                     and (not s.get("exclusive") or not running)) or not running
             if fits:
                 queue.remove(s)
+                if s.get("exclusive"):
+                    mps.stop(env)
                 cmd = command(s, a)
                 s.update(t0=time.time(), cmd=" ".join(cmd))
                 with open(s["log"], "w") as log:  # the step's own process group: killable whole
-                    s["proc"] = subprocess.Popen(cmd, env=dict(env, **s["env"]), stdout=log,
+                    s["mps"] = mps.on
+                    s["proc"] = subprocess.Popen(cmd, env={**env, **mps.step_env(), **s["env"]},
+                                                 stdout=log,
                                                  stderr=subprocess.STDOUT, cwd=ROOT,
                                                  start_new_session=True)
                 running[s["id"]] = s
@@ -378,6 +440,10 @@ def main(argv=None) -> int:
     ap.add_argument("--compute-sanitizer", default=os.environ.get(
         "COMPUTE_SANITIZER", shutil.which("compute-sanitizer") or
         "/usr/local/cuda/bin/compute-sanitizer"))
+    ap.add_argument("--mps", choices=("auto", "on", "off"),
+                    default=os.environ.get("VERIFY_MPS", "auto"),
+                    help="run the steps as clients of an MPS daemon of the run's own (auto: where "
+                    "nvidia-cuda-mps-control is installed; never under --sanitize)")
     ap.add_argument("--step-timeout", type=int, help="seconds per step (sanitizer steps: 900)")
     ap.add_argument("--device", help="the device to record instead of asking nvidia-smi (dry runs "
                     "of the runner itself where there is no GPU)")
@@ -418,7 +484,19 @@ def main(argv=None) -> int:
         f"budget {a.budget:.0f} s; build {a.build}")
     for line in getattr(a, "not_run", []):
         say(f"[not run] {line}")
-    run_steps(steps, a, env)
+    mps = Mps(a)
+    if a.mps != "off" and not a.sanitize:
+        why = mps.start(env)
+        if why and a.mps == "on":
+            say(f"MPS: {why}; stopping (VERIFY_MPS=auto runs time-sliced instead)")
+            return 2
+        say(f"MPS daemon on, {mps.percent}% of the SMs a rank process" if mps.on else
+            f"no MPS ({why}): the ranks time-slice the GPU")
+    meta["mps"] = {"on": mps.on, "thread_percent": mps.percent if mps.on else None}
+    try:
+        run_steps(steps, a, env, mps)
+    finally:
+        mps.stop(env)
     return finish(steps, a, env, meta, t_start)
 
 

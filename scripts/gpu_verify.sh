@@ -42,8 +42,12 @@ ext_python() {  # the interpreter whose ABI the extension is built for
   done
 }
 
-gpu_targets() {  # every GPU test binary: tests/cpp/gpu/**/test_gpu_*.cc
+TC_SRC=${CCLX_TORCHCOMMS_SRC:-$PWD/.dev/torchcomms}  # torchcomms' device-API files (scripts/devapi.sh extract)
+have_tc() { [ -f "$TC_SRC/comms/torchcomms/device/TorchCommDeviceWindow.hpp" ]; }
+
+gpu_targets() {  # every GPU test binary: tests/cpp/gpu/**/test_gpu_*.cc (+ torchcomms' device kernels)
   find tests/cpp/gpu -name 'test_gpu_*.cc' -printf '%f\n' | sed 's/\.cc$//' | sort | tr '\n' ' '
+  if have_tc; then echo test_gpu_devapi_torchcomms; fi
 }
 
 build() {
@@ -61,6 +65,7 @@ build() {
   args+=(-DCMAKE_BUILD_TYPE=Release -DCCLX_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}"
          -DCCLX_BUILD_TESTS=ON -DCCLX_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" -Dnanobind_DIR="$nb"
          -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON "${launch[@]}")
+  if have_tc; then args+=(-DCCLX_TORCHCOMMS_SRC="$TC_SRC"); fi
   say "configuring $BUILD (extension for $("$py" --version 2>&1), sm_${CUDA_ARCH:-90}); log $log"
   if ! cmake -S . -B "$BUILD" "${args[@]}" >"$log" 2>&1; then
     src=""  # GoogleTest from source where no package is installed

@@ -532,7 +532,7 @@ cclxResult_t cclxWinRemotePtr(cclxWindow_t win, int rank, void** ptr) {
 cclxResult_t cclxWinGetDeviceWindow(cclxWindow_t win, int signalCount, int counterCount,
                                     int barrierCount, void** handle) {
   return guard([&] {
-    CCLX_ARG_CHECK(handle != nullptr, "handle is NULL");
+    CAPI_ARG_CHECK(handle != nullptr, "handle is NULL");
     *handle = winOf(win).deviceWindow(signalCount, counterCount, barrierCount);
   });
 }

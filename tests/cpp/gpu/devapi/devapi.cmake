@@ -3,8 +3,8 @@
 # torchcomms tree) on cclx's device-window backend, driven by cclx's harness
 # (torchcomms_devapi.cc: ranks sharing GPUs, eager launches and CUDA-graph replays). The
 # adapter/ folder stands in for torchcomms' NCCLX device headers; nothing of torchcomms is kept in
-# this tree. Built when CCLX_TORCHCOMMS_SRC (cmake/torchcomms.cmake; scripts/devapi.sh build
-# extracts the few files needed into .dev/torchcomms) holds the device headers and the kernels;
+# this tree. Built when CCLX_TORCHCOMMS_SRC (cmake/torchcomms.cmake; scripts/devapi.sh extract
+# copies the few files needed into .dev/torchcomms) holds the device headers and the kernels;
 # otherwise ctest lists the test as skipped and says why.
 if(NOT CCLX_HAVE_CUDA)
   return()
@@ -14,7 +14,7 @@ set(CCLX_DEVAPI_KERNELS
   "${CCLX_TORCHCOMMS_SRC}/comms/torchcomms/tests/integration/cpp/DeviceApiTestKernels.cu")
 set(CCLX_DEVAPI_WHY "")
 if(NOT CCLX_TORCHCOMMS_SRC)
-  set(CCLX_DEVAPI_WHY "CCLX_TORCHCOMMS_SRC is not set (scripts/devapi.sh build extracts torchcomms' files and sets it)")
+  set(CCLX_DEVAPI_WHY "CCLX_TORCHCOMMS_SRC is not set (scripts/devapi.sh extract copies torchcomms' files into .dev/torchcomms; scripts/gpu_verify.sh build sets it)")
 elseif(NOT EXISTS "${CCLX_TORCHCOMMS_SRC}/comms/torchcomms/device/TorchCommDeviceWindow.hpp" OR
        NOT EXISTS "${CCLX_DEVAPI_KERNELS}")
   set(CCLX_DEVAPI_WHY "${CCLX_TORCHCOMMS_SRC} lacks comms/torchcomms/device/TorchCommDeviceWindow.hpp or tests/integration/cpp/DeviceApiTestKernels.cu")
