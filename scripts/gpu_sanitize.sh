@@ -54,6 +54,7 @@ QUICK='"*": "*Equal*",
   "test_gpu_dda": "GpuDda.SelectionFollowsSettings:GpuDda.LamportAllOnesInputs",
   "test_gpu_dda_stress": "GpuDdaStress.PeerBarrier", "test_gpu_grouped": "GpuGrouped.SendRecvAnyOrder",
   "test_gpu_nccl": "GpuNccl.RejectsHostAndForeignPointers:GpuNcclLib.*",
+  "test_gpu_device_window": "*", "test_gpu_devapi_torchcomms": "*",
   "test_gpu_failure": null'
 WHY='"test_gpu_failure": "every case waits out a timeout on purpose: SANITIZE_MODE=full"'
 

@@ -108,11 +108,17 @@ __device__ __forceinline__ void unpack16(const uint4 (&w)[Vec<T>::kLoads], float
   }
 }
 
-/// Loads elements [i0, i0 + n) (n <= 16) of p as floats; missing ones are 0.
+/// Loads elements [i0, i0 + min(avail, 16)) of p as floats (avail: the elements p holds from
+/// i0 on, any int: <= 0 loads nothing); missing ones are 0. Give the count as it is, not clamped
+/// to [0, 16]: ptxas 13.0 compiled `max(0, min(16, r)) == 16` (the clamp in the caller, this
+/// test inlined) into VIMNMX.RELU's predicate with the wrong sense, so lanes holding 1..15
+/// elements at an aligned address loaded 16 (the MoE dispatch's FP8 scales then took values of
+/// the next row; tests/gpu/moe, case fp8_partial_vectors).
 template <class T>
-__device__ __forceinline__ void load16(const T* p, size_t i0, int n, float v[kEPT]) {
+__device__ __forceinline__ void load16(const T* p, size_t i0, int avail, float v[kEPT]) {
   const T* q = p + i0;
-  if (n == kEPT && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
+  const int n = avail;
+  if (avail >= kEPT && (reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
     uint4 w[Vec<T>::kLoads];
 #pragma unroll
     for (int l = 0; l < Vec<T>::kLoads; ++l) w[l] = reinterpret_cast<const uint4*>(q)[l];

@@ -71,9 +71,9 @@ __device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, co
     const int chunks = (l.H + 511) / 512;
     for (int c = 0; c < chunks; ++c) {
       const int i0 = c * 512 + lane * 16;
-      const int n = max(0, min(16, l.H - i0));
+      const int avail = l.H - i0;  // unclamped: fp8dev::load16 says why
       float v[fp8dev::kEPT];
-      fp8dev::load16<T>(reinterpret_cast<const T*>(xrow), size_t(n ? i0 : 0), n, v);
+      fp8dev::load16<T>(reinterpret_cast<const T*>(xrow), size_t(avail > 0 ? i0 : 0), avail, v);
       fp8::Meta meta;
       const uint4 codes = fp8dev::quantize16(v, moe::kScaleBlock / fp8dev::kEPT, meta);
       const int b = c * (512 / moe::kScaleBlock) + (lane >> 3);

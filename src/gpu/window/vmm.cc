@@ -71,8 +71,16 @@ struct HandleRef {
 bool vmmExport(const void* ptr, VmmExport* out) {
   const CuDriver& d = cuDriver();
   if (!d.ok) return false;  // no VMM in this driver: no memory of that kind either
+  // cudaMalloc memory (legacy CUDA IPC capable) is never a cuMem mapping: answered without the
+  // retain below, whose failure on such memory is an API error in the tools' reports.
+  int legacy = 0;
+  if (d.pointerAttribute &&
+      d.pointerAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                         reinterpret_cast<CUdeviceptr>(ptr)) == CUDA_SUCCESS &&
+      legacy)
+    return false;
   HandleRef h;
-  // Fails (and changes nothing) for memory that no cuMemMap mapped: cudaMalloc and the like.
+  // Fails (and changes nothing) for memory that no cuMemMap mapped: pool memory and the like.
   if (d.retain(&h.h, const_cast<void*>(ptr)) != CUDA_SUCCESS) return false;
   h.held = true;
   CUdeviceptr base = 0;

@@ -189,7 +189,7 @@ struct XBufs {
     CK(cudaDeviceSynchronize());
   }
   ~XBufs() {
-    for (char* p : allocs) (void)cudaFree(p - c.offset);
+    for (char* p : allocs) (void)cudaFree(p);  // the allocations themselves (the buffers are p + c.offset)
   }
   XBufs(const XBufs&) = delete;
   // Copies the input in (stream s, or synchronously) and poisons the outputs that are not input.

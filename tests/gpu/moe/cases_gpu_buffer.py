@@ -105,6 +105,15 @@ def case_routing_and_dtypes(ctx):
         _run(ctx, 8, 50, 3, 2, "bf16", "last_empty", fp8)
 
 
+def case_fp8_partial_vectors(ctx):
+    """Hidden sizes whose last 16 values of a row are partial, rows at 16-byte aligned addresses
+    and not (T = 6 f32 rows of H = 17: rows 0 and 4 aligned): the FP8 codes and scales of every
+    row equal the twin's (a lane holding 1..15 values must not read the next row's)."""
+    for dtype in ("f32", "bf16"):
+        for H in (17, 33, 129):
+            _run(ctx, 60 + H, H, 1, 2, dtype, "random", True, Ts=[6] * ctx.size)
+
+
 def case_every_k(ctx):
     for k in range(1, 9):
         _run(ctx, 10 + k, 65, k, 3, "bf16", "random" if k <= 3 * ctx.size else "dup", k % 2 == 0)
