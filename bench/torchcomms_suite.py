@@ -12,7 +12,7 @@ every rank with `-p`.
     python3 bench/torchcomms_suite.py --tc-src /path/to/torchcomms --backend cclx --ranks 2 \
         --device cpu --out bench/results/DATE-torchcomms-cpu/cclx-2.json [--files A.py,B.py]
         [--jobs 4] [--logs DIR] [--let-through ncclx] [--file-env AllGatherPTest.py:NCCL_CTRAN_ENABLE=true]
-        [--tests-dir comms/torchcomms/ncclx/tests/integration/py]
+        [--tests-dir comms/torchcomms/ncclx/tests/integration/py] [--budget 120] [--tag 'route cxx']
 
 --let-through NAME evaluates torchcomms' backend-name gates as for NAME while the tests run on
 --backend (bench/tc_suite/tc_suite_plugin.py lists the gate kinds). --file-env FILE:VAR=VALUE sets VAR
@@ -20,6 +20,11 @@ for every rank of FILE (repeatable). bench/tc_suite/table.py turns the JSON into
 table. torchcomms must be importable by the python that runs this (and cclx too for --backend
 cclx). `result` stays the file's: pass when pytest exits 0 on every rank (skips count as
 passing, as in torchcomms' CI).
+
+--budget SECONDS bounds the whole run: no file starts after it has passed, and a file still
+running then is stopped (result timeout, `budget_cut` in its row); files never started have no
+row and are listed on the last line. --tag TEXT is recorded in each row (`tag`) and told apart
+by bench/tc_suite/table.py (e.g. two cclx runs that differ only in CCLX_TORCHCOMMS_ROUTE).
 """
 from __future__ import annotations
 
@@ -165,6 +170,9 @@ def main() -> int:
                     help="evaluate torchcomms' backend-name gates as for NAME (e.g. ncclx)")
     ap.add_argument("--file-env", action="append", default=[], metavar="FILE:VAR=VALUE",
                     help="set VAR=VALUE for every rank of FILE (repeatable)")
+    ap.add_argument("--budget", type=float, default=0.0, help="seconds for the whole run "
+                    "(0: none): no file starts after it, running files are stopped at it")
+    ap.add_argument("--tag", default="", help="recorded in each row (table.py shows it)")
     a = ap.parse_args()
     file_env: dict = {}
     for spec in a.file_env:
@@ -205,22 +213,31 @@ def main() -> int:
     if a.logs:
         os.makedirs(a.logs, exist_ok=True)
     rows = []
+    not_started: list = []
     lock = threading.Lock()
+    t_start = time.monotonic()
+    deadline = t_start + a.budget if a.budget > 0 else None
 
     def run_one(f: str) -> None:
         # A port free when picked can be taken by a concurrent file's sockets before torchrun
         # binds it; such a launch ran no test, so it is tried again on another port.
         for attempt in range(4):
+            if deadline is not None and deadline - time.monotonic() < 5:
+                if attempt == 0:
+                    with lock:
+                        not_started.append(f)
+                    return
+                break  # the retried launch ran no test: record it as it was
             rep = tempfile.mkdtemp(prefix="tcsuite-")
             try:
-                rc, result, text, secs = launch(f, rep)
+                rc, result, text, secs, cut = launch(f, rep)
                 tests = merge_ranks({r: rank_results(os.path.join(rep, f"rank{r}.jsonl"))
                                      for r in range(a.ranks)})
             finally:
                 shutil.rmtree(rep, ignore_errors=True)
             if not (result == "fail" and LAUNCH_PORT_TAKEN in text and not counts(text)):
                 break
-        record(f, rc, result, text, secs, attempt, tests)
+        record(f, rc, result, text, secs, attempt, tests, cut)
 
     def launch(f: str, rep: str):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
@@ -229,10 +246,14 @@ def main() -> int:
                os.path.join(d, f)]
         fenv = dict(env, CCLX_SUITE_REPORT_DIR=rep, **file_env.get(f, {}))
         t0 = time.monotonic()
+        limit, cut = a.timeout, False
+        if deadline is not None and deadline - t0 < limit:
+            limit, cut = max(1.0, deadline - t0), True
         p = subprocess.Popen(cmd, env=fenv, cwd=a.tc_src, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            text, _ = p.communicate(timeout=a.timeout)
+            text, _ = p.communicate(timeout=limit)
+            cut = False
             rc = p.returncode
             result = "pass" if rc == 0 else "fail"
         except subprocess.TimeoutExpired:
@@ -243,10 +264,10 @@ def main() -> int:
                     pass
             text, _ = p.communicate()
             rc, result = None, "timeout"
-        return rc, result, text, round(time.monotonic() - t0, 1)
+        return rc, result, text, round(time.monotonic() - t0, 1), cut
 
     def record(f: str, rc, result: str, text: str, secs: float, retries: int,
-               tests: list) -> None:
+               tests: list, cut: bool = False) -> None:
         if a.logs:
             tag = f"-{a.let_through}" if a.let_through else ""
             with open(os.path.join(a.logs, f"{a.backend}{tag}-{a.ranks}-{f}.log"), "w") as fh:
@@ -261,6 +282,10 @@ def main() -> int:
                "summary": summary, "tests": tests,
                "torchcomms_commit": a.commit, "cclx_commit": a.cclx_commit,
                "machine": a.machine}
+        if a.tag:
+            row["tag"] = a.tag
+        if cut:
+            row["budget_cut"] = True
         if retries:
             row["launch_retries"] = retries
         with lock:
@@ -271,14 +296,15 @@ def main() -> int:
             with open(a.out, "w") as fh:
                 json.dump(rows, fh, indent=1)
 
-    t_start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
         list(pool.map(run_one, files))
     bad = [r["file"] for r in rows if r["result"] != "pass"]
     tot = {k: sum(r["summary"][k] for r in rows) for k in SEVERITY}
     print(f"files: {len(rows) - len(bad)} passed, {len(bad)} failed; tests: "
           + ", ".join(f"{v} {k}" for k, v in tot.items())
-          + f"; {round(time.monotonic() - t_start)} s")
+          + f"; {round(time.monotonic() - t_start)} s"
+          + (f"; not started (budget): {len(not_started)} ({', '.join(sorted(not_started))})"
+             if not_started else ""))
     return 0
 
 

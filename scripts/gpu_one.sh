@@ -8,7 +8,7 @@
 #                               /usr/src/googletest when not installed)
 #   scripts/gpu_one.sh cpp [N]  device codec checks (test_gpu_fp8) and the several-ranks-per-GPU
 #                               suites (test_gpu_shared, test_gpu_failure, test_gpu_shared_colls)
-#                               (scripts/gpu_shared.sh; N = world sizes, default "2 3 4 5 8")
+#                               (SHARED_BINS; N = world sizes, default "2 3 4 5 8")
 #   scripts/gpu_one.sh window [N]  one-sided windows with ranks sharing the GPU (test_gpu_window at
 #                               N = world sizes, default "2 3 4 8": 10^4 back-to-back put/signal
 #                               rounds eager and replayed from a CUDA graph at 2 ranks, 500
@@ -68,7 +68,19 @@ cpp)
   sizes=${2:-2 3 4 5 8}
   verify --match '^cpp/test_gpu_fp8$'
   crc=$?
-  OUT="$OUT" bash scripts/gpu_shared.sh "$BUILD" "$sizes"
+  # The binaries whose ranks share a GPU (CCLX_TEST_RANKS, rank r on GPU r % count), each at the
+  # world sizes of SHARED_BINS ("name:3,5": its own sizes), one after another.
+  bins=${SHARED_BINS:-test_gpu_shared test_gpu_failure:3,5 test_gpu_faults:2,3,5 test_gpu_shared_colls test_gpu_shared_grouped test_gpu_shared_p2p test_gpu_rmsnorm test_gpu_a2av_device}
+  match="" all=""
+  for entry in $bins; do
+    name=${entry%%:*}
+    s=$sizes
+    [ "$entry" != "$name" ] && s=$(echo "${entry#*:}" | tr ',' ' ')
+    all="$all $s"
+    match="$match${match:+|}^cpp/$name@($(echo "$s" | tr ' ' '|'))\$"
+  done
+  all=$(echo "$all" | tr ' ' '\n' | sort -nu | tr '\n' ' ')
+  verify --sizes "$all" --match "$match" --gpu all --window-rounds 10000,500
   src=$?
   line "codec rc=$crc shared rc=$src"
   [ $crc -eq 0 ] && [ $src -eq 0 ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU validation on a machine with >= 2 GPUs (python with torch preinstalled, no internet):
 #   1. pip install the cclx package (CUDA build) from this tree
-#   2. C++ GPU tests (scripts/gpu_cpp.sh), built at the same time
+#   2. C++ GPU tests (scripts/gpu_verify.sh build and run, one rank per GPU), built at the same time
 #   3. pytest tests/gpu (2 processes: collectives vs torch.distributed, CUDA graphs, async,
 #      DDA algorithms, FP8 hint, example, perf smoke test)
 #   4. torchrun --nproc-per-node 2 examples/hello_torch.py
@@ -26,16 +26,14 @@ s=$(now)
   echo $? >"$OUT/.pip_rc" ) &
 pip_pid=$!
 cpp_rc=0
-cpp_line="gpu_cpp: not run"
-if [ -x scripts/gpu_cpp.sh ] || [ -f scripts/gpu_cpp.sh ]; then
-  cs=$(now)
-  bash scripts/gpu_cpp.sh >"$OUT/gpu_cpp.log" 2>&1
-  cpp_rc=$?
-  cpp_line=$(grep -E "^gpu_cpp:" "$OUT/gpu_cpp.log" | tail -1)
-  cpp_s=$(( $(now) - cs ))
-else
-  cpp_s=0
-fi
+cs=$(now)
+# The C++ GPU tests: built by scripts/gpu_verify.sh, run one rank per GPU (rank r on GPU r % count).
+{ bash scripts/gpu_verify.sh build && OUT="$OUT" VERIFY_GPU=all bash scripts/gpu_verify.sh run --only cpp; } \
+  >"$OUT/gpu_cpp.log" 2>&1
+cpp_rc=$?
+cpp_line=$(grep -E "^gpu_verify: [0-9]+ passed|FAILED" "$OUT/gpu_cpp.log" | tail -1)
+cpp_line=${cpp_line:-"gpu_verify: no summary (see $OUT/gpu_cpp.log)"}
+cpp_s=$(( $(now) - cs ))
 wait "$pip_pid"
 pip_rc=$(cat "$OUT/.pip_rc" 2>/dev/null || echo 1)
 pip_s=$(( $(now) - s ))

@@ -36,7 +36,7 @@
 #   TORCH_CUDA_ARCH_LIST  9.0 (sm_90; the nccl and gloo backends compile no device code, it
 #                  only reaches torch's CMake)
 #   CUDA_HOME      /usr/local/cuda   NCCL_INCLUDE $CUDA_HOME/include  NCCL_LIBRARY $CUDA_HOME/lib64/libnccl.so
-#   MIRROR         /work/.mirror: where the search tool's `fetch` leaves github:pytorch/gloo,
+#   MIRROR         /work/.mirror: a folder of fetched git copies of github:pytorch/gloo,
 #                  google/glog, gflags/gflags, nlohmann/json (as <owner>+<name>/repo)
 #   GLOO_SRC GLOG_SRC GFLAGS_SRC JSON_SRC   git repository or source tree of each (default the mirror)
 #   GLOO_REF 3135b0b41b67dde590eef0938a0bf3d6238df5f7  GLOG_REF v0.4.0  GFLAGS_REF v2.2.2  JSON_REF v3.11.3

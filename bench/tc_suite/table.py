@@ -2,7 +2,10 @@
 """Markdown tables from bench/torchcomms_suite.py's JSON files: per (torch, ranks), one line per
 test file with passed / failed / errored / skipped test counts for the reference backend and for
 each cclx run (with and without --let-through), then every test whose result for a cclx run
-differs from the reference's, with both reasons.
+differs from the reference's, with both reasons. A row's `tag` (torchcomms_suite.py --tag) is
+part of its run's name; --across-ranks puts every world size of a (torch, device) in one table
+(the run's name then ends in its ranks), so that a reference run at 1 rank is compared with cclx
+at 2 and 3.
 
     python3 bench/tc_suite/table.py bench/results/DIR/*.json --out bench/results/DIR/table.md
 """
@@ -23,10 +26,17 @@ def needs_gpu(reason: str) -> bool:
     return any(k in (reason or "") for k in NO_GPU)
 
 
+ACROSS_RANKS = False
+
+
 def run_name(row: dict) -> str:
     name = row["backend"]
     if row.get("let_through"):
         name += f" (gates as {row['let_through']})"
+    if row.get("tag"):
+        name += f" [{row['tag']}]"
+    if ACROSS_RANKS:
+        name += f" @{row['ranks']}"
     return name
 
 
@@ -36,7 +46,7 @@ def cell(row) -> str:
     s = row.get("summary", {})
     text = "/".join(str(s.get(k, 0)) for k in KINDS)
     if row.get("result") == "timeout":
-        text += " (timeout)"
+        text += " (budget)" if row.get("budget_cut") else " (timeout)"
     return text
 
 
@@ -47,6 +57,10 @@ def short(reason: str, width: int = 140) -> str:
 
 def section(rows: list, ref: str) -> list:
     runs = sorted({run_name(r) for r in rows}, key=lambda n: (n != ref, n))
+    if ACROSS_RANKS:  # the reference: the reference backend's run with the fewest ranks
+        refs = sorted((r["ranks"], run_name(r)) for r in rows if r["backend"] == ref)
+        ref = refs[0][1] if refs else ref
+        runs = sorted(runs, key=lambda n: (n != ref, n))
     by = {(run_name(r), r["file"]): r for r in rows}
     files = sorted({r["file"] for r in rows})
     out = ["| file | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
@@ -60,7 +74,7 @@ def section(rows: list, ref: str) -> list:
     out.append("| **all** | " + " | ".join(f"**{t}**" for t in tot) + " |")
     out.append("")
     for n in runs:
-        if n == ref:
+        if n == ref or ref not in runs:  # no reference run: counts only
             continue
         diffs, no_gpu = [], 0
         for f in files:
@@ -99,19 +113,25 @@ def main() -> int:
     ap.add_argument("json", nargs="+", help="torchcomms_suite.py output files")
     ap.add_argument("--ref", default="", help="reference backend (default: the non-cclx one)")
     ap.add_argument("--out", default="", help="markdown file to write (default: stdout)")
+    ap.add_argument("--across-ranks", action="store_true",
+                    help="one table per (torch, device) with every world size in it")
     a = ap.parse_args()
+    global ACROSS_RANKS
+    ACROSS_RANKS = a.across_ranks
     rows = []
     for p in a.json:
         with open(p) as fh:
             rows += json.load(fh)
     groups: dict = {}
     for r in rows:
-        groups.setdefault((r.get("torch", ""), r["ranks"], r["device"]), []).append(r)
+        groups.setdefault((r.get("torch", ""), 0 if a.across_ranks else r["ranks"], r["device"]),
+                          []).append(r)
     out = ["Counts are tests passed/failed/errored/skipped (a test's result is its worst rank's).", ""]
     for (torch_v, ranks, device) in sorted(groups):
         g = groups[(torch_v, ranks, device)]
         ref = a.ref or next((r["backend"] for r in g if r["backend"] != "cclx"), "")
-        out.append(f"### torch {torch_v or '?'}, {device}, {ranks} ranks")
+        out.append(f"### torch {torch_v or '?'}, {device}, "
+                   + ("every world size" if a.across_ranks else f"{ranks} ranks"))
         out.append("")
         out += section(g, ref)
     text = "\n".join(out).rstrip() + "\n"

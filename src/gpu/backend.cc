@@ -64,24 +64,28 @@ CudaBackend::CudaBackend(const GpuSetup& setup, Exchange& ex) : cfg_(setup.cfg) 
   if (!ncclRefusal_.empty() && pm_.usable) growForPointToPoint(setup.timeout);
 }
 
+// The abort word of a failed growth on every rank: this rank's timeout, or the cause a peer's
+// word carried (GrowAbort); a plain host abort when there is none.
+void CudaBackend::raiseGrowAbort(const GrowAbort& ga) {
+  if (ga.word) sh_->raiseAbortWord({ga.word, ga.missing, ga.timeoutMs});
+  else sh_->requestAbort();
+}
+
 // Ranks that share a GPU run point to point on the pipelined exchange (no NCCL). Its staging is
 // allocated here, with every rank, rather than at the first batch: growth is collective, and a
 // batch involves its own peers only. A rank whose allocation fails turns the region off on every
 // rank (batches then fail, naming why); one that never arrives fails the comm's creation.
 void CudaBackend::growForPointToPoint(std::chrono::milliseconds timeout) {
-  uint32_t missing = 0;
+  GrowAbort ga;
   try {
-    if (!peerMemGrow(pm_, regionBit(StagingRegion::kXchg), timeout, growStream_.get(), &missing))
+    if (!peerMemGrow(pm_, regionBit(StagingRegion::kXchg), timeout, growStream_.get(), &ga))
       CCLX_WARN("rank %d: comm '%s': the pipelined exchange's staging could not be allocated on "
                 "every rank: point to point and the exchange collectives are unavailable",
                 ctx_.rank, sh_->name.c_str());
   } catch (const Error&) {
     // As a failed growth at a call (growStaging): the peers learn it from the abort word, and
     // nothing a peer may have mapped is freed.
-    if (missing)
-      sh_->requestAbort(kAbortTimeout, missing,
-                        uint32_t(std::min<long long>(timeout.count(), 0xFFFFFFFFll)));
-    else sh_->requestAbort();
+    raiseGrowAbort(ga);
     leakAll("setup failed");
     finalized_ = true;
     throw;
@@ -355,14 +359,13 @@ Algo CudaBackend::growStaging(const CollArgs& a, Algo algo, bool capturing, bool
     if (!need) return algo;
     RelaxedCapture relaxed(capturing);  // host calls only; legal while the caller captures
     bool ok = false;
-    uint32_t missing = 0;
+    GrowAbort ga;
     try {
-      ok = peerMemGrow(pm_, need, a.opts.timeout, growStream_.get(), &missing);
+      ok = peerMemGrow(pm_, need, a.opts.timeout, growStream_.get(), &ga);
     } catch (const Error& e) {
       // Every peer learns it at once: from the abort word (peers waiting in their growth poll
       // it; kernels read it), naming the missing ranks as a kernel's own timeout would.
-      if (missing) sh_->requestAbort(kAbortTimeout, missing);
-      else sh_->requestAbort();
+      raiseGrowAbort(ga);
       poisonOutputs(a, ctx_.size, capturing);
       throw sh_->fail(e.code(), strFormat("%s; comm '%s' is unusable", e.what(), sh_->name.c_str()));
     }

@@ -186,6 +186,7 @@ class CudaBackend final : public Backend {
   void setupPeers(const GpuSetup& setup, SetupSequence& seq);
   void setupAlgorithms();
   void growForPointToPoint(std::chrono::milliseconds timeout);
+  void raiseGrowAbort(const GrowAbort& ga);
   Caps caps(const CollArgs& a) const;
   /// True when `algo` needs no staging that is not allocated yet (the drop-in never grows staging
   /// inside graph capture: such a call goes to NCCL).

@@ -336,7 +336,7 @@ void copyOn(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStrea
 }  // namespace
 
 bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream,
-                 uint32_t* missingOut) {
+                 GrowAbort* abortOut) {
   want &= ~pm.allocated & ((1u << kNumStagingRegions) - 1);
   if (!pm.usable || want == 0) return true;
   CCLX_REQUIRE(!(want & pm.failed), cclxInternalError, "growth of a failed staging region");
@@ -390,11 +390,13 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
     if (!missing) break;
     // A rank that failed raised the abort word here (gpu/algo.h kCtl*): stop waiting, and say
     // why as a kernel that finds the word would (gpu/work.cc), the timeout's word first.
-    uint32_t ctl[3] = {0, 0, 0};
+    uint32_t ctl[4] = {0, 0, 0, 0};
     copyOn(ctl, pm.signalRegion(me, SignalRegion::kControl), sizeof(ctl), cudaMemcpyDeviceToHost, st);
     if (ctl[kCtlTimeout] != 0 || ctl[kCtlHost] != 0) {
       const uint32_t word = ctl[kCtlTimeout] != 0 ? ctl[kCtlTimeout] : ctl[kCtlHost];
       const int origin = int(word & 0xFFFFu) - 1;
+      if (abortOut)  // passed on as it came: the peers learn the cause, not this relay
+        *abortOut = {word, ctl[kCtlMissing], ctl[kCtlTimeout] != 0 ? ctl[kCtlTimeoutMs] : 0u};
       std::string ranks;
       for (int p = 0; p < pm.size; ++p)
         if (ctl[kCtlMissing] & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
@@ -409,7 +411,9 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
                  me, origin);
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      if (missingOut) *missingOut = missing;
+      if (abortOut)
+        *abortOut = {kAbortTimeout << 16 | uint32_t(me + 1), missing,
+                     uint32_t(std::min<long long>(timeout.count(), 0xFFFFFFFFll))};
       std::string ranks;
       for (int p = 0; p < pm.size; ++p)
         if (missing & (1u << p)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);

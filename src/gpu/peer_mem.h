@@ -161,6 +161,15 @@ struct PeerMem {
 /// exchange nothing. Must be called with the comm's device current. Never throws.
 void peerMemOpen(PeerMem& pm, const PeerSetup& setup, SetupSequence& seq);
 
+/// The abort word a failed growth leaves for the caller to raise on every rank (gpu/algo.h
+/// kAbort*, kCtl*): this rank's own timeout (word = kAbortTimeout << 16 | rank + 1, the ranks it
+/// waited for, its timeout), or the word of the peer whose abort stopped the wait, passed on as
+/// it came (origin, reason, missing ranks, timeout), so that a rank that only relays an abort
+/// never appears as its cause. word 0: nothing to forward (a plain host abort).
+struct GrowAbort {
+  uint32_t word = 0, missing = 0, timeoutMs = 0;
+};
+
 /// Collective growth: allocates this rank's staging regions in `want` (regionBit set) that are not
 /// allocated yet, initializes them (0, or 0xFF for the data-as-flag inboxes), publishes their IPC
 /// handles in its growth records and opens every peer's, polling the peers' records through the
@@ -170,10 +179,11 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& setup, SetupSequence& seq);
 /// allocation failed on some rank (every rank learns it from the records): those regions are
 /// marked failed and never used; the call then chooses again (tests fail a chosen growth this way:
 /// CCLX_TEST_GROW_FAIL, core/failure/grow_fault.h). Throws cclxTimeout naming the
-/// ranks whose records did not appear within `timeout` (their mask in *missing), and stops early
-/// when the comm's abort word is raised (the error a kernel would report).
+/// ranks whose records did not appear within `timeout`, and stops early when the comm's abort
+/// word is raised (the error a kernel would report); either way *abortOut holds the word to
+/// raise (GrowAbort).
 bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, void* stream,
-                 uint32_t* missing = nullptr);
+                 GrowAbort* abortOut);
 
 /// Unmaps the peers' buffers (signal areas and staging) and frees this rank's (nothing when
 /// pm.abandoned: what was mapped stays, counted in a log line). Safe on a PeerMem that was never opened.

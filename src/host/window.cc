@@ -1,4 +1,4 @@
-// One-sided windows of CPU comms (core/comm/window.h) over host shared memory.
+// One-sided windows of CPU comms (core/window/window.h) over host shared memory.
 //
 // Memory. The registered buffer itself is what peers write: it must lie in a MAP_SHARED mapping
 // of a file that still has a name (found in /proc/self/maps: a torch storage shared with the
@@ -38,7 +38,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/failure/watchdog.h"
-#include "core/comm/window.h"
+#include "core/window/window.h"
 #include "host/shm.h"
 #include "host/window.h"
 

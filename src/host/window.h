@@ -1,10 +1,10 @@
 // One-sided windows of CPU comms over host shared memory (host/window.cc; contract in
-// core/comm/window.h and docs/design/windows.md).
+// core/window/window.h and docs/design/windows.md).
 #pragma once
 
 #include <memory>
 
-#include "core/comm/window.h"
+#include "core/window/window.h"
 
 namespace cclx {
 

@@ -4,7 +4,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <algorithm>#include <cstdlib>
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <thread>

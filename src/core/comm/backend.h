@@ -18,7 +18,7 @@
 #include "core/comm/collectives.h"
 #include "core/select/algorithms.h"
 #include "core/settings/config.h"
-#include "core/comm/window.h"
+#include "core/window/window.h"
 
 namespace cclx {
 
@@ -106,7 +106,7 @@ class Backend {
   virtual void* registerBuffer(void* ptr, size_t bytes);
   /// Releases what registerBuffer returned (never called with nullptr).
   virtual void deregisterBuffer(void* handle);
-  /// Collective: a one-sided window's transport (core/comm/window.h). `ex` trades records between the
+  /// Collective: a one-sided window's transport (core/window/window.h). `ex` trades records between the
   /// ranks under the window's keys. Default: cclxUnsupported.
   virtual std::unique_ptr<WinImpl> newWindow(const WinExchange& ex);
   /// Why this backend runs no engine for an expert-parallel buffer of layout `lay`

@@ -10,7 +10,7 @@
 #include <cclx/device_window.h>
 
 #include "core/comm/backend.h"
-#include "core/comm/window.h"
+#include "core/window/window.h"
 
 namespace cclx {
 
@@ -73,7 +73,7 @@ void trackThrew(CommState& st);
 
 // ---- Windows' state (window.cc; device windows: device_window.cc)
 
-/// A device window of a registered window (core/comm/device_window.cc): its resource area (in
+/// A device window of a registered window (core/window/device_window.cc): its resource area (in
 /// a window of its own), the handle as built and where it was placed.
 struct DevWinState {
   std::shared_ptr<Window> res;  // the resource areas' window (registered)

@@ -1,4 +1,4 @@
-// Device windows on CUDA IPC windows (core/comm/device_window.cc; docs/design/device-window.md):
+// Device windows on CUDA IPC windows (core/window/device_window.cc; docs/design/device-window.md):
 // the memory of a device window's resource area and of its handle, on the comm's device. Each
 // helper runs with the comm's device current and this thread's capture mode relaxed, so that a
 // device window can be made or released while another thread captures a CUDA graph (the calls

@@ -1,4 +1,4 @@
-// One-sided windows of CUDA comms (core/comm/window.h): the device kernels' parameters and launchers
+// One-sided windows of CUDA comms (core/window/window.h): the device kernels' parameters and launchers
 // (kernels.cu), the stream handling every GPU window call shares (calls.cc), and the two
 // transports: CUDA IPC between the ranks of one host (ipc.cc) and NCCL's one-sided API across
 // hosts (gpu/nccl/window.cc). Plain C++: no CUDA headers needed by callers.
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/comm/window.h"
+#include "core/window/window.h"
 #include "gpu/algo.h"
 
 namespace cclx {

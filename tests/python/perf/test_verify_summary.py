@@ -220,6 +220,63 @@ def test_runner_on_fake_binaries(tmp_path):
     assert (out / "gpu_verify_logs.tar.gz").is_file() and rec["device"] == "fake"
 
 
+MPS_CTL = r"""#!/bin/sh
+# nvidia-cuda-mps-control: records how it was called (-d starts, "quit" on stdin stops)
+if [ "$1" = "-d" ]; then echo "start $CUDA_MPS_PIPE_DIRECTORY" >> "$MPS_LOG"; exit 0; fi
+read cmd; echo "$cmd $CUDA_MPS_PIPE_DIRECTORY" >> "$MPS_LOG"
+"""
+
+
+def _run_fake(tmp_path, env, names, sizes, match, text=FAKE):
+    build = tmp_path / "build"
+    (build / "tests").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (build / "tests" / name).write_text(text)
+        (build / "tests" / name).chmod(0o755)
+    out = tmp_path / "out"
+    cmd = [sys.executable, os.path.join(harness.ROOT, "scripts", "gpu_verify.py"), "--device",
+           "fake", "--build", str(build), "--out", str(out), "--work", str(tmp_path / "w"),
+           "--only", "cpp", "--sizes", sizes, "--budget", "20", "--jobs", "2", "--gpu-procs", "8",
+           "--match", match]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=harness.ROOT, env=env)
+    return r, json.loads((out / "gpu_verify.json").read_text())
+
+
+def test_runner_runs_the_ranks_under_its_own_mps_daemon(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-cuda-mps-control").write_text(MPS_CTL)
+    (bin_dir / "nvidia-cuda-mps-control").chmod(0o755)
+    log = tmp_path / "mps.log"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", MPS_LOG=str(log))
+    client = FAKE.replace('echo "[ RUN      ] GpuF.One"', 'echo "client $CUDA_MPS_PIPE_DIRECTORY '
+                          '$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" >> "$MPS_LOG"\necho "[ RUN      ] GpuF.One"')
+    r, rec = _run_fake(tmp_path, env, ["test_gpu_shared"], "2", r"^cpp/test_gpu_shared@2$", client)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "MPS daemon on, 12% of the SMs a rank process" in r.stdout, r.stdout
+    assert rec["mps"] == {"on": True, "thread_percent": 12}
+    assert rec["steps"][0]["passed"] == 2
+    # Started, the step a client of that daemon limited to its share of the SMs, stopped.
+    pipe = str(tmp_path / "w" / "mps" / "pipe")
+    assert log.read_text().splitlines() == [f"start {pipe}", f"client {pipe} 12", f"quit {pipe}"]
+    # Without the control program: time-sliced, said so.
+    env = dict(os.environ, PATH="/usr/bin:/bin")
+    r, rec = _run_fake(tmp_path / "b", env, ["test_gpu_shared"], "2", r"^cpp/test_gpu_shared@2$")
+    assert "no MPS (nvidia-cuda-mps-control is not installed)" in r.stdout, r.stdout
+    assert rec["mps"] == {"on": False, "thread_percent": None}
+
+
+def test_torchcomms_device_binary_runs_per_world_size_or_is_listed_as_not_built(tmp_path):
+    name = "test_gpu_devapi_torchcomms"
+    r, rec = _run_fake(tmp_path / "a", dict(os.environ, VERIFY_MPS="off"), [name], "2",
+                       r"^cpp/test_gpu_devapi")
+    assert [s["id"] for s in rec["steps"]] == [f"cpp/{name}@2"], rec["steps"]
+    r, rec = _run_fake(tmp_path / "b", dict(os.environ, VERIFY_MPS="off"), ["test_gpu_shared"],
+                       "2", r"^cpp/test_gpu_devapi")
+    assert rec["steps"] == [] and any(name in line and "not built" in line
+                                      for line in rec["not_run"]), rec["not_run"]
+
+
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU driver is installed here")
 def test_gpu_scripts_say_they_skip_without_a_gpu():
     for script, args in (("gpu_verify.sh", ["run"]), ("gpu_sanitize.sh", [])):

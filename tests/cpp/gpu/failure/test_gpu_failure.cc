@@ -61,6 +61,15 @@ std::shared_ptr<Comm> gpuComm(int rank, int size, std::shared_ptr<Store> store,
   return sharedGpuComm(rank, size, std::move(store), name, commTimeout(), abortOnError);
 }
 
+// A comm whose creation may take as long as a loaded machine needs (the setup is not what the
+// cases wait out); its calls take the short timeout through their options (callTimeout).
+std::shared_ptr<Comm> gpuCommSlowSetup(int rank, int size, std::shared_ptr<Store> store,
+                                       const std::string& name) {
+  return sharedGpuComm(rank, size, std::move(store), name, test::guard(std::chrono::seconds(60)),
+                       false);
+}
+void callTimeout(CollOptions& co) { co.timeout = commTimeout(); }
+
 std::shared_ptr<Comm> twinComm(int rank, int size, std::shared_ptr<Store> store,
                                const std::string& name) {
   return hostTwin(rank, size, std::move(store), name, /*abortOnError=*/false);
@@ -148,6 +157,7 @@ void enqueueCall(Comm& gpu, const AlgoCase& a, Call& c, cudaStream_t s) {
   co.async = true;
   co.stream = s;
   co.hints = a.hints;
+  callTimeout(co);
   try {
     c.work = gpu.allReduce(c.send, c.recv, kCount, a.t, RedOpKind::SUM, co);
     c.enqueued = true;
@@ -174,7 +184,7 @@ TEST(GpuFailure, LateRankGivesExactOrNaN) {
   for (const AlgoCase& a : kAlgos) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       const int late = size - 1;
-      auto gpu = gpuComm(rank, size, store, std::string("late_") + a.name);
+      auto gpu = gpuCommSlowSetup(rank, size, store, std::string("late_") + a.name);
       auto twin = twinComm(rank, size, store, std::string("late_twin_") + a.name);
       Stream st;
       auto calls = makeCalls(a, rank, kCalls, 1000);
@@ -216,7 +226,7 @@ TEST(GpuFailure, DeadRankGivesExactOrNaN) {
   for (const AlgoCase& a : kAlgos) {
     auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
       const int victim = size - 1;
-      auto gpu = gpuComm(rank, size, store, std::string("dead_") + a.name);
+      auto gpu = gpuCommSlowSetup(rank, size, store, std::string("dead_") + a.name);
       auto twin = twinComm(rank, size, store, std::string("dead_twin_") + a.name);
       Stream st;
       auto calls = makeCalls(a, rank, kCalls, 2000);
@@ -290,7 +300,7 @@ TEST(GpuFailure, GraphReplayAfterTimeout) {
   const double T = std::chrono::duration<double>(commTimeout()).count();
   auto res = test::runRanks(n, [&](int rank, int size, std::shared_ptr<Store> store) {
     const int late = size - 1;
-    auto gpu = gpuComm(rank, size, store, "graph_late");
+    auto gpu = gpuCommSlowSetup(rank, size, store, "graph_late");
     auto twin = twinComm(rank, size, store, "graph_late_twin");
     Stream st;
     const AlgoCase algs[2] = {kAlgos[0], kAlgos[1]};
@@ -304,6 +314,7 @@ TEST(GpuFailure, GraphReplayAfterTimeout) {
         CollOptions co;
         co.stream = st.s;
         co.hints = algs[i].hints;
+        callTimeout(co);
         gpu->allReduce(calls[size_t(i)]->send, calls[size_t(i)]->recv, kCount, algs[i].t,
                        RedOpKind::SUM, co);
       }

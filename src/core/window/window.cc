@@ -1,7 +1,7 @@
 // Window (include/cclx/cclx.hpp): one-sided put / signal / waitSignal over memory every rank
 // registers. This file validates every call, makes the ranks agree on what they register, and
 // turns a transport's failure into the comm's (core/failure/watchdog.h); the transports live beside their
-// backends (core/comm/window.h). Device windows: core/comm/device_window.cc.
+// backends (core/window/window.h). Device windows: core/window/device_window.cc.
 #include <cclx/cclx.hpp>
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/failure/watchdog.h"
-#include "core/comm/window.h"
+#include "core/window/window.h"
 #include "store/bootstrap.h"
 
 namespace cclx {

@@ -30,7 +30,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/comm/comm_internal.h"
-#include "core/comm/window.h"
+#include "core/window/window.h"
 
 namespace cclx {
 

@@ -1,4 +1,4 @@
-// The internal contract between Window (core/comm/window.cc: validation, registration agreement,
+// The internal contract between Window (core/window/window.cc: validation, registration agreement,
 // error handling) and a backend's window transport (host shared memory: host/window.cc; CUDA IPC:
 // gpu/window/; NCCL's one-sided API: gpu/nccl/window.cc). A transport receives arguments that
 // Window already validated (ranks in range, bounds checked, a buffer registered where needed).
@@ -44,7 +44,7 @@ class WinImpl {
   /// Rank `rank`'s window memory as mapped in this process; nullptr when not directly accessible.
   virtual void* peerPtr(int rank) const = 0;
 
-  // Device windows (core/comm/device_window.cc). The defaults: this transport has none.
+  // Device windows (core/window/device_window.cc). The defaults: this transport has none.
   /// `bytes` zeroed bytes of memory this transport can register in a window of its own (the
   /// device window's resource area, which every peer maps); throws cclxUnsupported where device
   /// windows do not exist, and the error of a failed allocation.
