@@ -29,35 +29,33 @@ class EagerScope {
   cudaStreamCaptureMode mode_;
 };
 
-}  // namespace
-
-void* devWinAllocZeroed(int device, size_t bytes, void* stream) {
+// `bytes` of new device memory holding `src` (null: zeros), ready when this returns; freed again
+// and thrown on a failure (`what` names the memory).
+void* newDeviceBytes(int device, size_t bytes, const void* src, void* stream, const char* what) {
   EagerScope g(device);
+  const auto st = static_cast<cudaStream_t>(stream);
   void* p = nullptr;
   CCLX_CUDA_CHECK(cudaMalloc(&p, bytes));
-  cudaError_t e = cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(stream));
-  if (e == cudaSuccess) e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  cudaError_t e = src ? cudaMemcpyAsync(p, src, bytes, cudaMemcpyHostToDevice, st)
+                      : cudaMemsetAsync(p, 0, bytes, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     (void)cudaFree(p);
-    CCLX_THROW(cclxCudaError, "zeroing a device window's resources: %s", cudaGetErrorString(e));
+    CCLX_THROW(cclxCudaError, "%s a device window's %s: %s", src ? "placing" : "zeroing", what,
+               cudaGetErrorString(e));
   }
   return p;
 }
 
+}  // namespace
+
+void* devWinAllocZeroed(int device, size_t bytes, void* stream) {
+  return newDeviceBytes(device, bytes, nullptr, stream, "resources");
+}
+
 void* devWinPlace(int device, const DeviceWindowHandle& h, void* stream) {
-  EagerScope g(device);
-  void* p = nullptr;
-  CCLX_CUDA_CHECK(cudaMalloc(&p, sizeof(h)));
-  cudaError_t e = cudaMemcpyAsync(p, &h, sizeof(h), cudaMemcpyHostToDevice,
-                                  static_cast<cudaStream_t>(stream));
-  if (e == cudaSuccess) e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    (void)cudaFree(p);
-    CCLX_THROW(cclxCudaError, "placing a device window's handle: %s", cudaGetErrorString(e));
-  }
-  return p;
+  return newDeviceBytes(device, sizeof(h), &h, stream, "handle");
 }
 
 void devWinFree(int device, void* p) {
