@@ -152,7 +152,10 @@ def junit_report(path: str) -> Optional[Dict[str, dict]]:
                     reason = m.group(1)
         props = {p.get("name"): p.get("value") for p in tc.iter("property")}
         ws = props.get("world_size")
-        out[key] = {"status": status, "seconds": _secs(tc.get("time")), "reason": reason,
+        # a multi-rank module's case: its own seconds (pytest's time of the first case holds
+        # the launch of every rank)
+        secs = _secs(props["case_seconds"]) if "case_seconds" in props else _secs(tc.get("time"))
+        out[key] = {"status": status, "seconds": secs, "reason": reason,
                     "world_size": int(ws) if ws and ws.isdigit() else None}
     return out
 

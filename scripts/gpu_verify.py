@@ -9,8 +9,7 @@ Steps, in the order they start (the most telling first):
   1. the single-process binaries (device codec, dtype guard, stream temporaries; the suites that
      need one GPU per rank skip on one GPU) and the pytest modules of fixed world size;
   2. for each world size: every binary that takes CCLX_TEST_RANKS (found in its source) and the
-     multi-rank pytest modules (those that read it too, tests/gpu/gpu_env.py) in
-     two groups;
+     multi-rank pytest modules (those that read it too, tests/gpu/gpu_env.py), a step each;
   3. world size 1 of the shared suites (through NCCL), the perf baselines, the MPS soak (alone).
 Ranks time-slice the GPU: at most --jobs steps and --gpu-procs rank processes run at once.
 """
@@ -43,7 +42,13 @@ EXPECT = {"test_gpu_failure": 40, "test_gpu_shared_grouped": 30, "test_gpu_share
           "test_gpu_shared_p2p": 20, "test_gpu_a2av_device": 20, "test_gpu_rmsnorm": 18,
           "test_gpu_faults": 15, "test_gpu_shared": 14, "test_gpu_quantized": 14,
           "test_gpu_window": 12, "test_gpu_grow_faults": 10, "test_gpu_window_vmm": 4,
-          "py-suites": 60, "py-api": 60, "py-fixed": 120, "py-ws1": 40}
+          "py-fixed": 120, "py-ws1": 40,
+          # pytest modules at one world size (a step each): spawn, setup and every case
+          "py:test_gpu_buffer": 110, "py:test_gpu_moe": 60, "py:test_gpu_rmsnorm": 55,
+          "py:test_gpu_failure": 50, "py:test_gpu_window": 25, "py:test_gpu_dropin_shared": 25,
+          "py:test_gpu_a2av_device": 20, "py:test_gpu_memory": 20, "py:test_gpu_quantized": 15,
+          "py:test_gpu_persistent": 10, "py:test_gpu_torchcomms": 10,
+          "py:test_gpu_rendezvous": 5}
 # GPU binaries whose main source is not named after them.
 OTHER_SOURCES = {"test_gpu_devapi_torchcomms": "tests/cpp/gpu/devapi/torchcomms_devapi.cc"}
 OTHER_SOURCES_WHY = "torchcomms' device-API kernels: scripts/gpu_verify.sh build with .dev/torchcomms"
@@ -137,15 +142,18 @@ def py_step(sid, targets, n, tier, procs, timeout, group, a) -> dict:
 
 
 def py_steps(sizes: list, a) -> list:
+    """The fixed-size modules in one step; each multi-rank module a step per world size (so
+    several run at once); world size 1 of the shared suites; the late modules."""
     per_size, fixed = py_modules()
     suites = [m for m in per_size if "shared_suite(" in open(os.path.join(ROOT, "tests/gpu", m)).read()
               or m.endswith("test_gpu_a2av_device.py")]
-    api = [m for m in per_size if m not in suites]
     steps = [py_step("py/fixed", fixed, None, 0, 4, 420, "py-fixed", a)]
     for n in sizes:
         t = 1 + sizes.index(n)
-        steps.append(py_step(f"py/suites@{n}", suites, n, t, n, 300, "py-suites", a))
-        steps.append(py_step(f"py/api@{n}", api, n, t, n, 300, "py-api", a))
+        for m in per_size:
+            base = os.path.basename(m)[:-3]
+            steps.append(py_step(f"py/{base}@{n}", [m], n, t, n, 240 if n >= 8 else 180,
+                                 f"py:{base}", a))
     late = len(sizes) + 1
     steps.append(py_step("py/suites@1", suites, 1, late, 2, 240, "py-ws1", a))
     for m in LATE:

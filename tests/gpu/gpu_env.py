@@ -28,9 +28,15 @@ def require_world_size(n):
                     f"{os.environ.get('CCLX_TEST_RANKS')}")
 
 
-def note_world_size(request, n):
-    """Records `n` as the test's world size (a property of its JUnit XML entry)."""
+def note_world_size(request, n, results=None, case=None):
+    """Records `n` as the test's world size and, given the runner's `results`, the case's own
+    seconds on its slowest rank (properties of its JUnit XML entry: the module's ranks run every
+    case in one launch, so pytest's time of the first case holds the launch)."""
     request.node.user_properties.append(("world_size", n))
+    per_rank = (results or {}).get(case) or []
+    secs = [r["s"] for r in per_rank if isinstance(r, dict) and "s" in r]
+    if secs:
+        request.node.user_properties.append(("case_seconds", round(max(secs), 3)))
 
 
 def require_two_gpus():
@@ -61,7 +67,7 @@ def case_suite(name):
 
     @pytest.mark.parametrize("case", harness.case_names(path))
     def test_case(request, results, case):
-        note_world_size(request, 2)
+        note_world_size(request, 2, results, case)
         harness.check(results, case)
 
     return results, test_case
@@ -102,7 +108,7 @@ def shared_suite(name, timeout=600):
 
     @pytest.mark.parametrize("case", harness.case_names(path))
     def test_case(request, results, case):
-        note_world_size(request, results["__world_size__"])
+        note_world_size(request, results["__world_size__"], results, case)
         harness.check(results, case)
 
     return results, test_case

@@ -46,11 +46,11 @@ def window_results(request, tmp_path_factory):
 
 @pytest.mark.parametrize("case", harness.case_names(CASES))
 def test_gpu_torchcomms(request, results, case):
-    note_world_size(request, results["__world_size__"])
+    note_world_size(request, results["__world_size__"], results, case)
     harness.check(results, case)
 
 
 @pytest.mark.parametrize("case", harness.case_names(WINDOW_CASES))
 def test_gpu_torchcomms_window(request, window_results, case):
-    note_world_size(request, window_results["__world_size__"])
+    note_world_size(request, window_results["__world_size__"], window_results, case)
     harness.check(window_results, case)

@@ -28,5 +28,5 @@ def results(request):
 
 @pytest.mark.parametrize("case", harness.case_names(CASES))
 def test_gpu_window(request, results, case):
-    note_world_size(request, results["__world_size__"])
+    note_world_size(request, results["__world_size__"], results, case)
     harness.check(results, case)

@@ -37,5 +37,5 @@ def results(request):
 
 @pytest.mark.parametrize("case", harness.case_names(PATH))
 def test_gpu_a2av_device(request, results, case):
-    note_world_size(request, results["__world_size__"])
+    note_world_size(request, results["__world_size__"], results, case)
     harness.check(results, case)

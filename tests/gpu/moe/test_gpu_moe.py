@@ -18,7 +18,7 @@ NEEDS_DEVICE_A2AV = ("no_host_sync", "cuda_graph_changing_routing")
 def test_gpu_moe(request, results, case):
     import cclx
 
-    note_world_size(request, results["__world_size__"])
+    note_world_size(request, results["__world_size__"], results, case)
     if case in NEEDS_DEVICE_A2AV and not hasattr(cclx.Comm, "device_alltoallv_single"):
         pytest.skip("cclx.Comm has no device_alltoallv_single: the exchange reads split sizes "
                     "on the host (host syncs, no graph capture)")

@@ -120,7 +120,8 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 <testcase classname="tests.gpu.api.test_gpu_memory" name="test_gpu_memory[shared3-a]" time="5.1">
 <properties><property name="world_size" value="3"/></properties></testcase>
 <testcase classname="tests.gpu.api.test_gpu_memory" name="test_gpu_memory[shared3-b]" time="0.1">
-<properties><property name="world_size" value="3"/></properties>
+<properties><property name="world_size" value="3"/><property name="case_seconds" value="2.25"/>
+</properties>
 <failure message="case b failed">trace</failure></testcase>
 <testcase classname="tests.gpu.api.test_gpu_memory" name="test_gpu_memory[shared3-c]" time="0">
 <skipped type="pytest.skip" message="needs torchcomms">t.py:3: needs torchcomms</skipped></testcase>
@@ -144,6 +145,7 @@ def test_junit_cases_properties_and_unreported_ones(tmp_path):
     assert c["tests.gpu.api.test_gpu_example"]["reason"] == "needs 2 CUDA GPUs, found 1"
     a = c["tests.gpu.api.test_gpu_memory::test_gpu_memory[shared3-a]"]
     assert a["world_size"] == 3 and a["seconds"] == 5.1
+    assert c["tests.gpu.api.test_gpu_memory::test_gpu_memory[shared3-b]"]["seconds"] == 2.25
     assert c["tests.gpu.api.test_gpu_memory::test_gpu_memory[shared3-c]"]["reason"] == \
         "needs torchcomms"
     assert "[shared3-d]" in [x["name"] for x in cases if x["status"] == "errored"][-1]
