@@ -32,7 +32,8 @@
 #                                    libcclx.so.0; PYTHONPATH and LD_LIBRARY_PATH as
 #                                    scripts/gpu_verify.py's base_env, but without the carried
 #                                    libcudart.so.13 on the path; a distribution that declares cclx's entry point in
-#                                    torchcomms.backends, as tests/python/harness.py's
+#                                    torchcomms.backends and torch.backends (pyproject.toml's
+#                                    two), as tests/python/harness.py's
 #                                    torchcomms_entry_point), checks that each route loads, then
 #                                    runs bench/torchcomms_suite.py for each of TC_RUNS, one after
 #                                    the other, every rank on GPU TC_GPU. Without a GPU it says
@@ -227,7 +228,10 @@ print("torch", torch.__version__, "torchcomms", torchcomms.__file__)' 2>&1) ||
   # binaries, would come before torch's own)
   ln -sf "$PWD/$CARRY"/python/cclx/_C*.so "$PWD/$TCC"/cclx/*.so "$PWD/$CARRY/libcclx.so.0" "$WORK/ext/"
   printf 'Metadata-Version: 2.1\nName: cclx-tc-entry\nVersion: 0.0\n' >"$WORK/entry/cclx_tc_entry-0.0.dist-info/METADATA"
-  printf '[torchcomms.backends]\ncclx = cclx.torchcomms_backend\n' >"$WORK/entry/cclx_tc_entry-0.0.dist-info/entry_points.txt"
+  # both of pyproject.toml's entry points: torchcomms' backend, and torch.distributed's name
+  # "cclx" (dist.init_process_group("cclx") under use_torchcomms: the C10d* tests)
+  printf '[torchcomms.backends]\ncclx = cclx.torchcomms_backend\n\n[torch.backends]\ncclx = cclx_c10d:register\n' \
+    >"$WORK/entry/cclx_tc_entry-0.0.dist-info/entry_points.txt"
   BASE_ENV=(PYTHONUNBUFFERED=1)
   [ "$DEVICE" = cpu ] || BASE_ENV+=(CUDA_VISIBLE_DEVICES="${TC_GPU:-0}")
   CCLX_ENV=(CCLX_EXT_DIR="$WORK/ext"

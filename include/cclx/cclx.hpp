@@ -423,8 +423,11 @@ class Comm : public std::enable_shared_from_this<Comm> {
 
   /// The comm's default timeout for later calls (per-call timeouts still win). Must be > 0.
   void setTimeout(std::chrono::milliseconds timeout);
-  /// Replaces the comm's hints (per-call hints still win).
+  /// Replaces the comm's hints (per-call hints still win). Every key and value is checked first:
+  /// an unknown key or a value not listed throws cclxInvalidArgument and changes nothing.
   void setHints(const std::map<std::string, std::string>& hints);
+  /// Sets the given hints and keeps the comm's others (NCCLX's set_config), checked as setHints.
+  void updateHints(const std::map<std::string, std::string>& hints);
   /// "cclx <version>", plus the NCCL version a CUDA comm runs on ("... NCCL 2.28.9").
   std::string backendVersion() const;
   /// This comm's state for hang debugging (NCCLX's comm_dump): flat key -> value text: "name",

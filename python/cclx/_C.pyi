@@ -354,7 +354,10 @@ class Comm:
         """The comm's default timeout (seconds) for later calls."""
 
     def set_hints(self, hints: Mapping[str, str]) -> None:
-        """Replaces the comm's hints."""
+        """Replaces the comm's hints (checked first: a bad key or value changes nothing)."""
+
+    def update_hints(self, hints: Mapping[str, str]) -> None:
+        """Sets the given hints, keeps the others (checked as set_hints)."""
 
     def is_aborted(self) -> bool:
         """True once abort() was called."""

@@ -1,5 +1,5 @@
 """cclx.Comm's options and state beyond its calls: rank, size, get_options (CommOptions),
-get_backend_version, comm_dump, is_aborted, set_timeout, set_hints; the pre, post and abort hooks'
+get_backend_version, comm_dump, is_aborted, set_timeout, set_hints, set_config; the pre, post and abort hooks'
 registration (the hooks themselves: _hooks.py); memory (get_mem_allocator, tensor_register /
 tensor_deregister). CommSettings is a base class of cclx.Comm."""
 from __future__ import annotations
@@ -87,8 +87,15 @@ class CommSettings:
         self._c.set_timeout(t)
 
     def set_hints(self, hints: Optional[Dict[str, Any]]) -> None:
-        """Replaces the communicator's hints; per-call hints still win."""
+        """Replaces the communicator's hints; per-call hints still win. An unknown key or a value
+        not listed (cclx._C.hint_keys(), docs/SETTINGS.md) raises CclxInvalidArgument and
+        changes nothing."""
         self._c.set_hints(rdv.hints_dict(hints))
+
+    def set_config(self, hints: Dict[str, Any]) -> None:
+        """Sets the hints it names and keeps the others (NCCLX's set_config); checked as
+        set_hints, nothing changes on a bad key or value."""
+        self._c.update_hints(rdv.hints_dict(hints))
 
     # ----------------------------------------------------------------- hooks
     def register_pre_hook(self, callback: Callable) -> _hooks.RemovableHandle:

@@ -345,6 +345,19 @@ class CclxBackend(torchcomms.TorchCommBackend):
         returns the same type, dict[str, str])."""
         return self._c().comm_dump()
 
+    def set_config(self, hints: Dict[str, str]) -> None:
+        """Sets the named cclx hints and keeps the others (NCCLX's set_config; keys as cclx's
+        hints, `cclx::KEY` / `cclx.KEY` too): an unknown key or a value not listed raises
+        CclxInvalidArgument (a RuntimeError) and changes nothing."""
+        mine = {}
+        for k, v in dict(hints).items():
+            for p in ("cclx::", "cclx."):
+                if k.startswith(p):
+                    k = k[len(p):]
+                    break
+            mine[k] = str(v)
+        self._c().set_config(mine)
+
     def all_gather_p_init(self, output, hints=None, timeout=None):
         """Persistent all-gather into `output` (cclx.Comm.all_gather_p_init): a handle."""
         return self._c().all_gather_p_init(output, hints, timeout)

@@ -1,6 +1,6 @@
 // Comm grouped calls: batched point to point (send_recv), scatter, gather, gather_single,
 // all_gather_v, all_to_all (lists), reduce_scatter_v; and the settings a comm changes after
-// creation (set_timeout, set_hints), its backend_version and comm_dump.
+// creation (set_timeout, set_hints, update_hints), its backend_version and comm_dump.
 #include "bindings.h"
 
 #include <nanobind/stl/map.h>
@@ -176,7 +176,10 @@ void bindGrouped(CommClass& c) {
          c.setTimeout(t);
        },
        nb::arg("timeout"), "The comm's default timeout (seconds) for later calls.")
-      .def("set_hints", &Comm::setHints, nb::arg("hints"), "Replaces the comm's hints.")
+      .def("set_hints", &Comm::setHints, nb::arg("hints"),
+           "Replaces the comm's hints (checked first: a bad key or value changes nothing).")
+      .def("update_hints", &Comm::updateHints, nb::arg("hints"),
+           "Sets the given hints, keeps the others (checked as set_hints).")
       .def("backend_version", &Comm::backendVersion,
            "'cclx <version>' (plus ' NCCL <version>' for CUDA comms).")
       .def("comm_dump", &Comm::dump, nb::call_guard<nb::gil_scoped_release>(),

@@ -119,6 +119,9 @@ class __attribute__((visibility("default"))) CclxBackend : public tcx::TorchComm
   // torchcomm.get_backend_impl() once cclx.torchcomms_backend imported _cclx_torchcomms.
   /// Comm::dump() as a map (NCCLX's comm_dump returns dict[str, str]).
   std::unordered_map<std::string, std::string> comm_dump();
+  /// NCCLX's set_config: sets the named cclx hints (`cclx::KEY` / `cclx.KEY` too) and keeps the
+  /// others (Comm::updateHints); an unknown key or value throws and changes nothing.
+  void set_config(const std::unordered_map<std::string, std::string>& hints);
   /// All-to-all-v whose split sizes (int64, rows of dim 0, one per rank) are tensors on the
   /// comm's device: Comm::allToAllVDevice.
   WorkPtr device_alltoallv_single(at::Tensor& output, const at::Tensor& input,

@@ -112,8 +112,31 @@ ReduceOp reduceOp(const tcx::ReduceOp& op) {
   bad("unknown reduce op " + std::to_string(int(op.type())));
 }
 
-Buf reduceBuf(const at::Tensor& t, const tcx::ReduceOp& op, ReduceOp* out, const char* what) {
-  *out = reduceOp(op);
+at::Tensor deviceFactor(const tcx::ReduceOp& op) {
+  if (op.type() != tcx::ReduceOp::RedOpType::PREMUL_SUM || !op.factor().has_value() ||
+      !std::holds_alternative<at::Tensor>(*op.factor()))
+    return {};
+  const at::Tensor& f = std::get<at::Tensor>(*op.factor());
+  if (f.device().type() == at::kCPU) return {};
+  if (f.numel() != 1) bad("PREMUL_SUM: the factor tensor must hold one element");
+  return f;
+}
+
+at::Tensor premultiply(const at::Tensor& t, const at::Tensor& f, bool inPlace) {
+  if (!f.defined() || t.numel() == 0) return t;
+  if (f.device() != t.device())
+    bad("PREMUL_SUM: the factor is on " + f.device().str() + ", the tensor on " +
+        t.device().str());
+  const at::Tensor g = f.reshape({}).to(t.scalar_type());
+  if (!inPlace) return t.mul(g);
+  at::Tensor u = t;
+  u.mul_(g);
+  return u;
+}
+
+Buf reduceBuf(const at::Tensor& t, const tcx::ReduceOp& op, ReduceOp* out, const char* what,
+              bool premultiplied) {
+  *out = premultiplied && deviceFactor(op).defined() ? ReduceOp(RedOpKind::SUM) : reduceOp(op);
   Buf b;
   b.ptr = t.numel() ? t.data_ptr() : nullptr;
   b.count = size_t(t.numel());

@@ -31,9 +31,20 @@ struct Buf {
 Buf dataBuf(const at::Tensor& t, const char* what);
 /// `t` for a reduction with `op`: its cclx type (bool: u8, whose SUM is MAX and PRODUCT MIN as
 /// in c10d; complex: pairs of floats for SUM / AVG / PREMUL_SUM). Throws for other types.
-Buf reduceBuf(const at::Tensor& t, const tcx::ReduceOp& op, ReduceOp* out, const char* what);
-/// torchcomms' ReduceOp -> cclx's (PREMUL_SUM with its factor, a double or a one-element tensor).
+/// With `premultiplied`, a PREMUL_SUM whose factor is a device tensor is SUM (deviceFactor).
+Buf reduceBuf(const at::Tensor& t, const tcx::ReduceOp& op, ReduceOp* out, const char* what,
+              bool premultiplied = false);
+/// torchcomms' ReduceOp -> cclx's (PREMUL_SUM with its factor, a double or a one-element tensor,
+/// read on the host).
 ReduceOp reduceOp(const tcx::ReduceOp& op);
+/// The factor of a PREMUL_SUM given as a one-element tensor on a GPU, else an undefined tensor.
+/// The collectives never read such a factor on the host (the call may be in a CUDA graph
+/// capture, and the read would wait for the device): they multiply their inputs by it on the
+/// device (premultiply) and reduce with SUM, the order NCCL's PREMUL_SUM computes in.
+at::Tensor deviceFactor(const tcx::ReduceOp& op);
+/// `t` times the device factor `f` (in t's type) on the current stream: in place when
+/// `inPlace`, else a new tensor; `t` itself when `f` is undefined.
+at::Tensor premultiply(const at::Tensor& t, const at::Tensor& f, bool inPlace);
 /// Throws unless `t` is contiguous and on `dev` (the comm's device).
 void checkTensor(const at::Tensor& t, const at::Device& dev, const char* what);
 

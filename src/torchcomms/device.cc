@@ -8,6 +8,7 @@
 
 #ifdef CCLX_HAVE_CUDA
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -49,6 +50,17 @@ void* currentStream(const at::Device& d) {
 void syncDevice(const at::Device& d) {
 #ifdef CCLX_HAVE_CUDA
   if (d.type() == at::kCUDA) c10::cuda::getCurrentCUDAStream(d.index()).synchronize();
+#endif
+  (void)d;
+}
+
+void syncDeviceUnlessCapturing(const at::Device& d) {
+#ifdef CCLX_HAVE_CUDA
+  if (d.type() != at::kCUDA) return;
+  c10::cuda::CUDAStream s = c10::cuda::getCurrentCUDAStream(d.index());
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(s.stream(), &st));
+  if (st == cudaStreamCaptureStatusNone) s.synchronize();
 #endif
   (void)d;
 }

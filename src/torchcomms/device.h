@@ -13,5 +13,8 @@ at::Device resolveDevice(const at::Device& d, int rank);
 void* currentStream(const at::Device& d);
 /// Waits until the current stream of `d` is idle (nothing for CPU).
 void syncDevice(const at::Device& d);
+/// syncDevice, except while the current stream is being captured into a CUDA graph (nothing
+/// then: a capture cannot be waited on).
+void syncDeviceUnlessCapturing(const at::Device& d);
 
 }  // namespace cclx::tc

@@ -58,6 +58,7 @@ WorkPtr CclxBackend::done(bool async_op, std::shared_ptr<Work> w, TensorList kee
     WorkPtr work =
         makeWork(false, nullptr, {}, timeout.count() > 0 ? timeout : comm_->options().timeout);
     static_cast<CclxWork*>(work.get())->traceWaitAs(name_, traceSize(), traceRank());
+    static_cast<CclxWork*>(work.get())->setDevice(device_);
     return work;
   }
   const bool cudaAsync = async_op && device_.type() == at::kCUDA;
@@ -65,6 +66,7 @@ WorkPtr CclxBackend::done(bool async_op, std::shared_ptr<Work> w, TensorList kee
   WorkPtr work =
       makeWork(cudaAsync, std::move(w), cudaAsync ? std::move(keep) : TensorList{}, timeout);
   static_cast<CclxWork*>(work.get())->traceWaitAs(name_, traceSize(), traceRank());
+  static_cast<CclxWork*>(work.get())->setDevice(device_);
   return work;
 }
 
@@ -139,7 +141,8 @@ WorkPtr CclxBackend::all_reduce(at::Tensor& tensor, const tcx::ReduceOp& op, boo
     tcx::TracingGuard trace(name_, traceSize(), "all_reduce", traceRank(), tensor, tensor);
     Staging s(device_);
     ReduceOp rop;
-    Buf b = reduceBuf(s.out(tensor, "all_reduce"), op, &rop, "all_reduce");
+    const at::Tensor t = premultiply(s.out(tensor, "all_reduce"), deviceFactor(op), true);
+    Buf b = reduceBuf(t, op, &rop, "all_reduce", true);
     auto o = callOpts(async_op, options, s);
     return done(async_op, comm("all_reduce").allReduce(b.ptr, b.ptr, b.count, b.dtype, rop, o),
                 {tensor}, o.timeout, s);
@@ -152,11 +155,14 @@ WorkPtr CclxBackend::reduce(const at::Tensor& tensor, int root, const tcx::Reduc
     tcx::TracingGuard trace(name_, traceSize(), "reduce", root, tensor, tensor);
     Staging s(device_);
     ReduceOp rop;
-    Buf b = reduceBuf(s.out(tensor, "reduce"), op, &rop, "reduce");
-    auto o = callOpts(async_op, options, s);
     Comm& c = comm("reduce");
+    // The root's tensor is its output (scaled in place); another rank's input stays as given.
+    const at::Tensor t =
+        premultiply(s.out(tensor, "reduce"), deviceFactor(op), c.rank() == root);
+    Buf b = reduceBuf(t, op, &rop, "reduce", true);
+    auto o = callOpts(async_op, options, s);
     void* recv = c.rank() == root ? b.ptr : nullptr;
-    return done(async_op, c.reduce(b.ptr, recv, b.count, b.dtype, rop, root, o), {tensor},
+    return done(async_op, c.reduce(b.ptr, recv, b.count, b.dtype, rop, root, o), {tensor, t},
                 o.timeout, s);
   });
 }
@@ -240,12 +246,14 @@ WorkPtr CclxBackend::reduce_scatter(at::Tensor& output_t, const TensorList& inpu
     Staging s(device_);
     ReduceOp rop;
     Buf ob = reduceBuf(s.out(output_t, "reduce_scatter output"), op, &rop,
-                       "reduce_scatter");
+                       "reduce_scatter", true);
+    const at::Tensor factor = deviceFactor(op);
     std::vector<const void*> sends;
     TensorList keep{output_t};
     for (const auto& t0 : input_list) {
       at::Tensor t = s.in(t0, "reduce_scatter input");
       sameType(output_t, t, "reduce_scatter input");
+      t = premultiply(t, factor, false);
       if (t.numel() != output_t.numel())
         throw Error(cclxInvalidArgument, "reduce_scatter: an input has " +
                                              std::to_string(t.numel()) +
@@ -269,7 +277,8 @@ WorkPtr CclxBackend::reduce_scatter_v(at::Tensor& output_t, const TensorList& in
     Staging s(device_);
     ReduceOp rop;
     Buf ob = reduceBuf(s.out(output_t, "reduce_scatter_v output"), op, &rop,
-                       "reduce_scatter_v");
+                       "reduce_scatter_v", true);
+    const at::Tensor factor = deviceFactor(op);
     // From the types, never from this rank's counts (a rank whose output is empty scales alike).
     const size_t scale = elementScale(size_t(output_t.element_size()), ob.dtype);
     std::vector<const void*> sends;
@@ -278,6 +287,7 @@ WorkPtr CclxBackend::reduce_scatter_v(at::Tensor& output_t, const TensorList& in
     for (const auto& t0 : input_list) {
       at::Tensor t = s.in(t0, "reduce_scatter_v input");
       sameType(output_t, t, "reduce_scatter_v input");
+      t = premultiply(t, factor, false);
       sends.push_back(t.numel() ? t.data_ptr() : nullptr);
       counts.push_back(size_t(t.numel()) * scale);
       keep.push_back(t);
@@ -304,8 +314,9 @@ WorkPtr CclxBackend::reduce_scatter_single(at::Tensor& output_t, const at::Tenso
                   "reduce_scatter_single: the input has " + std::to_string(in.numel()) +
                       " elements, expected " + std::to_string(output_t.numel() * c.size()));
     ReduceOp rop;
-    Buf ib = reduceBuf(in, op, &rop, "reduce_scatter_single");
-    Buf ob = reduceBuf(out, op, &rop, "reduce_scatter_single");
+    in = premultiply(in, deviceFactor(op), false);
+    Buf ib = reduceBuf(in, op, &rop, "reduce_scatter_single", true);
+    Buf ob = reduceBuf(out, op, &rop, "reduce_scatter_single", true);
     auto o = callOpts(async_op, options, s);
     return done(async_op, c.reduceScatter(ib.ptr, ob.ptr, ob.count, ob.dtype, rop, o),
                 {in, output_t}, o.timeout, s);

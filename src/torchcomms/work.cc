@@ -129,6 +129,11 @@ void CclxWork::wait() {
   runWaitPostHooks();
 }
 
+void CclxWork::hostSynchronize() {
+  waitBlocking();
+  syncDeviceUnlessCapturing(device_);
+}
+
 void CclxWork::waitBlocking() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_.empty()) throw std::runtime_error(error_);

@@ -35,6 +35,13 @@ class CclxWork : public torch::comms::TorchWork {
 
   void wait() override;
   void waitBlocking() override;
+  /// torchcomms' c10d layer calls it after wait() for a synchronous barrier (stock
+  /// ProcessGroupNCCL blocks the host there): waits for the operation on the host (within its
+  /// timeout), then for the device's current stream unless it is being captured. (No `override`:
+  /// torchcomms releases before the c10d host block lack the virtual; there it is never called.)
+  void hostSynchronize();
+  /// The device whose current stream hostSynchronize waits for (CPU: none).
+  void setDevice(const at::Device& d) { device_ = d; }
   std::chrono::milliseconds getTimeout() const override { return timeout_; }
 
   /// Poller: true once the status is final.
@@ -52,6 +59,7 @@ class CclxWork : public torch::comms::TorchWork {
   std::chrono::milliseconds timeout_{std::chrono::milliseconds::max()};
   std::function<void()> after_;
   std::string error_;
+  at::Device device_{at::kCPU};
   std::string traceComm_;  // traceWaitAs
   int traceSize_ = 0, traceRank_ = -1;
 };

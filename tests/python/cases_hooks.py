@@ -55,8 +55,18 @@ def case_properties_and_settings(ctx):
     assert c.get_algo(1 << 22, cclx.DataType.f32, hints={"algo": "tree"}) == "tree"
     c.set_hints(None)
     assert c.get_options().hints == {}
-    c.set_hints({"algo": "nonsense"})
-    _expect(cclx.CclxInvalidArgument, lambda: c.all_reduce(np.ones(4, np.float32)), "nonsense")
+    # A bad key or value is refused at once and changes nothing (set_hints and set_config).
+    c.set_hints({"algo": "flat"})
+    _expect(cclx.CclxInvalidArgument, lambda: c.set_hints({"algo": "nonsense"}), "nonsense")
+    _expect(cclx.CclxInvalidArgument, lambda: c.set_hints({"no_such_hint": "1"}), "no_such_hint")
+    _expect(cclx.CclxInvalidArgument,
+            lambda: c.set_config({"low_precision": "fp8", "algo": "nonsense"}), "nonsense")
+    assert c.get_options().hints == {"algo": "flat"}
+    # set_config sets the keys it names and keeps the others.
+    c.set_config({"low_precision": "fp8"})
+    assert c.get_options().hints == {"algo": "flat", "low_precision": "fp8"}
+    c.set_config({"algo": "tree"})
+    assert c.get_options().hints == {"algo": "tree", "low_precision": "fp8"}
     c.set_hints({})
     x = np.ones(4, np.float32)
     c.all_reduce(x)

@@ -57,15 +57,17 @@ def child_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
 
 
 def torchcomms_entry_point(tmp: str) -> Dict[str, str]:
-    """Child env whose PYTHONPATH holds a distribution in `tmp` that declares only cclx's entry
-    point in group torchcomms.backends (what torchcomms finds backends by), for a cclx that runs
-    from the build tree; an installed cclx declares it itself (pip install .)."""
+    """Child env whose PYTHONPATH holds a distribution in `tmp` that declares cclx's entry points
+    as pyproject.toml does: group torchcomms.backends (what torchcomms finds backends by) and
+    torch.backends (the torch.distributed backend name "cclx", registered at torch's import), for
+    a cclx that runs from the build tree; an installed cclx declares them itself."""
     d = os.path.join(tmp, "cclx_tc_entry-0.0.dist-info")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "METADATA"), "w") as f:
         f.write("Metadata-Version: 2.1\nName: cclx-tc-entry\nVersion: 0.0\n")
     with open(os.path.join(d, "entry_points.txt"), "w") as f:
-        f.write("[torchcomms.backends]\ncclx = cclx.torchcomms_backend\n")
+        f.write("[torchcomms.backends]\ncclx = cclx.torchcomms_backend\n\n"
+                "[torch.backends]\ncclx = cclx_c10d:register\n")
     path = child_env().get("PYTHONPATH", "")
     return {"PYTHONPATH": os.pathsep.join(p for p in (path, tmp) if p)}
 

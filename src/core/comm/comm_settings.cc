@@ -3,6 +3,7 @@
 #include <cclx/nccl_info.h>
 
 #include "core/comm/comm_internal.h"
+#include "core/settings/table.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -16,7 +17,14 @@ void Comm::setTimeout(std::chrono::milliseconds timeout) {
 }
 
 void Comm::setHints(const std::map<std::string, std::string>& hints) {
+  settings::checkHints(hints);  // a bad key or value throws with the comm's hints unchanged
   st_->info.opts.hints = hints;
+}
+
+void Comm::updateHints(const std::map<std::string, std::string>& hints) {
+  settings::checkHints(hints);
+  for (const auto& [k, v] : hints) st_->info.opts.hints[k] = v;
+  CCLX_INFO("comm '%s': %zu hint(s) updated", name().c_str(), hints.size());
 }
 
 std::string Comm::backendVersion() const {

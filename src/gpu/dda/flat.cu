@@ -108,7 +108,7 @@ struct FlatRun {
 /// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body flatBody (steps 1-2
 /// above); the block's counter moves from e to e + 1 on every path.
 template <class T>
-__global__ void __launch_bounds__(512) ddaFlatKernel(FlatParams p) {
+__global__ void __launch_bounds__(512) ddaFlatAllReduceKernel(FlatParams p) {
   const uint64_t epoch = p.counters[blockIdx.x];
   dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1, dev::PoisonBuf{p.recv, p.bytes}, [&] {
     bool failed = false;
@@ -134,7 +134,7 @@ class DdaFlat final : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     constexpr const char* kWhat = "DDA flat allreduce";
     const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
-                                           [&]<class T>() { return &ddaFlatKernel<T>; });
+                                           [&]<class T>() { return &ddaFlatAllReduceKernel<T>; });
     const size_t bytes = a.bytes();
     FlatParams p{};
     for (int r = 0; r < ctx.size; ++r) p.peers.staging[r] = ctx.peer->region(r, StagingRegion::kFlat);

@@ -218,7 +218,7 @@ struct LamportRun {
 /// Contract (dev::peerCall, device/peer_kernel.cuh; the call counter of device/lamport.cuh):
 /// poison `recv`; body lamportBody; the block's counter moves from e to e + 1 on every path.
 template <class T>
-__global__ void __launch_bounds__(512) ddaLamportKernel(LamportParams p) {
+__global__ void __launch_bounds__(512) ddaLamportAllReduceKernel(LamportParams p) {
   __shared__ uint32_t pushed;  // teams: rounds the producers have pushed
   const uint64_t epoch = dev::lamportBegin(p, &pushed);
   dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1, dev::PoisonBuf{p.recv, p.bytes}, [&] {
@@ -247,7 +247,7 @@ class DdaLamport final : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     constexpr const char* kWhat = "DDA Lamport allreduce";
     const auto kernel = dev::dispatchDtype(dev::LamportTypes{}, a.dtype, kWhat,
-                                           [&]<class T>() { return &ddaLamportKernel<T>; });
+                                           [&]<class T>() { return &ddaLamportAllReduceKernel<T>; });
     const size_t bytes = a.bytes();
     const int G = ddaTreeBlocks(ctx);
     LamportParams p{};

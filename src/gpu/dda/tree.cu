@@ -266,7 +266,7 @@ __device__ __forceinline__ uint64_t treeChunks(const TreeParams& p) {
 /// Contract (dev::peerCall, device/peer_kernel.cuh): poison `recv`; body treeBody; the block's
 /// counter moves from seq0 to `next`: seq0 + treeChunks() unless the body set it.
 template <class T>
-__global__ void __launch_bounds__(512) ddaTreeKernel(TreeParams p) {
+__global__ void __launch_bounds__(512) ddaTreeAllReduceKernel(TreeParams p) {
   const uint64_t seq0 = p.counters[blockIdx.x];
   uint64_t next = seq0 + treeChunks(p);
   dev::peerCall(p.fail, p.counters + blockIdx.x, next, dev::PoisonBuf{p.recv, p.bytes}, [&] {
@@ -302,7 +302,7 @@ class DdaTree final : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     constexpr const char* kWhat = "DDA tree allreduce";
     const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
-                                           [&]<class T>() { return &ddaTreeKernel<T>; });
+                                           [&]<class T>() { return &ddaTreeAllReduceKernel<T>; });
     const int G = ddaTreeBlocks(ctx);
     TreeParams p{};
     for (int r = 0; r < ctx.size; ++r) {

@@ -65,7 +65,7 @@ struct ArTile {
 /// A, B, C of every tile of this CTA, true once a wait stopped; advance endCall: "done" only when
 /// the call completed, the CTA's counter moves from e0 to e0 + its tiles on every path.
 template <class T, int B>
-__global__ void __launch_bounds__(kThreads, 1) allReduceKernel(Params p) {
+__global__ void __launch_bounds__(kThreads, 1) fp8AllReduceKernel(Params p) {
   constexpr int G = B / kEPT, GPC = kThreads / G;
   const int lane = threadIdx.x % G, grp = threadIdx.x / G, N = p.size, cta = blockIdx.x;
   const uint64_t e0 = p.counters[cta];
@@ -232,7 +232,7 @@ class Fp8AllReduce : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     constexpr const char* kWhat = "fp8 allreduce";
     const auto kernel = kernelFor(a.dtype, ctx.cfg.fp8BlockSize, kWhat,
-                                  [&]<class T, int B>() { return &allReduceKernel<T, B>; });
+                                  [&]<class T, int B>() { return &fp8AllReduceKernel<T, B>; });
     Params p;
     CCLX_REQUIRE(makeParams(a, ctx, AllReduceNeed{ctx.size}, p, false), cclxInternalError,
                  "fp8 allreduce launched without usable peer memory");

@@ -211,7 +211,7 @@ struct OneShot {
 /// Contract (dev::peerCall, device/peer_kernel.cuh; the call counter of device/lamport.cuh):
 /// poison `recv`; body OneShot::run; the CTA's counter moves from e to e + 1 on every path.
 template <class T, int B>
-__global__ void __launch_bounds__(kThreads) fp8OneShotKernel(OneShotParams p) {
+__global__ void __launch_bounds__(kThreads) fp8OneShotAllReduceKernel(OneShotParams p) {
   __shared__ uint32_t pushed;  // rounds the producers have pushed
   const uint64_t epoch = dev::lamportBegin(p, &pushed);
   dev::peerCall(p.fail, p.counters + blockIdx.x, epoch + 1,
@@ -252,7 +252,7 @@ class Fp8OneShotAllReduce : public DeviceAlgo {
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     constexpr const char* kWhat = "fp8 one-shot allreduce";
     const auto kernel = kernelFor(a.dtype, ctx.cfg.fp8BlockSize, kWhat,
-                                  [&]<class T, int B>() { return &fp8OneShotKernel<T, B>; });
+                                  [&]<class T, int B>() { return &fp8OneShotAllReduceKernel<T, B>; });
     OneShotParams p{};
     for (int r = 0; r < ctx.size; ++r)
       p.region[r] = ctx.peer->region(r, StagingRegion::kFp8OneShot);

@@ -60,6 +60,9 @@ PYBIND11_MODULE(_cclx_torchcomms, m) {
            "The communicator's state for hang debugging, dict[str, str] (cclx's Comm::dump: "
            "counts, in-flight operations, last operations, failure, algorithms).",
            py::call_guard<py::gil_scoped_release>())
+      .def("set_config", &CclxBackend::set_config, py::arg("hints"),
+           "NCCLX's set_config: sets the named cclx hints and keeps the others; an unknown key "
+           "or value raises RuntimeError and changes nothing.")
       .def(
           "device_alltoallv_single",
           [](CclxBackend& self, at::Tensor& output, const at::Tensor& input,

@@ -1,4 +1,4 @@
-"""GPU suite: device_alltoallv_single (cases_gpu_a2av_device.py) at world size 1 (through NCCL),
+"""GPU suite: device_alltoallv_single (cases_gpu_a2av_device.py) at world size 1 (a local kernel),
 with 2, 3, 5 and 8 ranks sharing the first GPU (the peer-memory kernel; or the sizes of
 CCLX_TEST_RANKS, gpu_env.world_sizes) and 2 ranks with a GPU each where there are two."""
 import os

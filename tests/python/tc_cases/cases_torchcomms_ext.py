@@ -1,5 +1,5 @@
 """cclx's torchcomms backend beyond torchcomms' generic API, on CPU, on the route the runner sets
-(CCLX_TORCHCOMMS_ROUTE): comm_dump, the persistent all-gather, device_alltoallv_single and
+(CCLX_TORCHCOMMS_ROUTE): comm_dump, set_config, the persistent all-gather, device_alltoallv_single and
 reduce_scatter_quantized reached as torchcomm.get_backend_impl().<method> (as NCCLX's tests call
 them), and torchcomms' profiler events (record_param_comms), torchcomms' own ProfilerTestBase
 included. Run by test_torchcomms_backend.py (Python route) and test_torchcomms_cxx.py (C++
@@ -60,6 +60,32 @@ def case_comm_dump(ctx):
     assert int(d1["ops_completed"]) == int(d0["ops_completed"]) + 1, (d0, d1)
     assert d1["last_op"].startswith("all_reduce #"), d1
     assert d1["algo.all_reduce"] in ("flat", "lamport", "tree", "fp8", "fp8_oneshot"), d1
+
+
+def case_set_config(ctx):
+    """NCCLX's set_config: cclx's hints merged into the comm's (the algorithm the next call runs
+    follows them); an unknown key (NCCLX's ctran names), or a bad value, raises RuntimeError and
+    changes nothing."""
+    x = data(ctx.rank, 33, 2).float()
+    want = sum(data(r, 33, 2) for r in range(ctx.size))
+    for bad in ({"sendrecvAlgo": "orig"}, {"algo": "nonsense"},
+                {"cclx::algo": "flat", "useCtran": "1"}):
+        try:
+            ctx.impl.set_config(bad)
+        except RuntimeError as e:
+            assert list(bad)[-1].split("::")[-1] in str(e) or "nonsense" in str(e), e
+        else:
+            raise AssertionError(f"set_config({bad}) was accepted")
+    ctx.impl.set_config({"cclx::algo": "tree"})
+    ctx.comm.all_reduce(x, ReduceOp.SUM, False)
+    assert ctx.impl.comm_dump()["algo.all_reduce"] == "tree", ctx.impl.comm_dump()
+    ctx.impl.set_config({"algo": "flat"})
+    y = data(ctx.rank, 33, 2).float()
+    ctx.comm.all_reduce(y, ReduceOp.SUM, False)
+    assert ctx.impl.comm_dump()["algo.all_reduce"] == "flat", ctx.impl.comm_dump()
+    assert torch.allclose(x.double(), want, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(y.double(), want, rtol=1e-5, atol=1e-5)
+    ctx.impl.set_config({"algo": "auto"})
 
 
 def _p_calls(ctx):
