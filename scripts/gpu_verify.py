@@ -10,7 +10,8 @@ Steps, in the order they start (the most telling first):
      need one GPU per rank skip on one GPU) and the pytest modules of fixed world size;
   2. for each world size: every binary that takes CCLX_TEST_RANKS (found in its source) and the
      multi-rank pytest modules (those that read it too, tests/gpu/gpu_env.py), a step each;
-  3. world size 1 of the shared suites (through NCCL), the perf baselines, the MPS soak (alone).
+  3. world size 1 of the modules that run there (the shared suites and those whose default sizes
+     start at 1: a2av_device, the MoE buffer), the perf baselines, the MPS soak (alone).
 Ranks time-slice the GPU: at most --jobs steps and --gpu-procs rank processes run at once.
 """
 from __future__ import annotations
@@ -36,13 +37,14 @@ import verify_summary as vs  # noqa: E402
 TAG = "gpu_verify"
 SHARED_RE = re.compile(r"(?<![A-Za-z_])(sharedWorldSize|worldSize)\(|CCLX_TEST_RANKS")
 PER_SIZE_RE = re.compile(r"\b(shared_suite|world_sizes|require_world_size)\(")
+WS1_RE = re.compile(r"\bshared_suite\(|\bworld_sizes\(\(1\s*,")
 # Seconds a step takes at 3 ranks with CCLX_TEST_TIME_SCALE=0.4 (estimates from the full-scale
 # records in bench/results, failure cases cut to their scaled timeouts); 8 ranks take about 1.6x.
 EXPECT = {"test_gpu_failure": 40, "test_gpu_shared_grouped": 30, "test_gpu_shared_colls": 22,
           "test_gpu_shared_p2p": 20, "test_gpu_a2av_device": 20, "test_gpu_rmsnorm": 18,
           "test_gpu_faults": 15, "test_gpu_shared": 14, "test_gpu_quantized": 14,
           "test_gpu_window": 12, "test_gpu_grow_faults": 10, "test_gpu_window_vmm": 4,
-          "py-fixed": 120, "py-ws1": 40,
+          "py-fixed": 120,
           # pytest modules at one world size (a step each): spawn, setup and every case
           "py:test_gpu_buffer": 110, "py:test_gpu_moe": 60, "py:test_gpu_rmsnorm": 55,
           "py:test_gpu_failure": 50, "py:test_gpu_window": 25, "py:test_gpu_dropin_shared": 25,
@@ -143,10 +145,10 @@ def py_step(sid, targets, n, tier, procs, timeout, group, a) -> dict:
 
 def py_steps(sizes: list, a) -> list:
     """The fixed-size modules in one step; each multi-rank module a step per world size (so
-    several run at once); world size 1 of the shared suites; the late modules."""
+    several run at once); world size 1 of the modules that run there; the late modules."""
     per_size, fixed = py_modules()
-    suites = [m for m in per_size if "shared_suite(" in open(os.path.join(ROOT, "tests/gpu", m)).read()
-              or m.endswith("test_gpu_a2av_device.py")]
+    # world size 1 too: the shared suites, and the modules whose default sizes start at 1
+    suites = [m for m in per_size if WS1_RE.search(open(os.path.join(ROOT, "tests/gpu", m)).read())]
     steps = [py_step("py/fixed", fixed, None, 0, 4, 420, "py-fixed", a)]
     for n in sizes:
         t = 1 + sizes.index(n)
@@ -155,7 +157,9 @@ def py_steps(sizes: list, a) -> list:
             steps.append(py_step(f"py/{base}@{n}", [m], n, t, n, 240 if n >= 8 else 180,
                                  f"py:{base}", a))
     late = len(sizes) + 1
-    steps.append(py_step("py/suites@1", suites, 1, late, 2, 240, "py-ws1", a))
+    for m in suites:
+        base = os.path.basename(m)[:-3]
+        steps.append(py_step(f"py/{base}@1", [m], 1, late, 1, 180, f"py:{base}", a))
     for m in LATE:
         if os.path.isfile(os.path.join(ROOT, "tests/gpu", m)):
             steps.append(py_step(f"py/{os.path.basename(m)[:-3]}", [m], None, late, 4, 240,
