@@ -10,8 +10,8 @@ communication memory against the rank-major bound and, at world size 1 on a GPU,
 the bytes each call moves), cclx-bf16 / cclx-fp8 (cclx.moe.dispatch with fp8 off / on, combine in
 bf16; low latency mode with the bound = tokens per rank), torch (what a user writes: every (token, slot)
 row sorted by expert, per-rank counts read on the host with .tolist(), all_to_all_single of the
-rows; the weighted sum after the return), nccl-ep (NCCL EP's `nccl_ep` bindings: recorded as
-importable or not; this tool does not drive them yet). Times are per call (median over --iters,
+rows; the weighted sum after the return), nccl-ep (NCCL EP's `nccl.ep` bindings, PyPI
+nccl-extensions: recorded as importable or not; this tool does not drive them yet). Times are per call (median over --iters,
 ranks aligned by a barrier, the device synchronized), host_us the time until the call returns;
 GB/s = (token, destination rank) pairs of this rank * H * wire bytes per value / time (bf16 2,
 FP8 1 + 4/128) for every implementation (the torch baseline moves a row per slot: more bytes).

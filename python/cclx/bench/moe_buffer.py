@@ -123,14 +123,16 @@ def run_row(env: Any, args: Any, T: int, impl: str, time_calls: Callable,
 
 
 def nccl_ep_status() -> str:
-    """Whether NCCL EP can be driven here: its Python module `nccl_ep` (PyPI nccl-extensions,
-    ctypes bindings of libnccl_ep) must import and find the library; this tool does not drive
-    it (its C API needs an NCCL communicator handle torch does not expose portably)."""
+    """Whether NCCL EP can be driven here: PyPI's nccl-extensions installs it as `nccl.ep`
+    (Cython bindings of libnccl_ep.so; it needs nccl4py, cuda-core and an NCCL with the device
+    API, nvidia-nccl 2.30). This tool does not drive it yet; the line says what is present."""
     try:
-        import nccl_ep  # type: ignore[import-not-found]
+        import nccl.ep as ep  # type: ignore[import-not-found]
     except Exception as e:  # noqa: BLE001 - any import failure means "not here"
-        return f"not measured: nccl_ep does not import ({type(e).__name__}: {e})"
-    if not getattr(nccl_ep, "HAVE_NCCL_EP", False):
-        return "not measured: nccl_ep imports but finds no libnccl_ep.so (HAVE_NCCL_EP false)"
-    return (f"not measured: nccl_ep {getattr(nccl_ep, '__version__', '?')} imports with its "
-            "library, but this tool does not drive its ctypes API yet")
+        return (f"not measured: nccl.ep (PyPI nccl-extensions) does not import "
+                f"({type(e).__name__}: {e})")
+    try:
+        where = f"libnccl_ep {ep.get_lib_version()} at {ep.get_lib_path()}"
+    except Exception as e:  # noqa: BLE001 - the bindings load the library lazily
+        where = f"its library does not load ({type(e).__name__}: {e})"
+    return f"not measured: nccl.ep imports ({where}); this tool does not drive it yet"

@@ -91,4 +91,4 @@ def test_buffer_rows_plumbing():
     assert fb["combine"] == 128 * 8 * 7168 * 2 + 3 * 128 * 7168 * 2
     assert moe_buffer.kernels_per_call(torch, lambda: None, cuda=False) is None
     s = moe_buffer.nccl_ep_status()
-    assert s.startswith("not measured: nccl_ep"), s
+    assert s.startswith("not measured: nccl.ep"), s
