@@ -147,6 +147,24 @@ def merge_ranks(per_rank: dict) -> list:
     return out
 
 
+def select_files(names, files: str = "", shard: str = "") -> list:
+    """The test files to run: `names` ending in Test.py, sorted; those of the comma list `files`
+    when given; of those the I-th of N interleaved parts when `shard` is "I/N" (I from 1)."""
+    out = sorted(f for f in names if f.endswith("Test.py"))
+    if files:
+        want = {f.strip() for f in files.split(",") if f.strip()}
+        out = [f for f in out if f in want]
+    if shard:
+        try:
+            i, n = (int(v) for v in shard.split("/"))
+        except ValueError:
+            i, n = 0, 0
+        if not 1 <= i <= n:
+            raise ValueError(f"--shard {shard!r}: expected I/N with 1 <= I <= N")
+        out = out[i - 1::n]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tc-src", required=True, help="torchcomms source tree")
@@ -154,6 +172,10 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, required=True)
     ap.add_argument("--device", default="cpu", help="TEST_DEVICE (cpu or cuda)")
     ap.add_argument("--files", default="", help="comma list of file names (default: all)")
+    ap.add_argument("--shard", default="", metavar="I/N",
+                    help="only the I-th of N interleaved parts of the (sorted) files, I from 1: "
+                         "a suite too long for one sitting runs as N parts, whose JSON files "
+                         "bench/tc_suite/table.py merges")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per file")
     ap.add_argument("--jobs", type=int, default=1, help="files run at once (each on its own "
                     "port; ranks of concurrent files share the machine and GPU)")
@@ -195,10 +217,10 @@ def main() -> int:
     except Exception:  # noqa: BLE001
         torch_version = ""
     d = os.path.join(a.tc_src, a.tests_dir)
-    files = sorted(f for f in os.listdir(d) if f.endswith("Test.py"))
-    if a.files:
-        want = {f.strip() for f in a.files.split(",") if f.strip()}
-        files = [f for f in files if f in want]
+    try:
+        files = select_files(os.listdir(d), a.files, a.shard)
+    except ValueError as e:
+        ap.error(str(e))
     env = dict(os.environ, TEST_BACKEND=a.backend, TEST_DEVICE=a.device,
                TEST_FULL_SWEEP=os.environ.get("TEST_FULL_SWEEP", "0"))
     if a.device == "cpu":

@@ -45,7 +45,9 @@
 #   counted from the start of `run`, install included: each run gets what is left divided by the
 #   runs left, and bench/torchcomms_suite.py --budget starts no file after its share and stops
 #   those still running; files not started are listed), TC_FILE_TIMEOUT (120 s a file), TC_JOBS
-#   (4 files at once), TC_FILES (comma list of file names; default every file), TC_NCCLX_TESTS (1:
+#   (4 files at once), TC_FILES (comma list of file names; default every file), TC_SHARD (I/N:
+#   the I-th of N interleaved parts of the files, for a table in N sittings: give each its own
+#   OUT, then bench/tc_suite/table.py --across-ranks over every OUT's tc-*.json), TC_NCCLX_TESTS (1:
 #   each cclx run also runs NCCLX's own tests/integration/py, as a second run of the suite),
 #   TC_GPU (0: CUDA_VISIBLE_DEVICES), TC_DEVICE (cuda; cpu: a dry run on a machine without a
 #   GPU: no GPU check, TEST_DEVICE=cpu, gloo instead of nccl), TC_INSTALL (1; 0 skips pip),
@@ -170,6 +172,7 @@ suite() {
         --commit "$TC_COMMIT_RUN" --tests-dir "$tdir" --logs "$WORK/logs/$name"
         --out "$OUT/tc-$name.json")
   [ -n "${TC_FILES:-}" ] && args+=(--files "$TC_FILES")
+  [ -n "${TC_SHARD:-}" ] && args+=(--shard "$TC_SHARD")
   t0=$(date +%s)
   if [ "$route" = nccl ]; then
     backend=nccl; [ "$DEVICE" = cpu ] && backend=gloo

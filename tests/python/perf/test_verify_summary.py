@@ -2,7 +2,8 @@
 GoogleTest JSON and pytest JUnit XML samples, a binary that crashed (no JSON: its log and its
 list of cases), one stopped at its timeout, one never started, skips with their reasons, a clean
 exit code with a failure and a bad one without; then the runner itself on fake binaries (no GPU),
-and the GPU scripts' visible skip where there is no GPU."""
+and the GPU scripts' visible skip where there is no GPU; bench/torchcomms_suite.py's file
+selection (--files, --shard)."""
 import json
 import os
 import shutil
@@ -300,3 +301,20 @@ def test_gpu_world_sizes_come_from_the_environment(monkeypatch):
     gpu_env.require_world_size(8)
     with pytest.raises(pytest.skip.Exception, match="runs at 4 ranks only"):
         gpu_env.require_world_size(4)
+
+
+def test_torchcomms_suite_selects_files_and_shards():
+    """bench/torchcomms_suite.py's file selection: *Test.py sorted, a name list, and --shard I/N
+    (interleaved parts that together are every file once; a bad shard is refused)."""
+    import torchcomms_suite as ts
+
+    names = ["BTest.py", "ATest.py", "helpers.py", "DTest.py", "CTest.py", "ETest.py"]
+    every = ts.select_files(names)
+    assert every == ["ATest.py", "BTest.py", "CTest.py", "DTest.py", "ETest.py"]
+    parts = [ts.select_files(names, shard=f"{i}/3") for i in (1, 2, 3)]
+    assert parts == [["ATest.py", "DTest.py"], ["BTest.py", "ETest.py"], ["CTest.py"]]
+    assert sorted(f for p in parts for f in p) == every
+    assert ts.select_files(names, "ETest.py, CTest.py", "2/2") == ["ETest.py"]
+    for bad in ("0/2", "3/2", "1", "a/b"):
+        with pytest.raises(ValueError, match="--shard"):
+            ts.select_files(names, shard=bad)
