@@ -142,14 +142,18 @@ def cclx_hints(comm: Comm, hints: Dict[str, str]) -> Dict[str, str]:
     out: Dict[str, str] = {}
     known = _known_hint_keys()
     for k, v in hints.items():
-        for p in ("cclx::", "cclx."):
-            if k.startswith(p):
-                out[k[len(p):]] = str(v)
-                break
-        else:
-            if k in known:
-                out[k] = str(v)
+        key = _cclx_key(k)
+        if key != k or k in known:
+            out[key] = str(v)
     return out
+
+
+def _cclx_key(k: str) -> str:
+    """A hint key without its `cclx::` / `cclx.` prefix."""
+    for p in ("cclx::", "cclx."):
+        if k.startswith(p):
+            return k[len(p):]
+    return k
 
 
 def _gather_lists(comm: Comm, mine: List[int]) -> List[List[int]]:
@@ -349,14 +353,7 @@ class CclxBackend(torchcomms.TorchCommBackend):
         """Sets the named cclx hints and keeps the others (NCCLX's set_config; keys as cclx's
         hints, `cclx::KEY` / `cclx.KEY` too): an unknown key or a value not listed raises
         CclxInvalidArgument (a RuntimeError) and changes nothing."""
-        mine = {}
-        for k, v in dict(hints).items():
-            for p in ("cclx::", "cclx."):
-                if k.startswith(p):
-                    k = k[len(p):]
-                    break
-            mine[k] = str(v)
-        self._c().set_config(mine)
+        self._c().set_config({_cclx_key(k): str(v) for k, v in dict(hints).items()})
 
     def all_gather_p_init(self, output, hints=None, timeout=None):
         """Persistent all-gather into `output` (cclx.Comm.all_gather_p_init): a handle."""

@@ -167,11 +167,24 @@ std::map<std::string, std::string> cclxHints(
   if (hints.empty()) return out;
   static const std::vector<std::string> known = hintKeys();
   for (const auto& [k, v] : hints) {
-    if (k.rfind("cclx::", 0) == 0) out[k.substr(6)] = v;
-    else if (k.rfind("cclx.", 0) == 0) out[k.substr(5)] = v;
-    else if (std::find(known.begin(), known.end(), k) != known.end()) out[k] = v;
+    bool prefixed = false;
+    std::string key = cclxKey(k, &prefixed);
+    if (prefixed || std::find(known.begin(), known.end(), key) != known.end())
+      out[std::move(key)] = v;
   }
   return out;
+}
+
+std::string cclxKey(const std::string& k, bool* prefixed) {
+  for (const char* p : {"cclx::", "cclx."}) {
+    const size_t n = std::char_traits<char>::length(p);
+    if (k.compare(0, n, p) == 0) {
+      if (prefixed) *prefixed = true;
+      return k.substr(n);
+    }
+  }
+  if (prefixed) *prefixed = false;
+  return k;
 }
 
 namespace {

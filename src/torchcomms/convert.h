@@ -53,6 +53,8 @@ void checkTensor(const at::Tensor& t, const at::Device& dev, const char* what);
 /// backend's and are left out.
 std::map<std::string, std::string> cclxHints(
     const std::unordered_map<std::string, std::string>& hints);
+/// A hint key without its `cclx::` / `cclx.` prefix (*prefixed says whether it had one).
+std::string cclxKey(const std::string& k, bool* prefixed = nullptr);
 
 /// A cclx Store over a c10d::Store (torchcomms' CommOptions::store).
 std::shared_ptr<Store> storeOver(c10::intrusive_ptr<c10d::Store> s);

@@ -57,15 +57,7 @@ tcx::TorchCommBackend::AllGatherPHandle CclxBackend::all_gather_p_init(
 void CclxBackend::set_config(const std::unordered_map<std::string, std::string>& hints) {
   guarded("set_config", [&] {
     std::map<std::string, std::string> mine;
-    for (const auto& [k, v] : hints) {
-      std::string key = k;
-      for (const char* p : {"cclx::", "cclx."})
-        if (key.rfind(p, 0) == 0) {
-          key = key.substr(std::string(p).size());
-          break;
-        }
-      mine[key] = v;
-    }
+    for (const auto& [k, v] : hints) mine[cclxKey(k)] = v;  // every key: unknown ones throw
     comm("set_config").updateHints(mine);  // checks every key and value first
     for (const auto& [k, v] : hints) options_.hints[k] = v;
   });
