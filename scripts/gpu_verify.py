@@ -45,11 +45,12 @@ EXPECT = {"test_gpu_failure": 40, "test_gpu_shared_grouped": 30, "test_gpu_share
           "test_gpu_faults": 15, "test_gpu_shared": 14, "test_gpu_quantized": 14,
           "test_gpu_window": 12, "test_gpu_grow_faults": 10, "test_gpu_window_vmm": 4,
           "py-fixed": 120,
-          # pytest modules at one world size (a step each): spawn, setup and every case
-          "py:test_gpu_buffer": 110, "py:test_gpu_moe": 60, "py:test_gpu_rmsnorm": 55,
-          "py:test_gpu_failure": 50, "py:test_gpu_window": 25, "py:test_gpu_dropin_shared": 25,
-          "py:test_gpu_a2av_device": 20, "py:test_gpu_memory": 20, "py:test_gpu_quantized": 15,
-          "py:test_gpu_persistent": 10, "py:test_gpu_torchcomms": 10,
+          # pytest modules at one world size (a step each): spawn, setup and every case; from
+          # the H200 record of 2026-12-05 at 3 ranks (ten steps at once), divided by 2.5
+          "py:test_gpu_rmsnorm": 70, "py:test_gpu_buffer": 60, "py:test_gpu_failure": 65,
+          "py:test_gpu_dropin_shared": 60, "py:test_gpu_moe": 60, "py:test_gpu_window": 45,
+          "py:test_gpu_a2av_device": 12, "py:test_gpu_memory": 10, "py:test_gpu_quantized": 12,
+          "py:test_gpu_persistent": 8, "py:test_gpu_torchcomms": 5,
           "py:test_gpu_rendezvous": 5}
 # GPU binaries whose main source is not named after them.
 OTHER_SOURCES = {"test_gpu_devapi_torchcomms": "tests/cpp/gpu/devapi/torchcomms_devapi.cc"}
