@@ -136,7 +136,7 @@ at::Tensor premultiply(const at::Tensor& t, const at::Tensor& f, bool inPlace) {
 
 Buf reduceBuf(const at::Tensor& t, const tcx::ReduceOp& op, ReduceOp* out, const char* what,
               bool premultiplied) {
-  *out = premultiplied && deviceFactor(op).defined() ? ReduceOp(RedOpKind::SUM) : reduceOp(op);
+  *out = premultiplied ? ReduceOp(RedOpKind::SUM) : reduceOp(op);
   Buf b;
   b.ptr = t.numel() ? t.data_ptr() : nullptr;
   b.count = size_t(t.numel());

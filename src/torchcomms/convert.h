@@ -31,7 +31,7 @@ struct Buf {
 Buf dataBuf(const at::Tensor& t, const char* what);
 /// `t` for a reduction with `op`: its cclx type (bool: u8, whose SUM is MAX and PRODUCT MIN as
 /// in c10d; complex: pairs of floats for SUM / AVG / PREMUL_SUM). Throws for other types.
-/// With `premultiplied`, a PREMUL_SUM whose factor is a device tensor is SUM (deviceFactor).
+/// `premultiplied`: the caller multiplied the inputs by deviceFactor(op): the op is SUM.
 Buf reduceBuf(const at::Tensor& t, const tcx::ReduceOp& op, ReduceOp* out, const char* what,
               bool premultiplied = false);
 /// torchcomms' ReduceOp -> cclx's (PREMUL_SUM with its factor, a double or a one-element tensor,

@@ -141,8 +141,9 @@ WorkPtr CclxBackend::all_reduce(at::Tensor& tensor, const tcx::ReduceOp& op, boo
     tcx::TracingGuard trace(name_, traceSize(), "all_reduce", traceRank(), tensor, tensor);
     Staging s(device_);
     ReduceOp rop;
-    const at::Tensor t = premultiply(s.out(tensor, "all_reduce"), deviceFactor(op), true);
-    Buf b = reduceBuf(t, op, &rop, "all_reduce", true);
+    const at::Tensor f = deviceFactor(op);
+    const at::Tensor t = premultiply(s.out(tensor, "all_reduce"), f, true);
+    Buf b = reduceBuf(t, op, &rop, "all_reduce", f.defined());
     auto o = callOpts(async_op, options, s);
     return done(async_op, comm("all_reduce").allReduce(b.ptr, b.ptr, b.count, b.dtype, rop, o),
                 {tensor}, o.timeout, s);
@@ -156,10 +157,11 @@ WorkPtr CclxBackend::reduce(const at::Tensor& tensor, int root, const tcx::Reduc
     Staging s(device_);
     ReduceOp rop;
     Comm& c = comm("reduce");
+    const at::Tensor f = deviceFactor(op);
     // The root's tensor is its output (scaled in place); another rank's input stays as given.
     const at::Tensor t =
-        premultiply(s.out(tensor, "reduce"), deviceFactor(op), c.rank() == root);
-    Buf b = reduceBuf(t, op, &rop, "reduce", true);
+        premultiply(s.out(tensor, "reduce"), f, c.rank() == root);
+    Buf b = reduceBuf(t, op, &rop, "reduce", f.defined());
     auto o = callOpts(async_op, options, s);
     void* recv = c.rank() == root ? b.ptr : nullptr;
     return done(async_op, c.reduce(b.ptr, recv, b.count, b.dtype, rop, root, o), {tensor, t},
@@ -245,9 +247,9 @@ WorkPtr CclxBackend::reduce_scatter(at::Tensor& output_t, const TensorList& inpu
     tcx::TracingGuard trace(name_, traceSize(), "reduce_scatter", traceRank(), input_list, TensorList{output_t});
     Staging s(device_);
     ReduceOp rop;
-    Buf ob = reduceBuf(s.out(output_t, "reduce_scatter output"), op, &rop,
-                       "reduce_scatter", true);
     const at::Tensor factor = deviceFactor(op);
+    Buf ob = reduceBuf(s.out(output_t, "reduce_scatter output"), op, &rop,
+                       "reduce_scatter", factor.defined());
     std::vector<const void*> sends;
     TensorList keep{output_t};
     for (const auto& t0 : input_list) {
@@ -276,9 +278,9 @@ WorkPtr CclxBackend::reduce_scatter_v(at::Tensor& output_t, const TensorList& in
     tcx::TracingGuard trace(name_, traceSize(), "reduce_scatter_v", traceRank(), input_list, TensorList{output_t});
     Staging s(device_);
     ReduceOp rop;
-    Buf ob = reduceBuf(s.out(output_t, "reduce_scatter_v output"), op, &rop,
-                       "reduce_scatter_v", true);
     const at::Tensor factor = deviceFactor(op);
+    Buf ob = reduceBuf(s.out(output_t, "reduce_scatter_v output"), op, &rop,
+                       "reduce_scatter_v", factor.defined());
     // From the types, never from this rank's counts (a rank whose output is empty scales alike).
     const size_t scale = elementScale(size_t(output_t.element_size()), ob.dtype);
     std::vector<const void*> sends;
@@ -314,9 +316,10 @@ WorkPtr CclxBackend::reduce_scatter_single(at::Tensor& output_t, const at::Tenso
                   "reduce_scatter_single: the input has " + std::to_string(in.numel()) +
                       " elements, expected " + std::to_string(output_t.numel() * c.size()));
     ReduceOp rop;
-    in = premultiply(in, deviceFactor(op), false);
-    Buf ib = reduceBuf(in, op, &rop, "reduce_scatter_single", true);
-    Buf ob = reduceBuf(out, op, &rop, "reduce_scatter_single", true);
+    const at::Tensor f = deviceFactor(op);
+    in = premultiply(in, f, false);
+    Buf ib = reduceBuf(in, op, &rop, "reduce_scatter_single", f.defined());
+    Buf ob = reduceBuf(out, op, &rop, "reduce_scatter_single", f.defined());
     auto o = callOpts(async_op, options, s);
     return done(async_op, c.reduceScatter(ib.ptr, ob.ptr, ob.count, ob.dtype, rop, o),
                 {in, output_t}, o.timeout, s);
