@@ -1,5 +1,6 @@
 // File-descriptor passing between the processes of one host (see fd_pass.h). A datagram is a
-// Message (magic, tag, whether a descriptor rides along) plus at most one SCM_RIGHTS descriptor.
+// Message (magic, tag, how many descriptors ride along) plus that many SCM_RIGHTS descriptors
+// (at most FdMailbox::kMaxFds).
 #include "base/fd_pass.h"
 
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -28,7 +30,7 @@ constexpr uint32_t kMagic = 0x63666431;  // "cfd1"
 struct Message {
   uint32_t magic;
   int32_t tag;
-  uint32_t hasFd;
+  uint32_t fds;
 };
 
 std::string toHex(const char* p, size_t n) {
@@ -66,10 +68,10 @@ socklen_t decodeAddress(const std::string& hex, sockaddr_un* a) {
   return socklen_t(offsetof(sockaddr_un, sun_path) + n);
 }
 
-void closeAll(std::map<int, int>& fds) {
-  for (auto& [tag, fd] : fds)
-    if (fd >= 0) close(fd);
-  fds.clear();
+void closeAll(std::map<int, std::vector<int>>& got) {
+  for (auto& [tag, fds] : got)
+    for (int fd : fds) close(fd);
+  got.clear();
 }
 
 std::string tagList(const std::set<int>& tags) {
@@ -134,25 +136,34 @@ FdMailbox::~FdMailbox() {
 
 void FdMailbox::send(const std::string& peerAddress, int fd, int tag,
                      std::chrono::milliseconds timeout) {
+  sendMany(peerAddress, fd >= 0 ? std::vector<int>{fd} : std::vector<int>{}, tag, timeout);
+}
+
+void FdMailbox::sendMany(const std::string& peerAddress, const std::vector<int>& fds, int tag,
+                         std::chrono::milliseconds timeout) {
+  CCLX_REQUIRE(fds.size() <= kMaxFds, cclxInvalidArgument,
+               "fd mailbox: %zu descriptors in one datagram (at most %zu)", fds.size(), kMaxFds);
+  for (int fd : fds)
+    CCLX_REQUIRE(fd >= 0, cclxInvalidArgument, "fd mailbox: a negative descriptor to send");
   sockaddr_un to;
   const socklen_t toLen = decodeAddress(peerAddress, &to);
-  Message m{kMagic, tag, fd >= 0 ? 1u : 0u};
+  Message m{kMagic, tag, uint32_t(fds.size())};
   iovec iov{&m, sizeof(m)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))];
   std::memset(control, 0, sizeof(control));
   msghdr mh{};
   mh.msg_name = &to;
   mh.msg_namelen = toLen;
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  if (fd >= 0) {
+  if (!fds.empty()) {
     mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
+    mh.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
     cmsghdr* c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   long backoffMs = 1;
@@ -184,9 +195,20 @@ void FdMailbox::send(const std::string& peerAddress, int fd, int tag,
 
 std::map<int, int> FdMailbox::receive(const std::vector<int>& tags,
                                       std::chrono::milliseconds timeout) {
+  std::map<int, std::vector<int>> many = receiveMany(tags, timeout);
+  std::map<int, int> got;
+  for (auto& [tag, fds] : many) {
+    got[tag] = fds.empty() ? -1 : fds[0];
+    for (size_t i = 1; i < fds.size(); ++i) close(fds[i]);  // more than one: only the first kept
+  }
+  return got;
+}
+
+std::map<int, std::vector<int>> FdMailbox::receiveMany(const std::vector<int>& tags,
+                                                       std::chrono::milliseconds timeout) {
   std::set<int> pending(tags.begin(), tags.end());
   const size_t expected = pending.size();
-  std::map<int, int> got;
+  std::map<int, std::vector<int>> got;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   auto timedOut = [&] {
@@ -217,9 +239,9 @@ std::map<int, int> FdMailbox::receive(const std::vector<int>& tags,
       }
       Message m{};
       iovec iov{&m, sizeof(m)};
-      // Room for several descriptors: should a sender attach more than one, they all arrive
-      // (and are closed here) instead of the datagram coming truncated.
-      alignas(cmsghdr) char control[CMSG_SPACE(8 * sizeof(int))];
+      // Room for twice the descriptors a sender may attach: a datagram with too many arrives
+      // whole (and is dropped here, its descriptors closed) instead of truncated.
+      alignas(cmsghdr) char control[CMSG_SPACE(2 * kMaxFds * sizeof(int))];
       msghdr mh{};
       mh.msg_iov = &iov;
       mh.msg_iovlen = 1;
@@ -243,9 +265,9 @@ std::map<int, int> FdMailbox::receive(const std::vector<int>& tags,
       }
       const bool wellFormed = k == ssize_t(sizeof(m)) &&
                               (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0 &&
-                              m.magic == kMagic && fds.size() == (m.hasFd ? 1u : 0u);
+                              m.magic == kMagic && fds.size() == m.fds;
       if (wellFormed && pending.count(m.tag)) {
-        got[m.tag] = fds.empty() ? -1 : fds[0];
+        got[m.tag] = std::move(fds);
         pending.erase(m.tag);
         continue;
       }

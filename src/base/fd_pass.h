@@ -48,6 +48,18 @@ class FdMailbox {
   /// are closed.
   std::map<int, int> receive(const std::vector<int>& tags, std::chrono::milliseconds timeout);
 
+  /// The most descriptors one datagram carries.
+  static constexpr size_t kMaxFds = 16;
+  /// send() with several descriptors in one datagram (at most kMaxFds, each >= 0; none: the tag
+  /// alone). One datagram per peer and exchange keeps a mailbox's queue short (the kernel's
+  /// limit on queued datagrams is net.unix.max_dgram_qlen, 10 by default).
+  void sendMany(const std::string& peerAddress, const std::vector<int>& fds, int tag,
+                std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  /// receive() of sendMany() datagrams: tag -> the descriptors in the order sent (empty: the tag
+  /// alone). Same rules as receive().
+  std::map<int, std::vector<int>> receiveMany(const std::vector<int>& tags,
+                                              std::chrono::milliseconds timeout);
+
  private:
   int sock_ = -1;
   std::string address_;

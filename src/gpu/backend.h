@@ -150,6 +150,8 @@ class CudaBackend final : public Backend {
   Algo select(const CollArgs& a) const;
   /// Bytes of peer staging this rank holds.
   size_t stagingBytesHeld() const { return pm_.allocatedBytes(); }
+  /// How peer memory is shared (gpu/peer_mem.h): 'V' (file descriptors), 'H' (CUDA IPC), 0 (off).
+  char peerShare() const { return pm_.usable ? pm_.share : 0; }
   /// The message of the failure that made the comm unusable ("" while healthy).
   std::string failureMessage() const;
   /// Stops this comm's peer kernels here and on every peer (CudaShared::requestAbort). Never

@@ -1,4 +1,4 @@
-// Peer memory over CUDA (or HIP) IPC (see peer_mem.h).
+// Peer memory shared by file descriptor ('V') or CUDA (or HIP) IPC ('H') (see peer_mem.h).
 #include "gpu/peer_mem.h"
 
 #include <unistd.h>
@@ -7,14 +7,18 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "base/error.h"
+#include "base/fd_pass.h"
 #include "base/log.h"
 #include "core/failure/grow_fault.h"
 #include "core/settings/settings_check.h"
 #include "core/sharing/mps.h"
+#include "core/sharing/peer_share.h"
 #include "gpu/algo.h"
+#include "gpu/peer_share.h"
 #include "gpu/resources.h"
 #include "gpu/runtime.h"
 #include "store/bootstrap.h"
@@ -32,7 +36,8 @@ bool filledWithOnes(int r) {
          r == int(StagingRegion::kFused);
 }
 
-// Growth record of region r in a signal area: [0, 8) state, [16, 80) the IPC handle.
+// Growth record of region r in a signal area: [0, 8) state, [16, 80) the IPC handle ('H') or
+// [16, 24) the region's mapped size ('V').
 constexpr size_t kGrowRecord = 128;
 enum : uint64_t { kGrowNone = 0, kGrowPublished = 1, kGrowFailed = 2 };
 size_t growOffset(int r) { return PeerMem::signalOffset(SignalRegion::kGrow) + size_t(r) * kGrowRecord; }
@@ -69,20 +74,21 @@ namespace {
 // Who a rank is: host identity, process, GPU, its SM count and the settings every rank must
 // share. One record per rank, exchanged first.
 struct Who {
-  std::string host, pid, bus, settings;
+  std::string host, pid, bus, offer, settings;
   int smCount = 0;
   bool ok = false;
 };
 
-std::string encodeWho(const std::string& bus, int smCount, const std::string& settings) {
+std::string encodeWho(const std::string& bus, int smCount, const std::string& offer,
+                      const std::string& settings) {
   return hostIdentity() + "\n" + std::to_string(::getpid()) + "\n" + bus + "\n" +
-         std::to_string(smCount) + "\n" + settings;
+         std::to_string(smCount) + "\n" + offer + "\n" + settings;
 }
 
 Who parseWho(const std::string& v) {
   Who w;
   size_t at = 0;
-  std::string f[4];
+  std::string f[5];
   for (std::string& x : f) {
     const size_t nl = v.find('\n', at);
     if (nl == std::string::npos) return w;
@@ -93,6 +99,7 @@ Who parseWho(const std::string& v) {
   w.pid = f[1];
   w.bus = f[2];
   w.smCount = std::atoi(f[3].c_str());
+  w.offer = f[4];
   w.settings = v.substr(at);
   w.ok = !w.bus.empty();
   return w;
@@ -154,11 +161,13 @@ void judge(PeerMem& pm, const PeerSetup& s, const std::vector<Who>& who) {
 
 using gpurt::Deadline;
 
-// This rank's signal area: allocated, zeroed on a stream of its own (flags 0, no growth record
-// published; staging comes later, peerMemGrow) and exported. "" when done; otherwise why not
-// (peer memory then goes off on every rank). `leak`: the initialization did not finish in time,
-// so the buffer may not be freed.
-std::string makeBuffer(const PeerSetup& s, gpures::DeviceMem& buf, cudaIpcMemHandle_t& handle,
+// This rank's signal area: allocated (pm.share's way), zeroed on a stream of its own (flags 0, no
+// growth record published; staging comes later, peerMemGrow) and exported: *rec is the record to
+// publish ("H" + the IPC handle, or "V" + the mapped size, the allocation's descriptor in *fd).
+// "" when done; otherwise why not (peer memory then goes off on every rank). `leak`: the
+// initialization did not finish in time, so the buffer may not be freed.
+std::string makeBuffer(const PeerSetup& s, peershare::OwnedBuf& buf, std::string* rec,
+                       peershare::FdGuard* fd,
                        Deadline deadline, bool& leak) {
   try {
     injectSetupFailure(s.cfg, s.rank, "alloc");
@@ -166,14 +175,12 @@ std::string makeBuffer(const PeerSetup& s, gpures::DeviceMem& buf, cudaIpcMemHan
     return e.what();
   }
   const size_t total = kSignalBytes;
-  char* base = nullptr;
-  cudaError_t e = gpurt::mallocPeerVisible(&base, total);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+  std::string why;
+  char* base = peershare::alloc(buf.kind, total, s.device, &why);
+  if (!base)
     return strFormat("allocating %zu bytes of peer memory failed on rank %d: %s", total, s.rank,
-                     cudaGetErrorString(e));
-  }
-  buf.adopt(base, total);
+                     why.c_str());
+  buf.p = base;
   gpures::Stream st;
   gpures::createStream(st);
   CCLX_CUDA_CHECK(cudaMemsetAsync(base, 0, total, st.get()));
@@ -182,14 +189,22 @@ std::string makeBuffer(const PeerSetup& s, gpures::DeviceMem& buf, cudaIpcMemHan
     return strFormat("initializing peer memory on rank %d did not finish within the timeout",
                      s.rank);
   }
-  CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&handle, base));
+  if (buf.kind == 'V') {
+    size_t size = 0;
+    fd->fd = peershare::exportFd(base, &size);
+    rec->assign(1, 'V');
+    rec->append(std::to_string(size));
+  } else {
+    rec->assign(1, 'H');
+    rec->append(peershare::exportIpc(base));
+  }
   return "";
 }
 
 void closePeers(PeerMem& pm) {
   for (int r = 0; r < pm.size && r < kMaxRanks; ++r) {
     if (r == pm.rank || !pm.signal[r]) continue;
-    if (cudaIpcCloseMemHandle(pm.signal[r]) != cudaSuccess) (void)cudaGetLastError();
+    peershare::unmap(pm.share, pm.signal[r], pm.signalSize[r]);
     pm.signal[r] = nullptr;
   }
 }
@@ -206,6 +221,10 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
     return;
   }
   const Deadline deadline = gpurt::deadlineAfter(s.timeout);
+  // How this rank can share memory (a mailbox bound now when it offers 'V').
+  ShareOffer offer;
+  offer.whyNot = "CCLX_DDA_ENABLE=0";
+  if (s.cfg.ddaEnable) offer = peershare::offer(s.cfg, s.device, &pm.mailbox);
 
   // 1. Who everyone is, and the settings that must match (before any memory is shared).
   std::vector<Who> who;
@@ -213,7 +232,7 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
         injectSetupFailure(s.cfg, s.rank, "who");
         char bus[64] = {};
         CCLX_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), s.device));
-        return encodeWho(bus, s.smCount, s.settings);
+        return encodeWho(bus, s.smCount, encodeShareOffer(offer), s.settings);
       })) {
     std::vector<std::string> settings;
     for (int r = 0; r < s.size; ++r) {
@@ -230,59 +249,88 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
   }
   const bool want = !seq.failed() && pm.whyNot.empty();
   if (!pm.sharing.empty()) CCLX_INFO("%s", pm.sharing.c_str());
+  if (want) {  // every rank derives the same choice from the same records
+    std::vector<ShareOffer> offers;
+    for (const Who& w : who) offers.push_back(parseShareOffer(w.offer));
+    std::string why;
+    pm.share = chooseShare(offers, &why);
+    for (int r = 0; r < s.size && pm.share == 'V'; ++r) pm.mailboxes[r] = offers[size_t(r)].mailbox;
+    if (pm.share != 'V')
+      CCLX_INFO("peer memory shared by legacy CUDA IPC (%s): a rank that dies frees memory its "
+                "peers' kernels may still read",
+                why.c_str());
+  }
+  if (pm.share != 'V') pm.mailbox.reset();
 
   // 2. Every rank's buffer, or why it has none.
   const size_t staging = (std::max<size_t>(s.cfg.ddaStagingBytes, 1u << 20) + 4095) & ~size_t(4095);
-  gpures::DeviceMem buf;
+  peershare::OwnedBuf buf;
+  buf.kind = pm.share;
+  peershare::FdGuard myFd;  // 'V': this rank's signal area as a descriptor, until sent
   bool initPending = false, published = false;
   std::string offWhy;
   const auto handles = seq.step("peer/handle", [&]() -> std::string {
     if (!want) return "-";
-    cudaIpcMemHandle_t h;
+    std::string rec;
     std::string why = checkPeers(s, who);
-    if (why.empty()) why = makeBuffer(s, buf, h, deadline, initPending);
+    if (why.empty()) why = makeBuffer(s, buf, &rec, &myFd, deadline, initPending);
     if (!why.empty()) return "N" + why;
     published = true;
-    return "H" + std::string(reinterpret_cast<const char*>(&h), sizeof(h));
+    return rec;
   });
   if (handles && want) {
     for (int r = 0; r < s.size && offWhy.empty(); ++r) {
       const std::string& v = (*handles)[size_t(r)];
+      char* end = nullptr;
+      const unsigned long long size = v.size() > 1 ? std::strtoull(v.c_str() + 1, &end, 10) : 0;
       if (!v.empty() && v[0] == 'N') offWhy = strFormat("rank %d: %s", r, v.c_str() + 1);
-      else if (v.size() != 1 + sizeof(cudaIpcMemHandle_t) || v[0] != 'H')
+      else if (pm.share == 'H' && (v.size() != 1 + sizeof(cudaIpcMemHandle_t) || v[0] != 'H'))
         offWhy = strFormat("rank %d published a malformed IPC handle (%zu bytes)", r, v.size());
+      else if (pm.share == 'V' && (v[0] != 'V' || size < kSignalBytes || !end || *end))
+        offWhy = strFormat("rank %d published a malformed buffer record (%zu bytes)", r, v.size());
+      else if (pm.share == 'V')
+        pm.signalSize[r] = size_t(size);
     }
   }
   if (published) {
     pm.stagingBytes = staging;
     pm.fusedBytes = (s.cfg.fusedStagingBytes + 4095) & ~size_t(4095);
-    pm.signal[s.rank] = static_cast<char*>(buf.get());
+    pm.signal[s.rank] = buf.p;
   }
 
   // 3. Every rank opened every peer's buffer: the vote.
   bool votedYes = false;
   const auto votes = seq.step("peer/vote", [&]() -> std::string {
     if (!want || !offWhy.empty()) return "-";  // the same on every rank: all skip the mapping
+    std::map<int, std::vector<int>> fds;
+    if (pm.share == 'V') {  // every rank sends before any rank may stop at a failure below
+      try {
+        fds = peershare::passFds(*pm.mailbox, pm.mailboxes, pm.rank, pm.size, {myFd.fd}, deadline);
+      } catch (const Error& e) {
+        return strFormat("Nrank %d: %s", s.rank, e.what());
+      }
+    }
     for (int r = 0; r < s.size; ++r) {
       if (r == s.rank) continue;
       try {
         injectSetupFailure(s.cfg, s.rank, "open");
+        if (pm.share == 'V') {
+          std::vector<int>& got = fds[r];
+          CCLX_REQUIRE(got.size() == 1, cclxRemoteError, "rank %d sent %zu descriptors, not 1", r,
+                       got.size());
+          const int fd = got[0];
+          got[0] = -1;
+          pm.signal[r] = peershare::importFd(fd, pm.signalSize[r], s.device);
+        } else {
+          pm.signal[r] = peershare::importIpc((*handles)[size_t(r)].substr(1));
+        }
       } catch (const Error& e) {
+        peershare::closeFds(fds);
         closePeers(pm);
-        return std::string("N") + e.what();
+        return strFormat("Nopening rank %d's buffer failed on rank %d: %s", r, s.rank, e.what());
       }
-      cudaIpcMemHandle_t ph;
-      std::memcpy(&ph, (*handles)[size_t(r)].data() + 1, sizeof(ph));
-      void* p = nullptr;
-      const cudaError_t e = cudaIpcOpenMemHandle(&p, ph, cudaIpcMemLazyEnablePeerAccess);
-      if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        closePeers(pm);
-        return strFormat("NcudaIpcOpenMemHandle of rank %d's buffer failed on rank %d: %s", r,
-                         s.rank, cudaGetErrorString(e));
-      }
-      pm.signal[r] = static_cast<char*>(p);
     }
+    peershare::closeFds(fds);
     votedYes = true;
     return "Y";
   });
@@ -310,8 +358,10 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
     pm.usable = true;
     (void)buf.leak();  // owned by pm from here on (peerMemClose)
     CCLX_INFO("peer memory on: %d ranks, %zu-byte signal area, staging up to %zu bytes per "
-              "rank allocated on first use%s",
-              s.size, kSignalBytes, staging, pm.sharing.empty() ? "" : " (some ranks share a GPU)");
+              "rank allocated on first use, shared by %s%s",
+              s.size, kSignalBytes, staging,
+              pm.share == 'V' ? "file descriptor (cuMem)" : "CUDA IPC",
+              pm.sharing.empty() ? "" : " (some ranks share a GPU)");
     return;
   } else if (!offWhy.empty()) {
     pm.whyNot = offWhy;
@@ -320,6 +370,7 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
   closePeers(pm);
   pm.signal[s.rank] = nullptr;
   pm.stagingBytes = pm.fusedBytes = 0;
+  pm.mailbox.reset();
   if (initPending) (void)buf.leak();  // an initialization still queued may write into it
   CCLX_INFO("peer memory off: %s", pm.whyNot.c_str());
 }
@@ -349,28 +400,39 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
   const bool inject = fault.hits(me, growth);
   // 1. Allocate, initialize and publish this rank's regions (ascending, as every rank does).
   char* mine[kNumStagingRegions] = {};
+  peershare::FdGuard myFds[kNumStagingRegions];  // 'V': the regions as descriptors, until sent
   std::string allocError;
   for (int r = 0; r < kNumStagingRegions; ++r) {
     if (!(want & (1u << r))) continue;
     const size_t bytes = pm.regionBytes(StagingRegion(r));
     uint64_t state = kGrowFailed;
-    cudaIpcMemHandle_t h{};
+    char payload[64] = {};  // the IPC handle ('H') or the mapped size ('V')
+    std::string why;
     if (inject) {
       mine[r] = nullptr;
       allocError = growFaultMessage(fault, me, growth);
-    } else if (bytes > 0 && gpurt::mallocPeerVisible(&mine[r], bytes) == cudaSuccess) {
+    } else if (bytes > 0 && (mine[r] = peershare::alloc(pm.share, bytes, pm.device, &why))) {
       CCLX_CUDA_CHECK(cudaMemsetAsync(mine[r], filledWithOnes(r) ? 0xFF : 0, bytes, st));
       CCLX_CUDA_CHECK(cudaStreamSynchronize(st));
-      CCLX_CUDA_CHECK(cudaIpcGetMemHandle(&h, mine[r]));
+      if (pm.share == 'V') {
+        size_t size = 0;
+        myFds[r].fd = peershare::exportFd(mine[r], &size);
+        pm.regionSize[r][me] = size;
+        const uint64_t v = size;
+        std::memcpy(payload, &v, sizeof(v));
+      } else {
+        const std::string h = peershare::exportIpc(mine[r]);
+        std::memcpy(payload, h.data(), std::min(h.size(), sizeof(payload)));
+      }
       state = kGrowPublished;
     } else {
-      (void)cudaGetLastError();
       mine[r] = nullptr;
-      allocError = strFormat("allocating %zu bytes for the %s staging region failed on rank %d", bytes,
-                             regionName(StagingRegion(r)), me);
+      allocError = strFormat("allocating %zu bytes for the %s staging region failed on rank %d%s%s",
+                             bytes, regionName(StagingRegion(r)), me, why.empty() ? "" : ": ",
+                             why.c_str());
     }
     char* rec = pm.signal[me] + growOffset(r);
-    copyOn(rec + 16, &h, sizeof(h), cudaMemcpyHostToDevice, st);  // the handle before the state
+    copyOn(rec + 16, payload, sizeof(payload), cudaMemcpyHostToDevice, st);  // before the state
     copyOn(rec, &state, sizeof(state), cudaMemcpyHostToDevice, st);
   }
   // 2. Every peer's records: all published (or one failed) before any handle is opened, so that a
@@ -426,13 +488,15 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   bool ok = true;
+  std::vector<int> opened;  // the regions every rank allocated, ascending
+  std::vector<int> sendFds;
   for (int r = 0; r < kNumStagingRegions; ++r) {
     if (!(want & (1u << r))) continue;
     bool failed = mine[r] == nullptr;
     for (int p = 0; p < pm.size; ++p)
       if (p != me && states[p][r] == kGrowFailed) failed = true;
     if (failed) {
-      if (mine[r]) CCLX_CUDA_CHECK(cudaFree(mine[r]));
+      peershare::release(pm.share, mine[r]);
       pm.failed |= 1u << r;
       ok = false;
       CCLX_WARN("peer staging region %s (%zu bytes) is off: %s", regionName(StagingRegion(r)),
@@ -441,18 +505,45 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
       continue;
     }
     pm.regions[r][me] = mine[r];
+    opened.push_back(r);
+    if (pm.share == 'V') sendFds.push_back(myFds[r].fd);
+  }
+  // 3. 'V': one datagram each way between every pair of ranks carries the opened regions'
+  //    descriptors, in ascending region order.
+  std::map<int, std::vector<int>> fds;
+  struct CloseRest {
+    std::map<int, std::vector<int>>& fds;
+    ~CloseRest() { peershare::closeFds(fds); }
+  } closeRest{fds};
+  if (pm.share == 'V' && !opened.empty()) {
+    fds = peershare::passFds(*pm.mailbox, pm.mailboxes, me, pm.size, sendFds, deadline);
+    for (int p = 0; p < pm.size; ++p)
+      if (p != me && fds[p].size() != opened.size())
+        CCLX_THROW(cclxRemoteError,
+                   "rank %d: rank %d sent %zu descriptors for %zu new staging regions", me, p,
+                   fds[p].size(), opened.size());
+  }
+  for (size_t k = 0; k < opened.size(); ++k) {
+    const int r = opened[k];
     for (int p = 0; p < pm.size; ++p) {
       if (p == me) continue;
-      cudaIpcMemHandle_t ph;
-      copyOn(&ph, pm.signal[p] + growOffset(r) + 16, sizeof(ph), cudaMemcpyDeviceToHost, st);
-      void* q = nullptr;
-      cudaError_t e = cudaIpcOpenMemHandle(&q, ph, cudaIpcMemLazyEnablePeerAccess);
-      if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        CCLX_THROW(cclxCudaError, "cudaIpcOpenMemHandle of rank %d's %s staging failed on rank %d: %s",
-                   p, regionName(StagingRegion(r)), me, cudaGetErrorString(e));
+      char payload[64];
+      copyOn(payload, pm.signal[p] + growOffset(r) + 16, sizeof(payload), cudaMemcpyDeviceToHost, st);
+      try {
+        if (pm.share == 'V') {
+          uint64_t size = 0;
+          std::memcpy(&size, payload, sizeof(size));
+          const int fd = fds[p][k];
+          fds[p][k] = -1;
+          pm.regions[r][p] = peershare::importFd(fd, size_t(size), pm.device);
+          pm.regionSize[r][p] = size_t(size);
+        } else {
+          pm.regions[r][p] = peershare::importIpc(std::string(payload, sizeof(payload)));
+        }
+      } catch (const Error& e) {
+        CCLX_THROW(cclxCudaError, "opening rank %d's %s staging failed on rank %d: %s", p,
+                   regionName(StagingRegion(r)), me, e.what());
       }
-      pm.regions[r][p] = static_cast<char*>(q);
     }
     pm.allocated |= 1u << r;
     CCLX_INFO("peer staging region %s on: %zu bytes per rank (%zu bytes held)",
@@ -468,21 +559,18 @@ void peerMemClose(PeerMem& pm) {
                      pm.rank, n);
     return;
   }
-  auto release = [&](char*& p, int r, const char* what) {
-    if (!p) return;
-    cudaError_t e = (r == pm.rank) ? cudaFree(p) : cudaIpcCloseMemHandle(p);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      CCLX_WARN("releasing rank %d's %s failed: %s", r, what, cudaGetErrorString(e));
-    }
+  auto release = [&](char*& p, int r, size_t size) {
+    if (r == pm.rank) peershare::release(pm.share, p);  // failures are logged
+    else peershare::unmap(pm.share, p, size);
     p = nullptr;
   };
   for (int g = 0; g < kNumStagingRegions; ++g)
     for (int r = 0; r < pm.size && r < kMaxRanks; ++r)
-      release(pm.regions[g][r], r, "peer staging");
-  for (int r = 0; r < pm.size && r < kMaxRanks; ++r) release(pm.signal[r], r, "signal area");
+      release(pm.regions[g][r], r, pm.regionSize[g][r]);
+  for (int r = 0; r < pm.size && r < kMaxRanks; ++r) release(pm.signal[r], r, pm.signalSize[r]);
   pm.allocated = 0;
   pm.usable = false;
+  pm.mailbox.reset();
 }
 
 size_t peerMemLeak(PeerMem& pm) {

@@ -1,9 +1,12 @@
-// CUDA IPC peer memory: for ranks of one host whose GPUs have P2P access between every pair (or
-// that share a GPU: several processes on one device), each rank allocates a signal area at setup
-// and its staging regions when a call first needs them, and every rank maps every peer's with
-// CUDA IPC. The pointers below are valid in this process (peer pointers are IPC mappings over
-// NVLink/PCIe, or of the same device). HIP builds allocate fine-grained memory
-// (gpurt::mallocPeerVisible) and map it with HIP IPC.
+// Peer memory: for ranks of one host whose GPUs have P2P access between every pair (or that
+// share a GPU: several processes on one device), each rank allocates a signal area at setup and
+// its staging regions when a call first needs them, and every rank maps every peer's. The ranks
+// share them in one of two ways, chosen alike on every rank at setup (core/sharing/peer_share.h,
+// gpu/peer_share.h): 'V', cuMem allocations whose file descriptors travel over unix sockets
+// (base/fd_pass.h) and which stay valid in the peers after their owner dies, where every rank
+// can; else 'H', legacy CUDA IPC (HIP builds: fine-grained memory, gpurt::mallocPeerVisible, over
+// HIP IPC). The pointers below are valid in this process (peer pointers are mappings over
+// NVLink/PCIe, or of the same device).
 //
 // Staging regions (S = stagingBytes = CCLX_DDA_STAGING_BYTES, the cap; each region a fixed share
 // of S in 22nds, rounded down to 256 bytes; the 176 MiB default gives the sizes in brackets):
@@ -32,7 +35,8 @@
 //                       missing-rank mask (gpu/algo.h kCtl*, device/fail.cuh; written by any
 //                       rank, never reset)
 //   [516 KiB, +4 KiB)   growth records, one per staging region (128 bytes each): a uint64 state
-//                       (0 none, 1 published, 2 allocation failed) and the region's IPC handle,
+//                       (0 none, 1 published, 2 allocation failed) and the region's IPC handle
+//                       ('H') or its mapped size ('V': the descriptors follow by mailbox),
 //                       written by the owner (host copies), read by the peers (peerMemGrow)
 //   [520 KiB, +64 KiB)  DDA pipelined exchange flags: uint64 data [src][kMaxBlocks] and acks
 //                       [dst][kMaxBlocks] (dda/xchg_pipe.cu)
@@ -45,6 +49,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +57,8 @@
 #include "core/failure/setup_sequence.h"
 
 namespace cclx {
+
+class FdMailbox;
 
 constexpr int kMaxRanks = 8;       // largest world size with peer memory
 constexpr int kMaxBlocks = 128;    // largest grid of any peer-memory kernel
@@ -109,6 +116,12 @@ struct PeerMem {
   size_t fusedBytes = 0;    // F: region kFused's capacity
   char* regions[kNumStagingRegions][kMaxRanks] = {};  // [region][r]: rank r's region (null: none yet)
   char* signal[kMaxRanks] = {};    // signal[r]: rank r's signal area
+  // How the buffers are shared (core/sharing/peer_share.h): 'V' or 'H', the same on every rank.
+  char share = 'H';
+  std::shared_ptr<FdMailbox> mailbox;  // 'V': where this rank receives the peers' descriptors
+  std::string mailboxes[kMaxRanks];    // 'V': every rank's mailbox address
+  size_t signalSize[kMaxRanks] = {};   // 'V': the mapped size of each rank's signal area
+  size_t regionSize[kNumStagingRegions][kMaxRanks] = {};  // 'V': the same for staging
   uint32_t allocated = 0;   // regions allocated on every rank and mapped here (regionBit)
   uint32_t failed = 0;      // regions whose allocation failed on some rank: never used
   int growths = 0;          // peerMemGrow calls that allocated something (the same on every rank)
@@ -149,11 +162,12 @@ struct PeerMem {
 };
 
 /// Collective over the comm, a fixed sequence of three exchanges that every rank runs to the end
-/// (core/failure/setup_sequence.h): "peer/who" (host identity, pid, PCI bus id, SM count and the
-/// settings every rank must share: a mismatch fails `seq` on every rank, naming the settings and
-/// ranks), "peer/handle" (each rank's signal area allocated, zeroed and exported, or why not;
-/// staging comes later, peerMemGrow) and "peer/vote" (every peer's signal area opened, or why
-/// not). Peer memory is usable when every rank
+/// (core/failure/setup_sequence.h): "peer/who" (host identity, pid, PCI bus id, SM count, how
+/// the rank can share memory and the settings every rank must share: a mismatch fails `seq` on
+/// every rank, naming the settings and ranks), "peer/handle" (each rank's signal area allocated,
+/// zeroed and exported, or why not; staging comes later, peerMemGrow) and "peer/vote" (every
+/// peer's signal area opened, or why not; 'V': the descriptors pass between the ranks' mailboxes
+/// first, bounded by the timeout). Peer memory is usable when every rank
 /// voted for it (one host, 2..kMaxRanks ranks, one process per rank, P2P between every pair of
 /// distinct GPUs, cfg.ddaEnable, every allocation and mapping done); every rank that completes
 /// the sequence reaches the same verdict. Failures that only turn peer memory off (allocation,
@@ -171,10 +185,10 @@ struct GrowAbort {
 };
 
 /// Collective growth: allocates this rank's staging regions in `want` (regionBit set) that are not
-/// allocated yet, initializes them (0, or 0xFF for the data-as-flag inboxes), publishes their IPC
-/// handles in its growth records and opens every peer's, polling the peers' records through the
-/// mapped signal areas (host copies on `stream`, a non-blocking stream of this comm's device; no
-/// store or NCCL involved). Every rank must call it at the same call with the same set: the set
+/// allocated yet, initializes them (0, or 0xFF for the data-as-flag inboxes), publishes them in
+/// its growth records and opens every peer's, polling the peers' records through the mapped
+/// signal areas (host copies on `stream`, a non-blocking stream of this comm's device; no store
+/// or NCCL involved; 'V': one datagram per peer then carries the new regions' descriptors). Every rank must call it at the same call with the same set: the set
 /// comes from the selected algorithm, which every rank derives identically. Returns false when an
 /// allocation failed on some rank (every rank learns it from the records): those regions are
 /// marked failed and never used; the call then chooses again (tests fail a chosen growth this way:

@@ -63,6 +63,7 @@ struct Config {
   size_t ddaAllGatherMaxBytes = 0;      // CCLX_DDA_ALLGATHER_MAX_BYTES (0 = table; output bytes)
   size_t ddaReduceScatterMaxBytes = 0;  // CCLX_DDA_REDUCESCATTER_MAX_BYTES (0 = table; input bytes)
   size_t ddaAllToAllMaxBytes = 0;       // CCLX_DDA_ALLTOALL_MAX_BYTES (0 = table; input bytes)
+  std::string peerMemShare = "auto";     // CCLX_PEER_MEM_SHARE: auto | ipc (gpu/peer_mem.h)
   size_t ddaStagingBytes = 176ull << 20; // CCLX_DDA_STAGING_BYTES: peer-visible staging per rank
   int ddaMaxBlocks = 0;                 // CCLX_DDA_MAX_BLOCKS (0 = tuned)
   size_t winPutCeMinBytes = 256 << 10;  // CCLX_WIN_PUT_CE_MIN_BYTES: window puts by copy engine

@@ -143,6 +143,12 @@ const Entry kLibrary[] = {
      "DDA all-to-all up to this input size per rank; NCCL above (all-to-all-v: DDA at any size, "
      "its sizes differ per rank)",
      CCLX_FIELD(ddaAllToAllMaxBytes)},
+    {"CCLX_PEER_MEM_SHARE", nullptr, nullptr, K::Choice, "auto|ipc", 0, 0, "auto",
+     "How the ranks of one host share peer memory (signal areas, staging): `auto` (memory of "
+     "CUDA's virtual memory management API passed as file descriptors where every rank can, "
+     "which outlives a rank that dies; else legacy CUDA IPC) or `ipc` (legacy CUDA IPC, whose "
+     "memory the driver frees when its process exits)",
+     CCLX_FIELD(peerMemShare)},
     {"CCLX_DDA_STAGING_BYTES", nullptr, nullptr, K::Size, nullptr, 0, 0, "176M",
      "Most peer-visible staging per rank, in regions allocated by the first call that needs each "
      "(a comm that runs no DDA call holds none): flat/LL 1/22, tree 3/22, Lamport 4/22, FP8 "

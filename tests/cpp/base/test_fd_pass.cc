@@ -310,3 +310,46 @@ TEST(FdPass, SendToClosedMailboxOrMalformedAddress) {
   expectError(cclxInvalidArgument, [&] { b.send("abc", -1, 0); });
   expectError(cclxInvalidArgument, [&] { b.send("", -1, 0); });
 }
+
+TEST(FdPass, SeveralDescriptorsInOneDatagram) {
+  FdMailbox a, b, c;
+  const int f[3] = {makeMemfd("fd-pass-a", "alpha"), makeMemfd("fd-pass-b", "beta"),
+                    makeMemfd("fd-pass-c", "gamma")};
+  for (int fd : f) ASSERT_GE(fd, 0);
+  const int before = openFds();
+  b.sendMany(a.address(), {f[0], f[1], f[2]}, 1);
+  c.sendMany(a.address(), {}, 2);  // the tag alone
+  std::map<int, std::vector<int>> got = a.receiveMany({1, 2}, 5s);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got.at(2).empty());
+  ASSERT_EQ(got.at(1).size(), 3u);
+  const char* want[3] = {"alpha", "beta", "gamma"};
+  for (int i = 0; i < 3; ++i) {  // in the order sent
+    EXPECT_TRUE(sameFile(got.at(1)[size_t(i)], f[i]));
+    EXPECT_EQ(readAll(got.at(1)[size_t(i)], 64), want[i]);
+    close(got.at(1)[size_t(i)]);
+  }
+  EXPECT_EQ(openFds(), before);
+  // receive() of a datagram with several keeps the first and closes the others.
+  b.sendMany(a.address(), {f[2], f[0]}, 4);
+  const std::map<int, int> one = a.receive({4}, 5s);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_TRUE(sameFile(one.at(4), f[2]));
+  close(one.at(4));
+  EXPECT_EQ(openFds(), before);
+  for (int fd : f) close(fd);
+}
+
+TEST(FdPass, TooManyOrNegativeDescriptorsAreRefusedBeforeSending) {
+  FdMailbox a, b;
+  const int fd = makeMemfd("fd-pass-many", "x");
+  ASSERT_GE(fd, 0);
+  const std::vector<int> many(FdMailbox::kMaxFds + 1, fd);
+  std::string msg = expectError(cclxInvalidArgument, [&] { b.sendMany(a.address(), many, 1); });
+  EXPECT_NE(msg.find("at most"), std::string::npos) << msg;
+  expectError(cclxInvalidArgument, [&] { b.sendMany(a.address(), {fd, -1}, 1); });
+  // Nothing was sent: the mailbox stays empty.
+  msg = expectError(cclxTimeout, [&] { a.receiveMany({1}, 100ms); });
+  EXPECT_NE(msg.find("rank(s) 1"), std::string::npos) << msg;
+  close(fd);
+}

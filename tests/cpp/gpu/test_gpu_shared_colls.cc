@@ -112,7 +112,36 @@ TEST(GpuSharedColls, StagingAllocatedOnFirstUse) {
              "after a pipelined call: %zu bytes", afterPipe);
     runCase(*gpu, *twin, pipe, rank, size, 7002, st.s);
     MP_CHECK(b.stagingBytesHeld() == afterPipe, "a second call grew the staging");
+    // Memory a dead rank leaves valid in its peers (core/sharing/peer_share.h): the default here.
+    MP_CHECK(b.peerShare() == 'V', "peer memory shared by '%c', not by file descriptor",
+             b.peerShare() ? b.peerShare() : '0');
   }, std::chrono::seconds(300));
+}
+
+// CCLX_PEER_MEM_SHARE=ipc: the signal areas and staging shared by legacy CUDA IPC instead, the
+// same results (the LL and pipelined exchanges, each growing a region).
+TEST(GpuSharedColls, LegacyIpcSharingEqualsHostTwin) {
+  GPU_REQUIRE(1);
+  setenv("CCLX_PEER_MEM_SHARE", "ipc", 1);  // the ranks' processes read it at comm creation
+  runTwinRanksWith(sharedWorldSize(), [](int rank, int size, std::shared_ptr<Store> store) {
+    return gpuComm(rank, size, std::move(store), "legacy_ipc");
+  }, "legacy_ipc_twin", [&](TwinRank& r) {
+    CudaBackend& b = backendOf(*r.gpu);
+    MP_CHECK(b.peerShare() == 'H', "peer memory shared by '%c', not by CUDA IPC",
+             b.peerShare() ? b.peerShare() : '0');
+    uint64_t seed = 7100;
+    for (CollType ty : {CollType::AllGather, CollType::ReduceScatter, CollType::AllToAll})
+      for (const char* algo : {"flat", "tree"}) {
+        XCase c;
+        c.type = ty;
+        c.count = 1001;
+        c.hints = {{"algo", algo}};
+        c.expect = std::string(algo) == "flat" ? "ll" : "pipelined";
+        runCase(*r.gpu, *r.twin, c, r.rank, r.size, ++seed, r.st.s);
+      }
+    MP_CHECK(b.stagingBytesHeld() > 0, "no staging was allocated");
+  }, std::chrono::seconds(300));
+  unsetenv("CCLX_PEER_MEM_SHARE");
 }
 
 // 24 calls with fresh data and their own buffers back to back without a host sync (LL and
@@ -357,5 +386,6 @@ TEST(GpuSharedColls, AllToAllVCountMismatchFailsClearly) {
 #else
 
 TEST(GpuSharedColls, LLExchangeEqualsHostTwin) { GTEST_SKIP() << "built without CUDA"; }
+TEST(GpuSharedColls, LegacyIpcSharingEqualsHostTwin) { GTEST_SKIP() << "built without CUDA"; }
 
 #endif
