@@ -88,6 +88,11 @@ void sleepMs(long ms) {
 
 }  // namespace
 
+void OwnedFd::reset() {
+  if (fd >= 0) close(fd);
+  fd = -1;
+}
+
 std::string networkNamespaceId() {
   char link[64] = {};
   const ssize_t n = readlink("/proc/self/ns/net", link, sizeof(link) - 1);

@@ -20,6 +20,16 @@ namespace cclx {
 /// different network namespaces cannot reach each other's mailboxes.
 std::string networkNamespaceId();
 
+/// A descriptor closed at scope exit unless taken (reset() closes it now).
+struct OwnedFd {
+  int fd = -1;
+  OwnedFd() = default;
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  ~OwnedFd() { reset(); }
+  void reset();
+};
+
 /// One receiving socket (SOCK_DGRAM | SOCK_CLOEXEC, AF_UNIX) autobound to a unique abstract
 /// address for as long as the object lives; it also sends. Not thread-safe: one thread at a time.
 /// Every failing system call throws cclx::Error(cclxSystemError) with the reason.

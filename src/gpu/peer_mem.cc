@@ -167,7 +167,7 @@ using gpurt::Deadline;
 // "" when done; otherwise why not (peer memory then goes off on every rank). `leak`: the
 // initialization did not finish in time, so the buffer may not be freed.
 std::string makeBuffer(const PeerSetup& s, peershare::OwnedBuf& buf, std::string* rec,
-                       peershare::FdGuard* fd,
+                       OwnedFd* fd,
                        Deadline deadline, bool& leak) {
   try {
     injectSetupFailure(s.cfg, s.rank, "alloc");
@@ -266,7 +266,7 @@ void peerMemOpen(PeerMem& pm, const PeerSetup& s, SetupSequence& seq) {
   const size_t staging = (std::max<size_t>(s.cfg.ddaStagingBytes, 1u << 20) + 4095) & ~size_t(4095);
   peershare::OwnedBuf buf;
   buf.kind = pm.share;
-  peershare::FdGuard myFd;  // 'V': this rank's signal area as a descriptor, until sent
+  OwnedFd myFd;  // 'V': this rank's signal area as a descriptor, until sent
   bool initPending = false, published = false;
   std::string offWhy;
   const auto handles = seq.step("peer/handle", [&]() -> std::string {
@@ -400,7 +400,7 @@ bool peerMemGrow(PeerMem& pm, uint32_t want, std::chrono::milliseconds timeout, 
   const bool inject = fault.hits(me, growth);
   // 1. Allocate, initialize and publish this rank's regions (ascending, as every rank does).
   char* mine[kNumStagingRegions] = {};
-  peershare::FdGuard myFds[kNumStagingRegions];  // 'V': the regions as descriptors, until sent
+  OwnedFd myFds[kNumStagingRegions];  // 'V': the regions as descriptors, until sent
   std::string allocError;
   for (int r = 0; r < kNumStagingRegions; ++r) {
     if (!(want & (1u << r))) continue;

@@ -4,8 +4,6 @@
 // IPC in HIP builds). gpu/peer_mem.cc decides which and moves the handles.
 #pragma once
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstddef>
 #include <map>
@@ -56,14 +54,6 @@ struct OwnedBuf {
     char* q = p;
     p = nullptr;
     return q;
-  }
-};
-
-/// A descriptor closed at scope exit.
-struct FdGuard {
-  int fd = -1;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
   }
 };
 

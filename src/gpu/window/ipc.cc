@@ -47,6 +47,7 @@
 #include "core/settings/table.h"
 #include "gpu/backend.h"
 #include "gpu/driver.h"
+#include "gpu/peer_share.h"
 #include "gpu/runtime.h"
 #include "gpu/window/vmm.h"
 #include "gpu/window/window.h"
@@ -74,16 +75,9 @@ char* ipcOpen(const std::string& handle) {
     ++it->second.second;
     return it->second.first;
   }
-  cudaIpcMemHandle_t h;
-  std::memcpy(&h, handle.data(), sizeof(h));
-  void* p = nullptr;
-  cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    CCLX_THROW(cclxCudaError, "cudaIpcOpenMemHandle failed: %s", cudaGetErrorString(e));
-  }
-  c.open[handle] = {static_cast<char*>(p), 1};
-  return static_cast<char*>(p);
+  char* p = peershare::importIpc(handle);
+  c.open[handle] = {p, 1};
+  return p;
 }
 
 void ipcClose(const std::string& handle) {
@@ -177,16 +171,6 @@ bool parseRecord(const std::string& v, Record* out) {
   out->handle = f[0];
   return true;
 }
-
-// A descriptor closed at scope exit unless taken.
-struct OwnedFd {
-  int fd = -1;
-  ~OwnedFd() { reset(); }
-  void reset() {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
-};
 
 class IpcWindow final : public WinImpl {
  public:
