@@ -18,7 +18,8 @@ The manifest: {"meta": {...copied into the record...}, "steps": [step, ...]}, ea
   id, kind ("gtest" | "pytest"), name, world_size (int or null), state ("ran" | "not_started" |
   "missing"), reason (why not run), rc, timed_out, seconds, report (path), log (path),
   expected (case names: "Suite.Case" for GoogleTest, pytest node ids), and for sanitizer steps
-  sanitizer_errors (an int, counted as one failed entry when non-zero).
+  sanitizer_errors (an int, counted as one failed entry when non-zero; NCCL's own reports are
+  kept apart in sanitizer_nccl_reports, see sanitizer_reports()).
 """
 from __future__ import annotations
 
@@ -51,6 +52,31 @@ def _secs(v) -> float:
 
 
 # ---- GoogleTest -----------------------------------------------------------------------------
+
+_SAN_TOP = re.compile(r"^========= (?! )(?!(?:ERROR|RACECHECK|LEAK) SUMMARY|COMPUTE-SANITIZER)"
+                      r"(\S.*)$", re.M)
+
+
+def sanitizer_reports(text: str) -> Dict[str, int]:
+    """compute-sanitizer's reports in a log, by origin: {"ours": n, "nccl": n}. A report is a
+    top-level `========= ` line and its indented lines; it is NCCL's when the first host frame of
+    its backtrace lies in libnccl (NCCL's own probes, e.g. cudaFuncGetAttributes on kernels built
+    for other GPUs in ncclInitKernelsForDevice, which NCCL expects to fail). Reports the ERROR
+    SUMMARY lines count beyond those printed are ours."""
+    starts = [m.start() for m in _SAN_TOP.finditer(text)]
+    ours = nccl = 0
+    for i, a in enumerate(starts):
+        block = text[a:starts[i + 1] if i + 1 < len(starts) else len(text)]
+        frame = re.search(r"Host Frame:.*", block)
+        if frame and "libnccl.so" in frame.group(0):
+            nccl += 1
+        else:
+            ours += 1
+    # Beyond --print-limit the summaries count reports that were not printed: those are ours
+    # unless shown otherwise.
+    total = sum(int(x) for x in re.findall(r"ERROR SUMMARY: (\d+) errors?[ \t]*$", text, re.M))
+    return {"ours": max(ours, total - nccl), "nccl": nccl}
+
 
 def gtest_list(text: str) -> List[str]:
     """Case names ("Suite.Case") from the output of --gtest_list_tests."""

@@ -63,6 +63,9 @@ if [ "$MODE" = full ]; then
   [ -n "${RUN_TIMEOUT:-}" ] || RUN_TIMEOUT=1800
 else
   filters=$QUICK; scale=10; args=(--budget "${VERIFY_BUDGET:-500}" --jobs 6 --gpu-procs 12)
+  # torchcomms' device-API stress kernels: 2 iterations and one graph replay per case (their
+  # 20 ran out the step's time under memcheck and initcheck)
+  export NUM_ITERATIONS=${NUM_ITERATIONS:-2} CCLX_TEST_DEVAPI_REPLAYS=${CCLX_TEST_DEVAPI_REPLAYS:-1}
   [ -n "${RUN_TIMEOUT:-}" ] || RUN_TIMEOUT=300
 fi
 [ -n "${GTEST_FILTER:-}" ] && filters="\"*\": \"$GTEST_FILTER\""
@@ -72,7 +75,10 @@ for t in $TOOLS; do
     memcheck) a="--tool memcheck --leak-check full" ;;
     racecheck) a="--tool racecheck --racecheck-report all" ;;
     synccheck) a="--tool synccheck" ;;
-    initcheck) a="--tool initcheck" ;;
+    # initcheck cannot see a peer process's writes: cclx marks every peer mapping initialized
+    # through NVTX's memory API (gpu/window/vmm.h), which the tool reads with --nvtx yes.
+    initcheck) a="--tool initcheck"
+               "$CS" --help 2>&1 | grep -q -- '--nvtx' && a="$a --nvtx yes" ;;
     *) echo "gpu_sanitize: unknown tool $t"; exit 2 ;;
   esac
   tools="$tools${tools:+, }\"$t\": \"$a\""

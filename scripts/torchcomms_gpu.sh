@@ -52,7 +52,8 @@
 #   TC_GPU (0: CUDA_VISIBLE_DEVICES), TC_DEVICE (cuda; cpu: a dry run on a machine without a
 #   GPU: no GPU check, TEST_DEVICE=cpu, gloo instead of nccl), TC_INSTALL (1; 0 skips pip),
 #   TC_WORK (the work folder; default a new one under /tmp). NCCL_NVLS_ENABLE=0,
-#   TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 are always set.
+#   TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 are always set; OMP_NUM_THREADS
+#   is 1 unless set.
 # Settings (build, pack): TC_PYTHON (/work/tcbuild/venv312/bin/python: Python 3.12 with torch
 #   2.11.0+cu130 and the torchcomms wheel installed), TC_SRC (/work/tcbuild/src: the torchcomms
 #   source tree of that wheel), NANOBIND_DIR, CUDA_ARCH (90), JOBS (2; the build runs under nice
@@ -76,6 +77,8 @@ TC_PYTHON=${TC_PYTHON:-/work/tcbuild/venv312/bin/python}
 TC_SRC=${TC_SRC:-/work/tcbuild/src}
 WHEELS=${TC_WHEELS:-.dev/wheels}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Several files' ranks at once share the cores: one torch CPU thread each unless told otherwise.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 say() { echo "torchcomms_gpu: $*"; }
 mib() { du -sb "$1" | awk '{printf "%.1f MiB", $1 / 1048576}'; }
 

@@ -126,6 +126,13 @@ char* importIpc(const std::string& handle) {
     (void)cudaGetLastError();
     CCLX_THROW(cclxCudaError, "cudaIpcOpenMemHandle failed: %s", cudaGetErrorString(e));
   }
+#if !defined(CCLX_HAVE_HIP)
+  size_t bytes = 0;  // the mapping's extent, for the tools (markPeerMemoryInitialized)
+  const CuDriver& d = cuDriver();
+  CUdeviceptr base = 0;
+  if (d.ok && d.addressRange(&base, &bytes, reinterpret_cast<CUdeviceptr>(q)) == CUDA_SUCCESS)
+    markPeerMemoryInitialized(reinterpret_cast<void*>(base), bytes);
+#endif
   return static_cast<char*>(q);
 }
 

@@ -17,6 +17,11 @@
 #include "gpu/driver.h"
 #include "gpu/runtime.h"
 
+#if !defined(CCLX_HAVE_HIP)
+#include <nvtx3/nvToolsExt.h>
+#include <nvtx3/nvToolsExtMemCudaRt.h>
+#endif
+
 namespace cclx {
 
 const std::string& vmmProcessId() {
@@ -44,6 +49,8 @@ char* vmmImport(int fd, size_t, int) {
 }
 
 void vmmClose(char*, size_t) {}
+
+void markPeerMemoryInitialized(const void*, size_t) {}
 
 char* vmmOpen(const std::string&, int fd, size_t size, int device) {
   return vmmImport(fd, size, device);
@@ -171,7 +178,24 @@ char* vmmImport(int fd, size_t size, int device) {
                "mapping a peer's cuMem allocation (%zu bytes) on cuda:%d: %s failed: %s", size,
                device, step, cuErrorName(r).c_str());
   }
+  markPeerMemoryInitialized(reinterpret_cast<void*>(va), size);
   return reinterpret_cast<char*>(va);
+}
+
+void markPeerMemoryInitialized(const void* p, size_t bytes) {
+  if (!p || bytes == 0) return;
+  static const nvtxDomainHandle_t domain = nvtxDomainCreateA("cclx");
+  nvtxMemVirtualRangeDesc_t range = {};
+  range.ptr = p;
+  range.size = bytes;
+  nvtxMemMarkInitializedBatch_t batch = {};
+  batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+  batch.structSize = sizeof(batch);
+  batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+  batch.regionDescCount = 1;
+  batch.regionDescElementSize = sizeof(range);
+  batch.regionDescElements = &range;
+  nvtxMemCudaMarkInitialized(domain, nullptr, 0, &batch);
 }
 
 void vmmClose(char* base, size_t size) {

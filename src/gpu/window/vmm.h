@@ -38,6 +38,13 @@ char* vmmImport(int fd, size_t size, int device);
 /// Unmaps what vmmImport() mapped and frees its address range (failures are logged).
 void vmmClose(char* base, size_t size);
 
+/// Tells memory-checking tools (compute-sanitizer's initcheck, through NVTX's memory API; a
+/// no-op without a tool) that [p, p + bytes), another process's memory mapped into this one,
+/// holds initialized data: its owner wrote it, which a tool watching this process cannot see.
+/// Called on every peer mapping (vmmImport, peershare::importIpc); the owner's own accesses
+/// stay checked in the owner's process. Nothing with HIP.
+void markPeerMemoryInitialized(const void* p, size_t bytes);
+
 /// This process's identity in cache keys: its pid and a random number drawn once (unique across
 /// the pid namespaces of one host).
 const std::string& vmmProcessId();

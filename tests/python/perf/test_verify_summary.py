@@ -318,3 +318,36 @@ def test_torchcomms_suite_selects_files_and_shards():
     for bad in ("0/2", "3/2", "1", "a/b"):
         with pytest.raises(ValueError, match="--shard"):
             ts.select_files(names, shard=bad)
+
+
+SAN_LOG = """========= COMPUTE-SANITIZER
+[ RUN      ] GpuNccl.X
+========= Program hit cudaErrorNoKernelImageForDevice (error 209) due to "no kernel image is available for execution on the device" on CUDA API call to cudaFuncGetAttributes.
+=========     Saved host backtrace up to driver entry point at error
+=========         Host Frame: ncclInitKernelsForDevice(int, int, unsigned long*) in enqueue.cc:52 [0x6d9d3] in libnccl.so.2
+=========         Host Frame: cclx::ncclCreateComm(...) [0x120959] in libcclx.so.0
+=========
+========= Uninitialized __global__ memory read of size 8 bytes
+=========     at cclx::k()+0x620
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: cuLaunchKernel [0x39fb94] in libcuda.so.1
+=========         Host Frame:  [0x14e313] in libcclx.so.0
+=========
+========= LEAK SUMMARY: 0 bytes leaked in 0 allocations
+========= ERROR SUMMARY: 5 errors
+========= ERROR SUMMARY: 3 errors were not printed. Use --print-limit option to adjust the number of printed errors
+"""
+
+
+def test_sanitizer_reports_keep_nccls_own_apart_and_count_the_unprinted():
+    # One NCCL probe (its first host frame in libnccl), one report of ours, 3 beyond the print
+    # limit (ours: nothing shows otherwise); banners and summaries are no reports.
+    assert vs.sanitizer_reports(SAN_LOG) == {"ours": 4, "nccl": 1}
+    assert vs.sanitizer_reports("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+                                "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 "
+                                "warnings)\n") == {"ours": 0, "nccl": 0}
+    # A summary without printed reports (--print-limit 0): all ours.
+    assert vs.sanitizer_reports("========= ERROR SUMMARY: 2 errors\n") == {"ours": 2, "nccl": 0}
+    step_ = step(rc=0, sanitizer_errors=4, sanitizer_nccl_reports=1)
+    assert any(c["name"] == "(sanitizer)" and c["status"] == "failed"
+               for c in vs.step_cases(step_))
