@@ -54,15 +54,21 @@ void syncDevice(const at::Device& d) {
   (void)d;
 }
 
-void syncDeviceUnlessCapturing(const at::Device& d) {
+bool capturing(const at::Device& d) {
 #ifdef CCLX_HAVE_CUDA
-  if (d.type() != at::kCUDA) return;
-  c10::cuda::CUDAStream s = c10::cuda::getCurrentCUDAStream(d.index());
+  if (d.type() != at::kCUDA) return false;
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(s.stream(), &st));
-  if (st == cudaStreamCaptureStatusNone) s.synchronize();
-#endif
+  C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(d.index()).stream(), &st));
+  return st != cudaStreamCaptureStatusNone;
+#else
   (void)d;
+  return false;
+#endif
+}
+
+void syncDeviceUnlessCapturing(const at::Device& d) {
+  if (d.type() != at::kCUDA || capturing(d)) return;
+  syncDevice(d);
 }
 
 }  // namespace cclx::tc

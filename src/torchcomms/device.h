@@ -11,6 +11,8 @@ namespace cclx::tc {
 at::Device resolveDevice(const at::Device& d, int rank);
 /// torch's current stream on `d` as a cudaStream_t (nullptr for CPU).
 void* currentStream(const at::Device& d);
+/// True while torch's current stream on `d` is being captured into a CUDA graph (CPU: false).
+bool capturing(const at::Device& d);
 /// Waits until the current stream of `d` is idle (nothing for CPU).
 void syncDevice(const at::Device& d);
 /// syncDevice, except while the current stream is being captured into a CUDA graph (nothing

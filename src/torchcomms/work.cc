@@ -67,9 +67,14 @@ class Poller {
 CclxWork::CclxWork() { setStatus(WorkStatus::COMPLETED); }
 
 CclxWork::CclxWork(std::shared_ptr<Work> w, std::vector<at::Tensor> keep,
-                   std::chrono::milliseconds timeout, std::function<void()> after)
-    : w_(std::move(w)), keep_(std::move(keep)), timeout_(timeout), after_(std::move(after)) {
-  setStatus(WorkStatus::INPROGRESS);
+                   std::chrono::milliseconds timeout, std::function<void()> after, bool captured)
+    : w_(std::move(w)),
+      keep_(std::move(keep)),
+      timeout_(timeout),
+      after_(std::move(after)),
+      captured_(captured) {
+  if (!keep_.empty()) waitDevice_ = keep_.front().device();
+  setStatus(captured_ ? WorkStatus::COMPLETED : WorkStatus::INPROGRESS);
 }
 
 void CclxWork::fail(const std::exception& e) {
@@ -111,15 +116,15 @@ void CclxWork::wait() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.empty()) throw std::runtime_error(error_);
-    if (w_) {
+    if (w_) {  // a captured work keeps it: each wait() joins the capture (see the constructor)
       try {
-        w_->wait(currentStream(keep_.empty() ? at::Device(at::kCPU) : keep_.front().device()));
+        w_->wait(currentStream(waitDevice_));
         if (after_) {
           auto fn = std::move(after_);
           after_ = nullptr;
           fn();
         }
-        if (w_->isCompleted()) finish();
+        if (!captured_ && w_->isCompleted()) finish();
       } catch (const std::exception& e) {
         fail(e);
         throw std::runtime_error(error_);
@@ -161,9 +166,12 @@ c10::intrusive_ptr<tcx::TorchWork> makeWork(bool cudaAsync, std::shared_ptr<Work
     if (after) after();
     return c10::make_intrusive<CclxWork>();
   }
+  // A captured work is never polled: the poller would find it complete at once and drop the
+  // operation before the caller's wait() joined it into the capture.
+  const bool captured = !keep.empty() && capturing(keep.front().device());
   auto work = c10::make_intrusive<CclxWork>(std::move(w), std::move(keep), timeout,
-                                            std::move(after));
-  Poller::get().add(work);
+                                            std::move(after), captured);
+  if (!captured) Poller::get().add(work);
   return work;
 }
 

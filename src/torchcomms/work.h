@@ -29,8 +29,12 @@ class CclxWork : public torch::comms::TorchWork {
   CclxWork();
   /// An asynchronous CUDA operation; `keep` stays referenced until it completes, `after` runs
   /// once on the host after the first successful wait (copies out of staging tensors).
+  /// `captured`: enqueued while the stream was captured into a CUDA graph. Such a work is
+  /// complete at once (completion belongs to each replay) and is never polled, but every wait()
+  /// still makes the current stream wait for it: that wait is what joins the comm's internal
+  /// stream back into the capture (without it the capture ends with unjoined work).
   CclxWork(std::shared_ptr<Work> w, std::vector<at::Tensor> keep, std::chrono::milliseconds timeout,
-           std::function<void()> after);
+           std::function<void()> after, bool captured = false);
   ~CclxWork() override = default;
 
   void wait() override;
@@ -58,6 +62,8 @@ class CclxWork : public torch::comms::TorchWork {
   std::vector<at::Tensor> keep_;
   std::chrono::milliseconds timeout_{std::chrono::milliseconds::max()};
   std::function<void()> after_;
+  bool captured_ = false;
+  at::Device waitDevice_{at::kCPU};  // whose current stream wait() joins (keep's first tensor's)
   std::string error_;
   at::Device device_{at::kCPU};
   std::string traceComm_;  // traceWaitAs
