@@ -65,6 +65,10 @@ struct MoeOutputs {
 struct MoeOptions {
   void* stream = nullptr;                 // CUDA: the cudaStream_t it is enqueued on
   std::chrono::milliseconds timeout{0};   // 0: the comm's timeout
+  // dispatch / dispatchCached: send only (the tokens leave; nothing of this call is received
+  // yet); dispatchRecv() later receives them, so that other work runs between the two (the
+  // expert computation of another micro-batch). Until then the buffer takes no other call.
+  bool recvLater = false;
 };
 
 class MoeEngine;
@@ -93,6 +97,12 @@ class MoeBuffer {
   /// dispatch() with the routing (ids, weights) of the last dispatch of this buffer, kept in its
   /// memory (cached mode): the same numTokens; every rank must call it alike.
   void dispatchCached(const void* x, const MoeOptions& o = {});
+  /// Collective: the receiving half of a dispatch sent with o.recvLater (every rank calls it
+  /// after its own send; CUDA: one kernel on o.stream, whose deadline starts at its launch). The
+  /// outputs are those of the whole dispatch. cclxInvalidUsage when no send is pending.
+  void dispatchRecv(const MoeOptions& o = {});
+  /// True between a dispatch sent with recvLater and its dispatchRecv().
+  bool recvPending() const;
   /// Collective: expertOut [expertRows, hidden] of cfg.dtype holds entry i's expert output in row
   /// i (entries beyond expertRows give NaN rows); out [T, hidden] of cfg.dtype, T = the last
   /// dispatch's numTokens: per token the weighted sum of its experts' outputs.

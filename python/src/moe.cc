@@ -65,23 +65,35 @@ void bindMoe(nb::module_& m) {
       .def(
           "dispatch",
           [](MoeBuffer& buf, uintptr_t x, uintptr_t ids, bool ids64, uintptr_t w, size_t tokens,
-             uintptr_t stream, double timeout) {
-            const MoeOptions o = optionsOf(stream, timeout);
+             uintptr_t stream, double timeout, bool recvLater) {
+            MoeOptions o = optionsOf(stream, timeout);
+            o.recvLater = recvLater;
             nb::gil_scoped_release nogil;
             buf.dispatch(reinterpret_cast<const void*>(x), reinterpret_cast<const void*>(ids),
                          ids64 ? DataType::i64 : DataType::i32,
                          reinterpret_cast<const float*>(w), tokens, o);
           },
           nb::arg("x"), nb::arg("ids"), nb::arg("ids64"), nb::arg("w"), nb::arg("tokens"),
-          nb::arg("stream"), nb::arg("timeout"))
+          nb::arg("stream"), nb::arg("timeout"), nb::arg("recv_later") = false)
       .def(
           "dispatch_cached",
-          [](MoeBuffer& buf, uintptr_t x, uintptr_t stream, double timeout) {
-            const MoeOptions o = optionsOf(stream, timeout);
+          [](MoeBuffer& buf, uintptr_t x, uintptr_t stream, double timeout, bool recvLater) {
+            MoeOptions o = optionsOf(stream, timeout);
+            o.recvLater = recvLater;
             nb::gil_scoped_release nogil;
             buf.dispatchCached(reinterpret_cast<const void*>(x), o);
           },
-          nb::arg("x"), nb::arg("stream"), nb::arg("timeout"))
+          nb::arg("x"), nb::arg("stream"), nb::arg("timeout"), nb::arg("recv_later") = false)
+      .def(
+          "dispatch_recv",
+          [](MoeBuffer& buf, uintptr_t stream, double timeout) {
+            const MoeOptions o = optionsOf(stream, timeout);
+            nb::gil_scoped_release nogil;
+            buf.dispatchRecv(o);
+          },
+          nb::arg("stream"), nb::arg("timeout"),
+          "Collective: the receive of a dispatch sent with recv_later.")
+      .def_prop_ro("recv_pending", &MoeBuffer::recvPending)
       .def(
           "combine",
           [](MoeBuffer& buf, uintptr_t eout, size_t rows, uintptr_t out, uintptr_t stream,

@@ -91,19 +91,23 @@ class HostMoe final : public MoeEngine {
     base_ = nullptr;
   }
 
+  // A split dispatch (MoePhase): the send counts the call (e + 1); its receive, a later call,
+  // continues it with the same flag and leaves the counter as the send did.
   void dispatch(const MoeCall& c) override {
-    ctx_->beginColl("moe_dispatch", c.timeout);
+    const bool send = (c.phase & kMoeSend) != 0;
+    ctx_->beginColl(send ? "moe_dispatch" : "moe_dispatch_recv", c.timeout);
     uint64_t* ctr = counter(0);
-    const uint64_t e = *ctr;
+    const uint64_t flag = *ctr + (send ? 1 : 0);
     try {
       ctx_->checkPeers();  // a peer gave up on the comm: this call fails too
-      runDispatch(c, e);
+      if (send) runSend(c, flag);
+      if (c.phase & kMoeRecv) runRecv(flag);
     } catch (const Error& err) {
-      *ctr = e + 1;
+      *ctr = flag;
       if (fatalCode(err.code())) poisonDispatch();
       throw;
     }
-    *ctr = e + 1;
+    *ctr = flag;
   }
 
   void combine(const MoeCall& c) override {
@@ -147,7 +151,8 @@ class HostMoe final : public MoeEngine {
     std::memset(base_ + lay_.expertOffsets, 0, size_t(lay_.L + 1) * 4);
   }
 
-  void runDispatch(const MoeCall& c, uint64_t e);
+  void runSend(const MoeCall& c, uint64_t flag);  // steps 1 to 4
+  void runRecv(uint64_t flag);                     // step 5
   void runCombine(const MoeCall& c, uint64_t e);
   void writeRow(const char* xrow, char* slotBase, size_t slot) const;
 
@@ -198,10 +203,9 @@ void HostMoe::writeRow(const char* xrow, char* slotBase, size_t slot) const {
   }
 }
 
-void HostMoe::runDispatch(const MoeCall& c, uint64_t e) {
+void HostMoe::runSend(const MoeCall& c, uint64_t flag) {
   const Layout& l = lay_;
   const int N = l.N, me = l.rank, k = l.k, L = l.L, T = c.tokens;
-  const uint64_t flag = e + 1;
   // 1. Credits: this rank's slots for every source are free for call e.
   for (int s = 0; s < N; ++s) storeRel(peers_[size_t(s)] + l.creditAt(0, me), flag);
   // 2. The routing (normalized ids, positions), kept for combine and cached mode.
@@ -261,6 +265,11 @@ void HostMoe::runDispatch(const MoeCall& c, uint64_t e) {
       storeRel(rec, flag);
     }
   }
+}
+
+void HostMoe::runRecv(uint64_t flag) {
+  const Layout& l = lay_;
+  const int N = l.N, me = l.rank, k = l.k, L = l.L;
   // 5. Receive: every source's header, then its slots; the entries of the local experts.
   std::vector<int> cnt(static_cast<size_t>(N)), ecnt(static_cast<size_t>(N) * L);
   for (int s = 0; s < N; ++s) {

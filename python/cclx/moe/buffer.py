@@ -15,7 +15,7 @@ other comm: torch ops around the comm's all-to-all-v, _composed.py), all behind 
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 
@@ -200,19 +200,29 @@ class Buffer:
         return T
 
     def dispatch(self, x: Any, topk_ids: Any = None, topk_weights: Any = None, *,
-                 handle: Optional[Handle] = None, timeout: float = 0.0) -> Tuple[Recv, Handle]:
+                 handle: Optional[Handle] = None, timeout: float = 0.0,
+                 return_recv_hook: bool = False) -> Any:
         """Collective: sends each token of x [T, H] to the ranks of its top-k experts
         (topk_ids [T, k] int32/int64, ids outside 0..E-1 dropped and the token's combine row
         NaN; topk_weights [T, k] float32). handle=h instead of ids and weights: cached mode,
         the routing of h (the last dispatch) with new tokens of the same T. Returns
-        (recv, handle); see Recv and Handle."""
+        (recv, handle); see Recv and Handle.
+
+        return_recv_hook=True: only the send runs now; returns (recv, handle, hook), and
+        hook() (collective, on the then current stream) receives. Between the two the caller
+        runs other work (another micro-batch's experts) while the tokens travel; recv's views
+        hold this dispatch's data only after hook(), and the buffer takes no other call before
+        it. The composed route does the whole dispatch at once (its hook does nothing)."""
         if handle is None and self._impl is None:
             T = self._fast_args(x, topk_ids, topk_weights)
             if T >= 0:
                 self._b.dispatch(x.data_ptr(), topk_ids.data_ptr(), topk_ids.dtype is torch.int64,
-                                 topk_weights.data_ptr(), T, self._stream(), timeout)
+                                 topk_weights.data_ptr(), T, self._stream(), timeout,
+                                 return_recv_hook)
                 self._seq += 1
                 h = self._last = Handle(self, T, self._seq)
+                if return_recv_hook:
+                    return self.recv, h, self._recv_hook(timeout)
                 return self.recv, h
         T = self._check_tokens("dispatch", x)
         if handle is not None:
@@ -223,7 +233,7 @@ class Buffer:
             if self._impl is not None:
                 self._impl.dispatch(x, None, None, cached=True)
             else:
-                self._b.dispatch_cached(x.data_ptr(), self._stream(), timeout)
+                self._b.dispatch_cached(x.data_ptr(), self._stream(), timeout, return_recv_hook)
         else:
             k = self.top_k
             if not isinstance(topk_ids, torch.Tensor) or tuple(topk_ids.shape) != (T, k) or \
@@ -248,11 +258,25 @@ class Buffer:
             else:
                 self._b.dispatch(x.data_ptr(), topk_ids.data_ptr(),
                                  topk_ids.dtype == torch.int64, topk_weights.data_ptr(), T,
-                                 self._stream(), timeout)
+                                 self._stream(), timeout, return_recv_hook)
             self._seq += 1
         h = Handle(self, T, self._seq)
         self._last = h
+        if return_recv_hook:
+            return self.recv, h, self._recv_hook(timeout)
         return self.recv, h
+
+    def _recv_hook(self, timeout: float) -> Any:
+        """The receive of the dispatch just sent with return_recv_hook (composed route: nothing
+        is left to do)."""
+        if self._impl is not None:
+            return lambda: None
+        b = self._b
+
+        def hook() -> None:
+            b.dispatch_recv(self._stream(), timeout)
+
+        return hook
 
     def _check_handle(self, op: str, handle: Any) -> None:
         if not isinstance(handle, Handle) or handle._buf is not self:

@@ -29,6 +29,7 @@ struct MoeBuffer::State {
   std::shared_ptr<Window> win;  // null at world size 1
   size_t lastT = 0;
   bool dispatched = false;
+  bool recvPending = false;  // a dispatch sent with recvLater awaits dispatchRecv()
   bool destroyed = false;
 };
 
@@ -48,6 +49,12 @@ std::chrono::milliseconds resolvedTimeout(const CommState& cs, const MoeOptions&
   CCLX_ARG_CHECK(o.timeout.count() >= 0, "timeout must not be negative (got %lld ms)",
                  (long long)o.timeout.count());
   return o.timeout.count() ? o.timeout : cs.info.opts.timeout;
+}
+
+void requireNoPendingRecv(const MoeBuffer::State& s, const char* op) {
+  CCLX_REQUIRE(!s.recvPending, cclxInvalidUsage,
+               "%s: the last dispatch was sent with recv_later and not received yet (call its "
+               "receive first: dispatchRecv / the hook)", op);
 }
 
 MoeOutputs outputsOf(const moe::Layout& l) {
@@ -157,17 +164,20 @@ void MoeBuffer::dispatch(const void* x, const void* topkIds, DataType idsType,
                  "%s: topk_ids must be int32 or int64, not %s", op, dtypeName(idsType));
   CCLX_ARG_CHECK(numTokens == 0 || (x && topkIds && topkWeights),
                  "%s: a null tokens / topk_ids / topk_weights buffer", op);
+  requireNoPendingRecv(s, op);
   MoeCall c;
   c.x = x;
   c.ids = topkIds;
   c.ids64 = idsType == DataType::i64;
   c.w = topkWeights;
   c.tokens = int(numTokens);
+  c.phase = o.recvLater ? kMoeSend : kMoeBoth;
   c.stream = o.stream;
   c.timeout = resolvedTimeout(*s.cs, o);
   guardedCall(*s.cs, op, [&] { s.engine->dispatch(c); });
   s.lastT = numTokens;
   s.dispatched = true;
+  s.recvPending = o.recvLater;
 }
 
 void MoeBuffer::dispatchCached(const void* x, const MoeOptions& o) {
@@ -177,14 +187,37 @@ void MoeBuffer::dispatchCached(const void* x, const MoeOptions& o) {
   CCLX_REQUIRE(!s.destroyed, cclxInvalidUsage, "%s: the buffer was destroyed", op);
   CCLX_REQUIRE(s.dispatched, cclxInvalidUsage, "%s: no dispatch to take the routing of", op);
   CCLX_ARG_CHECK(s.lastT == 0 || x, "%s: the tokens buffer is null", op);
+  requireNoPendingRecv(s, op);
   MoeCall c;
   c.x = x;
   c.cached = true;
   c.tokens = int(s.lastT);
+  c.phase = o.recvLater ? kMoeSend : kMoeBoth;
   c.stream = o.stream;
   c.timeout = resolvedTimeout(*s.cs, o);
   guardedCall(*s.cs, op, [&] { s.engine->dispatch(c); });
+  s.recvPending = o.recvLater;
 }
+
+void MoeBuffer::dispatchRecv(const MoeOptions& o) {
+  State& s = *st_;
+  const char* op = "cclx.moe.Buffer.dispatch (receive)";
+  requireUsable(*s.cs, op);
+  CCLX_REQUIRE(!s.destroyed, cclxInvalidUsage, "%s: the buffer was destroyed", op);
+  CCLX_REQUIRE(s.recvPending, cclxInvalidUsage,
+               "%s: no dispatch sent with recv_later awaits its receive", op);
+  CCLX_ARG_CHECK(!o.recvLater, "%s: recv_later applies to a dispatch's send, not its receive", op);
+  MoeCall c;
+  c.cached = true;  // the routing of the send, kept in the buffer
+  c.tokens = int(s.lastT);
+  c.phase = kMoeRecv;
+  c.stream = o.stream;
+  c.timeout = resolvedTimeout(*s.cs, o);
+  s.recvPending = false;  // a failed receive fails the comm: nothing is left to receive
+  guardedCall(*s.cs, op, [&] { s.engine->dispatch(c); });
+}
+
+bool MoeBuffer::recvPending() const { return st_->recvPending; }
 
 void MoeBuffer::combine(const void* expertOut, size_t expertRows, void* out,
                         const MoeOptions& o) {
@@ -193,6 +226,7 @@ void MoeBuffer::combine(const void* expertOut, size_t expertRows, void* out,
   requireUsable(*s.cs, op);
   CCLX_REQUIRE(!s.destroyed, cclxInvalidUsage, "%s: the buffer was destroyed", op);
   CCLX_REQUIRE(s.dispatched, cclxInvalidUsage, "%s: no dispatch to combine", op);
+  requireNoPendingRecv(s, op);
   CCLX_ARG_CHECK(expertRows == 0 || expertOut, "%s: expert_out is null", op);
   CCLX_ARG_CHECK(s.lastT == 0 || out, "%s: the output is null", op);
   MoeCall c;

@@ -13,6 +13,11 @@
 
 namespace cclx {
 
+/// The halves of a dispatch an engine runs in one call: both (the default), the send (credits,
+/// routing, headers, rows and slot records to every destination) or the receive (every source's
+/// header and slots, this rank's entries). A receive follows its send on every rank.
+enum MoePhase : int { kMoeSend = 1, kMoeRecv = 2, kMoeBoth = 3 };
+
 /// One dispatch or combine call (validated by MoeBuffer).
 struct MoeCall {
   // dispatch
@@ -21,6 +26,7 @@ struct MoeCall {
   bool ids64 = false;
   const float* w = nullptr;      // f32 [tokens][k]
   bool cached = false;           // ids / w: the buffer's copy of the last dispatch's
+  int phase = kMoeBoth;          // MoePhase (a receive carries no x / ids / w)
   // combine
   const void* eout = nullptr;
   size_t eoutRows = 0;

@@ -28,6 +28,11 @@
 //      expertCounts, expertOffsets. Each warp takes received slots, waits for each flag
 //      (dev::warpAwait) and writes the slot's entries (entryRows, slotEntries, slotW).
 //   7. counters advance (e + 1) on every path. A stopped wait poisons the block's outputs whole.
+// Split dispatch (p.phase, MoePhase): a send kernel runs steps 0 to 5 and advances the counters
+// (e + 1); the receive kernel, launched later on every rank, runs step 6 of the same call (its
+// flag: the counter as the send left it, which it stores back unchanged). The steps are those of
+// the whole kernel; only the launch boundary between 5 and 6 is new. A receive's deadline counts
+// from its own launch.
 #include "gpu/moe/common.cuh"
 
 namespace cclx {
@@ -166,14 +171,13 @@ __device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint
   return true;
 }
 
-/// Steps 1 to 6 (every thread); true in a thread that stopped waiting.
+/// Steps 1 to 5 (every thread); true in a thread that stopped waiting.
 template <class T, bool kFp8>
-__device__ bool dispatchBody(const Params& p, uint32_t* sm, uint64_t flag) {
+__device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Waiter& wait) {
   const moe::Layout& l = p.lay;
   const Smem S = smemOf(l);
   const int N = l.N, me = l.rank, k = l.k, L = l.L, nTok = p.tokens, W = S.W;
   const int tid = int(threadIdx.x);
-  dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
   int32_t* ids = reinterpret_cast<int32_t*>(sm + S.ids);
   uint32_t* em = sm + S.expMask;
   uint32_t* dm = sm + S.destMask;
@@ -236,6 +240,17 @@ __device__ bool dispatchBody(const Params& p, uint32_t* sm, uint64_t flag) {
   // 5. tokens
   const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
   for (int t = gw; t < nTok; t += nw) sendToken<T, kFp8>(p, S, ids, em, dm, t, flag);
+  return false;
+}
+
+/// Step 6 (every thread); true in a thread that stopped waiting.
+__device__ bool recvBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Waiter& wait) {
+  const moe::Layout& l = p.lay;
+  const Smem S = smemOf(l);
+  const int N = l.N, L = l.L;
+  const int tid = int(threadIdx.x);
+  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
+  int failed = 0;
   // 6. receive: headers, offsets, then the slots
   int* base = reinterpret_cast<int*>(sm + S.base);
   int* cnt = reinterpret_cast<int*>(sm + S.cnt);
@@ -280,12 +295,21 @@ __device__ bool dispatchBody(const Params& p, uint32_t* sm, uint64_t flag) {
   return failed != 0;
 }
 
-/// The dispatch. Contract: the file's comment (steps 0 to 7).
+/// Steps 1 to 6 of the phases p.phase asks for (every thread); true in a thread that stopped.
+template <class T, bool kFp8>
+__device__ bool dispatchBody(const Params& p, uint32_t* sm, uint64_t flag) {
+  dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
+  if ((p.phase & kMoeSend) && sendBody<T, kFp8>(p, sm, flag, wait)) return true;
+  return (p.phase & kMoeRecv) && recvBody(p, sm, flag, wait);
+}
+
+/// The dispatch. Contract: the file's comment (steps 0 to 7, and the split).
 template <class T, bool kFp8>
 __global__ void __launch_bounds__(kThreads) dispatchKernel(Params p) {
   extern __shared__ uint32_t sm[];
   const moe::Layout& l = p.lay;
-  const uint64_t flag = p.counters[blockIdx.x] + 1;
+  // A receive-only launch continues the call its send counted.
+  const uint64_t flag = p.counters[blockIdx.x] + ((p.phase & kMoeSend) ? 1 : 0);
   auto poison = [&](bool all) {
     char* b = mine(p);
     auto fill = [&](char* q, size_t n) { all ? dev::poisonAll(q, n) : dev::poisonShare(q, n); };

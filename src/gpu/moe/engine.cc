@@ -65,6 +65,7 @@ class CudaMoe final : public MoeEngine {
     p.ids64 = c.ids64 ? 1 : 0;
     p.w = c.w;
     p.cached = c.cached ? 1 : 0;
+    p.phase = c.phase;
     launch(c, [&](cudaStream_t s) { moegpu::launchDispatch(p, grid_, smem_, s); });
   }
 

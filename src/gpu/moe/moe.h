@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/moe/engine.h"
 #include "core/moe/layout.h"
 #include "gpu/algo.h"
 
@@ -28,6 +29,7 @@ struct Params {
   int ids64;
   const float* w;
   int cached;              // ids / w from the buffer's copy (tokIds / tokW)
+  int phase;               // MoePhase (core/moe/engine.h): send, receive or both
   // combine
   const char* eout;
   size_t eoutRows;

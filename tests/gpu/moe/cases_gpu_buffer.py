@@ -217,6 +217,78 @@ def case_cuda_graph_changing_routing(ctx):
             t.destroy()
 
 
+def case_recv_hook_split(ctx):
+    """dispatch(..., return_recv_hook=True): the send kernel, then other GPU work (a matmul and
+    an all_reduce of the comm) on the stream, then hook() (the receive kernel): every output
+    bit for bit the twin's unsplit dispatch and the references, eager and in a CUDA graph
+    replayed with changing routing; before the hook the buffer refuses combine."""
+    N, r, L, k, H, B = ctx.size, ctx.rank, 4, 4, 136, 6
+    E = L * N
+    for fp8 in (False, True):
+        g = moe.Buffer(ctx.comm, B, H, E, k, torch.bfloat16, fp8=fp8)
+        t = moe.Buffer(ctx.twin, B, H, E, k, torch.bfloat16, fp8=fp8)
+        try:
+            C = g._views["entry_rows"].shape[0]
+            a = torch.randn(256, 256, device=ctx.dev)
+            ones = torch.ones(8, device=ctx.dev)
+
+            def between():
+                torch.mm(a, a)
+                ctx.comm.all_reduce(ones, cclx.ReduceOp.MAX)
+
+            data = inputs(80, N, [B - i % 2 for i in range(N)], H, k, E, torch.bfloat16, "random")
+            x, ids, w = (v.to(ctx.dev) for v in data[r])
+            recv, h, hook = g.dispatch(x, ids, w, return_recv_hook=True)
+            try:
+                g.combine(torch.zeros(1, H, dtype=torch.bfloat16, device=ctx.dev), h)
+                raise AssertionError("combine before the hook was accepted")
+            except cclx.CclxUsageError as e:
+                assert "recv_later" in str(e), e
+            between()
+            hook()
+            y = g.combine(experts_of(recv, h, r, L, torch.bfloat16), h)
+            trecv, th = t.dispatch(*data[r])
+            ty = t.combine(experts_of(trecv, th, r, L, torch.bfloat16), th)
+            torch.cuda.synchronize()
+            _same(y, ty, f"eager split fp8={fp8}: combine vs twin")
+            check_recv(g, recv, h, data, r, L, E, B, fp8)
+            check_y(y, *data[r], E, fp8, torch.bfloat16)
+            sx = torch.zeros(B, H, dtype=torch.bfloat16, device=ctx.dev)
+            sids = torch.zeros(B, k, dtype=torch.int64, device=ctx.dev)
+            sw = torch.zeros(B, k, dtype=torch.float32, device=ctx.dev)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):  # warm-up outside the capture
+                recv, h, hook = g.dispatch(sx, sids, sw, return_recv_hook=True)
+                between()
+                hook()
+                g.combine(_graph_experts(recv, h, r, L, C, torch.bfloat16), h)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                recv, h, hook = g.dispatch(sx, sids, sw, return_recv_hook=True)
+                between()
+                hook()
+                y = g.combine(_graph_experts(recv, h, r, L, C, torch.bfloat16), h)
+            for rep in range(3):
+                data = inputs(90 + rep, N, [B] * N, H, k, E, torch.bfloat16,
+                              ("random", "dup", "one_expert")[rep])
+                x, ids, w = data[r]
+                sx.copy_(x)
+                sids.copy_(ids)
+                sw.copy_(w)
+                graph.replay()
+                trecv, th = t.dispatch(x, ids, w)
+                ty = t.combine(_graph_experts(trecv, th, r, L, C, torch.bfloat16), th)
+                torch.cuda.synchronize()
+                _same(y, ty, f"graph replay {rep} fp8={fp8}: combine vs twin")
+                check_y(y, x, ids, w, E, fp8, torch.bfloat16)
+        finally:
+            torch.cuda.synchronize()
+            g.destroy()
+            t.destroy()
+
+
 def case_no_host_sync(ctx):
     """Eager dispatch and combine never wait for the device (torch's sync debug mode raises on
     any synchronizing call)."""

@@ -162,6 +162,51 @@ def case_cached_mode(ctx):
             buf.destroy()
 
 
+def case_recv_hook_split(ctx):
+    """dispatch(..., return_recv_hook=True) sends only; a collective of the comm runs before
+    hook() receives (the overlap it is for); the outputs are the whole dispatch's, bit for bit
+    (fresh and cached mode, FP8 on and off). Before the hook the buffer refuses combine and
+    another dispatch, changing nothing; a second hook() is refused."""
+    N, r, L, k, H = ctx.size, ctx.rank, 4, 4, 70
+    E = L * N
+    for fp8 in (False, True):
+        buf = moe.Buffer(ctx.comm, 7, H, E, k, torch.bfloat16, fp8=fp8)
+        try:
+            data = inputs(55, N, [7 - i % 3 for i in range(N)], H, k, E, torch.bfloat16, "random")
+            recv, h, hook = buf.dispatch(*data[r], return_recv_hook=True)
+            assert buf._b.recv_pending
+            for call, what in ((lambda: buf.combine(torch.zeros(1, H, dtype=torch.bfloat16), h),
+                                "combine"),
+                               (lambda: buf.dispatch(*data[r]), "dispatch")):
+                try:
+                    call()
+                    raise AssertionError(f"{what} before the hook was accepted")
+                except cclx.CclxUsageError as e:
+                    assert "recv_later" in str(e) and "not received" in str(e), e
+            t = torch.full((5,), float(r + 1))
+            ctx.comm.all_reduce(t, cclx.ReduceOp.SUM)  # other work between send and receive
+            assert t.tolist() == [N * (N + 1) / 2] * 5
+            hook()
+            assert not buf._b.recv_pending
+            try:
+                hook()
+                raise AssertionError("a second hook() was accepted")
+            except cclx.CclxUsageError as e:
+                assert "no dispatch sent with recv_later" in str(e), e
+            check_recv(buf, recv, h, data, r, L, E, 7, fp8)
+            y = buf.combine(experts_of(recv, h, r, L, torch.bfloat16), h)
+            check_y(y, *data[r], E, fp8, torch.bfloat16)
+            data2 = [((x * 5).to(torch.bfloat16), ids, w) for x, ids, w in data]
+            recv2, h2, hook2 = buf.dispatch(data2[r][0], handle=h, return_recv_hook=True)
+            hook2()
+            check_recv(buf, recv2, h2, data2, r, L, E, 7, fp8)
+            y2 = buf.combine(experts_of(recv2, h2, r, L, torch.bfloat16), h2)
+            check_y(y2, *data2[r], E, fp8, torch.bfloat16)
+            round_trip(buf, data, r, L, E, 7, torch.bfloat16, fp8)  # and unsplit again
+        finally:
+            buf.destroy()
+
+
 def case_entries_beyond_expert_out(ctx):
     """expert_out with fewer rows than entries: the tokens of the missing entries get NaN rows
     (never a read out of bounds); rows for all entries: exact."""
