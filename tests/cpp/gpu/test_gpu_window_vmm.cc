@@ -181,6 +181,7 @@ TEST(GpuWindowVmm, MixedWithCudaMalloc) {
     const size_t count = size_t(n) * 4099;
     VmmBuf mem(count + 8192, deviceOf(rank), true);
     DevBuf plain(count + 8192, 0);
+    plain.poison();  // every byte written before a peer's puts (as the cuMem buffer is)
     char* buf = rank % 2 == 0 ? mem.base + 8192 : plain.base + 8192;
     auto w = comm.newWindow();
     w->registerBuffer(buf, count, DataType::u8);

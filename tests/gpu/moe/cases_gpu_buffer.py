@@ -177,8 +177,9 @@ def _graph_experts(recv, h, rank, L, C, dtype):
 
 def case_cuda_graph_changing_routing(ctx):
     """dispatch + experts + combine captured once, replayed with new tokens, ids and weights
-    copied into the captured inputs: each replay equals an eager twin call."""
-    N, r, L, k, H, B = ctx.size, ctx.rank, 3, 4, 136, 6
+    copied into the captured inputs: each replay equals an eager twin call (L = 4: at one
+    rank every token has k = 4 distinct experts)."""
+    N, r, L, k, H, B = ctx.size, ctx.rank, 4, 4, 136, 6
     E = L * N
     for fp8 in (False, True):
         g = moe.Buffer(ctx.comm, B, H, E, k, torch.bfloat16, fp8=fp8)
