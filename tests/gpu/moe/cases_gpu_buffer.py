@@ -175,43 +175,57 @@ def _graph_experts(recv, h, rank, L, C, dtype):
     return (rows.float() * (e + 1) + e).to(dtype)
 
 
+def _graph_replays(ctx, g, t, L, k, H, B, fp8, kinds, seed, between=None):
+    """dispatch + experts + combine of buffer g captured once in a CUDA graph (the dispatch
+    split around `between()` when given), replayed with new tokens, ids and weights copied into
+    the captured inputs: each replay bit for bit the twin t's eager call and the references."""
+    N, r, E = ctx.size, ctx.rank, L * ctx.size
+    C = g._views["entry_rows"].shape[0]
+    sx = torch.zeros(B, H, dtype=torch.bfloat16, device=ctx.dev)
+    sids = torch.zeros(B, k, dtype=torch.int64, device=ctx.dev)
+    sw = torch.zeros(B, k, dtype=torch.float32, device=ctx.dev)
+
+    def step():
+        if between is None:
+            recv, h = g.dispatch(sx, sids, sw)
+        else:
+            recv, h, hook = g.dispatch(sx, sids, sw, return_recv_hook=True)
+            between()
+            hook()
+        return g.combine(_graph_experts(recv, h, r, L, C, torch.bfloat16), h)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside the capture
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = step()
+    for rep, kind in enumerate(kinds):
+        x, ids, w = inputs(seed + rep, N, [B] * N, H, k, E, torch.bfloat16, kind)[r]
+        sx.copy_(x)
+        sids.copy_(ids)
+        sw.copy_(w)
+        graph.replay()
+        trecv, th = t.dispatch(x, ids, w)
+        ty = t.combine(_graph_experts(trecv, th, r, L, C, torch.bfloat16), th)
+        torch.cuda.synchronize()
+        _same(y, ty, f"replay {rep} ({kind}) fp8={fp8} split={between is not None}: "
+                     "combine vs twin")
+        check_y(y, x, ids, w, E, fp8, torch.bfloat16)
+
+
 def case_cuda_graph_changing_routing(ctx):
-    """dispatch + experts + combine captured once, replayed with new tokens, ids and weights
-    copied into the captured inputs: each replay equals an eager twin call (L = 4: at one
-    rank every token has k = 4 distinct experts)."""
-    N, r, L, k, H, B = ctx.size, ctx.rank, 4, 4, 136, 6
-    E = L * N
+    """dispatch + experts + combine captured once, replayed with new routing (_graph_replays;
+    L = 4: at one rank every token has k = 4 distinct experts)."""
+    L, k, H, B = 4, 4, 136, 6
     for fp8 in (False, True):
-        g = moe.Buffer(ctx.comm, B, H, E, k, torch.bfloat16, fp8=fp8)
-        t = moe.Buffer(ctx.twin, B, H, E, k, torch.bfloat16, fp8=fp8)
+        g = moe.Buffer(ctx.comm, B, H, L * ctx.size, k, torch.bfloat16, fp8=fp8)
+        t = moe.Buffer(ctx.twin, B, H, L * ctx.size, k, torch.bfloat16, fp8=fp8)
         try:
-            C = g._views["entry_rows"].shape[0]
-            sx = torch.zeros(B, H, dtype=torch.bfloat16, device=ctx.dev)
-            sids = torch.zeros(B, k, dtype=torch.int64, device=ctx.dev)
-            sw = torch.zeros(B, k, dtype=torch.float32, device=ctx.dev)
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):  # warm-up outside the capture
-                recv, h = g.dispatch(sx, sids, sw)
-                g.combine(_graph_experts(recv, h, r, L, C, torch.bfloat16), h)
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                recv, h = g.dispatch(sx, sids, sw)
-                y = g.combine(_graph_experts(recv, h, r, L, C, torch.bfloat16), h)
-            for rep in range(4):
-                data = inputs(60 + rep, N, [B] * N, H, k, E, torch.bfloat16,
-                              ("random", "dup", "same_rank", "one_expert")[rep])
-                x, ids, w = data[r]
-                sx.copy_(x)
-                sids.copy_(ids)
-                sw.copy_(w)
-                graph.replay()
-                trecv, th = t.dispatch(x, ids, w)
-                ty = t.combine(_graph_experts(trecv, th, r, L, C, torch.bfloat16), th)
-                torch.cuda.synchronize()
-                _same(y, ty, f"replay {rep} fp8={fp8}: combine vs twin")
-                check_y(y, x, ids, w, E, fp8, torch.bfloat16)
+            _graph_replays(ctx, g, t, L, k, H, B, fp8,
+                           ("random", "dup", "same_rank", "one_expert"), 60)
         finally:
             torch.cuda.synchronize()
             g.destroy()
@@ -225,18 +239,17 @@ def case_recv_hook_split(ctx):
     replayed with changing routing; before the hook the buffer refuses combine."""
     N, r, L, k, H, B = ctx.size, ctx.rank, 4, 4, 136, 6
     E = L * N
+    a = torch.randn(256, 256, device=ctx.dev)
+    ones = torch.ones(8, device=ctx.dev)
+
+    def between():
+        torch.mm(a, a)
+        ctx.comm.all_reduce(ones, cclx.ReduceOp.MAX)
+
     for fp8 in (False, True):
         g = moe.Buffer(ctx.comm, B, H, E, k, torch.bfloat16, fp8=fp8)
         t = moe.Buffer(ctx.twin, B, H, E, k, torch.bfloat16, fp8=fp8)
         try:
-            C = g._views["entry_rows"].shape[0]
-            a = torch.randn(256, 256, device=ctx.dev)
-            ones = torch.ones(8, device=ctx.dev)
-
-            def between():
-                torch.mm(a, a)
-                ctx.comm.all_reduce(ones, cclx.ReduceOp.MAX)
-
             data = inputs(80, N, [B - i % 2 for i in range(N)], H, k, E, torch.bfloat16, "random")
             x, ids, w = (v.to(ctx.dev) for v in data[r])
             recv, h, hook = g.dispatch(x, ids, w, return_recv_hook=True)
@@ -254,36 +267,8 @@ def case_recv_hook_split(ctx):
             _same(y, ty, f"eager split fp8={fp8}: combine vs twin")
             check_recv(g, recv, h, data, r, L, E, B, fp8)
             check_y(y, *data[r], E, fp8, torch.bfloat16)
-            sx = torch.zeros(B, H, dtype=torch.bfloat16, device=ctx.dev)
-            sids = torch.zeros(B, k, dtype=torch.int64, device=ctx.dev)
-            sw = torch.zeros(B, k, dtype=torch.float32, device=ctx.dev)
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):  # warm-up outside the capture
-                recv, h, hook = g.dispatch(sx, sids, sw, return_recv_hook=True)
-                between()
-                hook()
-                g.combine(_graph_experts(recv, h, r, L, C, torch.bfloat16), h)
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                recv, h, hook = g.dispatch(sx, sids, sw, return_recv_hook=True)
-                between()
-                hook()
-                y = g.combine(_graph_experts(recv, h, r, L, C, torch.bfloat16), h)
-            for rep in range(3):
-                data = inputs(90 + rep, N, [B] * N, H, k, E, torch.bfloat16,
-                              ("random", "dup", "one_expert")[rep])
-                x, ids, w = data[r]
-                sx.copy_(x)
-                sids.copy_(ids)
-                sw.copy_(w)
-                graph.replay()
-                trecv, th = t.dispatch(x, ids, w)
-                ty = t.combine(_graph_experts(trecv, th, r, L, C, torch.bfloat16), th)
-                torch.cuda.synchronize()
-                _same(y, ty, f"graph replay {rep} fp8={fp8}: combine vs twin")
-                check_y(y, x, ids, w, E, fp8, torch.bfloat16)
+            _graph_replays(ctx, g, t, L, k, H, B, fp8, ("random", "dup", "one_expert"), 90,
+                           between)
         finally:
             torch.cuda.synchronize()
             g.destroy()
