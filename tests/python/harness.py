@@ -56,6 +56,8 @@ def child_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     # them oversubscribes the machine (a 4-rank MoE case on 2 cores took 7.4 s instead of 0.8 s).
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no pool of compile workers per rank
+    # A rank that aborts (SIGABRT, SIGSEGV) prints every Python thread's stack first.
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     env.update(extra or {})
     return env
 

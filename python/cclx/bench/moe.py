@@ -22,6 +22,7 @@ the output says so.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -120,9 +121,12 @@ class Env:
         return float(t.item())
 
     def close(self) -> None:
-        self.comm.finalize()
-        if self.pg:
-            self.dist.destroy_process_group()
+        try:
+            self.comm.finalize()
+        finally:
+            if self.pg:
+                self.dist.destroy_process_group()
+            gc.collect()  # what still holds tensors goes now, not during the interpreter's exit
 
 
 def nccl_ep_status() -> str:
@@ -355,6 +359,11 @@ def _run(env: Env, args: argparse.Namespace, torch: Any) -> int:
                 plot(args.plot, rows, f"cclx-bench moe: {where}, world {env.size}")
             except ImportError:
                 print("cclx-bench moe: --plot needs matplotlib; no plot written", flush=True)
+    # Every rank leaves together: none tears down its communicators (and exits) while rank 0 is
+    # still writing, or while a peer's last torch.distributed call is in flight.
+    env.comm.barrier()
+    if env.pg:
+        env.pg.barrier()
     return 0 if passed else 1
 
 
