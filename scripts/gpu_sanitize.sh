@@ -63,9 +63,11 @@ if [ "$MODE" = full ]; then
   [ -n "${RUN_TIMEOUT:-}" ] || RUN_TIMEOUT=1800
 else
   filters=$QUICK; scale=10; args=(--budget "${VERIFY_BUDGET:-500}" --jobs 6 --gpu-procs 12)
-  # torchcomms' device-API stress kernels: 2 iterations and one graph replay per case (their
-  # 20 ran out the step's time under memcheck and initcheck)
+  # torchcomms' device-API stress kernels: 2 iterations, one graph replay per case and messages
+  # up to 64 KiB (with 2 iterations, one thread putting 16 MiB still ran out the step's time
+  # under memcheck and initcheck; the verify run and full mode keep every size)
   export NUM_ITERATIONS=${NUM_ITERATIONS:-2} CCLX_TEST_DEVAPI_REPLAYS=${CCLX_TEST_DEVAPI_REPLAYS:-1}
+  export CCLX_TEST_DEVAPI_MAX_BYTES=${CCLX_TEST_DEVAPI_MAX_BYTES:-65536}
   [ -n "${RUN_TIMEOUT:-}" ] || RUN_TIMEOUT=300
 fi
 [ -n "${GTEST_FILTER:-}" ] && filters="\"*\": \"$GTEST_FILTER\""

@@ -72,8 +72,11 @@ enum : int {
 /// Reasons carried in the abort word (bits 16..23; bits 0..15 hold origin rank + 1).
 enum : uint32_t { kAbortTimeout = 1, kAbortHost = 2, kAbortMismatch = 3, kAbortCapacity = 4 };
 /// The control words of a rank (SignalRegion::kControl, uint32 indices; device/fail.cuh);
-/// kCtlTimeoutMs: the timeout (ms) of the rank that raised kCtlTimeout, written before it.
-enum : int { kCtlTimeout = 0, kCtlHost = 1, kCtlMissing = 2, kCtlTimeoutMs = 3 };
+/// kCtlTimeoutMs: the timeout (ms) of the rank that raised kCtlTimeout, written before it;
+/// kCtlWaitingFor: in rank r's words only, the ranks r's kernels were waiting for when their waits
+/// stopped (a timeout or an abort seen), read by peers to name the end of a chain of waits
+/// (core/failure/wait_chain.h).
+enum : int { kCtlTimeout = 0, kCtlHost = 1, kCtlMissing = 2, kCtlTimeoutMs = 3, kCtlWaitingFor = 4 };
 
 /// What every peer-memory kernel needs to honour the failure model (device/fail.cuh), by value in
 /// its parameters: the comm's control words on every rank (SignalRegion::kControl, kCtl*), this

@@ -151,7 +151,8 @@ void CudaBackend::setupDevice(const GpuSetup& s) {
   ctx_.errorFlagDev = sh_->errDev;
   ctx_.errorFlagHost = sh_->errHost;
   CCLX_CUDA_CHECK(cudaStreamCreateWithFlags(&sh_->abortStream, cudaStreamNonBlocking));
-  CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, 3 * sizeof(uint32_t), cudaHostAllocDefault));
+  CCLX_CUDA_CHECK(cudaHostAlloc(&sh_->abortValue, (CudaShared::kWaitRead + kMaxRanks) * sizeof(uint32_t),
+                                cudaHostAllocDefault));
 }
 
 // Peer memory (collective, gpu/peer_mem.h; never throws). Ranks that share a GPU keep it, but

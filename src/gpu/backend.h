@@ -40,12 +40,14 @@ struct CudaShared {
   volatile uint32_t* errHost = nullptr;  // host-mapped error words (gpu/algo.h)
   uint32_t* errDev = nullptr;
   uint32_t* ctl[kMaxRanks] = {};         // every rank's control words (peer memory; null if off)
-  std::mutex ctlMu;                      // ctl[] and requestAbort's copies (teardown clears ctl)
+  mutable std::mutex ctlMu;              // ctl[] and requestAbort's copies (teardown clears ctl)
   cudaStream_t abortStream = nullptr;    // requestAbort's copies (never waits on other work)
   int64_t* a2avHost = nullptr;           // pinned: all_to_all_v_device's gathered split sizes
                                          // (NCCL path), allocated at its first use
   uint32_t* abortValue = nullptr;        // pinned: the abort word, missing mask and timeout (ms)
-                                         // requestAbort writes
+                                         // requestAbort writes ([0, 3)); from kWaitRead on, the
+                                         // peers' kCtlWaitingFor words waitChainOf reads
+  static constexpr int kWaitRead = 4;
   std::atomic<bool> abortRequested{false};
   // Set when the comm is released after a failure or an abort: kernels may still read the error
   // words and the abort value, so the destructor leaves the pinned memory (and streams) alone.
@@ -64,6 +66,14 @@ struct CudaShared {
   Error fail(cclxResult_t code, const std::string& msg);
   /// What the error words report (gpu/algo.h): cclxSuccess and "" while they report nothing.
   std::pair<cclxResult_t, std::string> deviceError() const;
+  /// The note that follows a timeout naming `missing` to the end of its chain of waits
+  /// (core/failure/wait_chain.h): every rank's kCtlWaitingFor word (peer memory, read on
+  /// abortStream), the ranks in `missing` given up to 200 ms to publish theirs. The answer for a
+  /// mask is kept: deviceError is asked again and again about one sticky failure.
+  std::string waitChainOf(uint32_t missing) const;
+  mutable std::mutex chainMu;
+  mutable uint32_t chainMask = 0;
+  mutable std::string chainNote;
   /// Turns a failure the kernels reported into the comm's failure (and throws it); no-op when none.
   void checkDeviceError();
   /// Stops every peer kernel of this comm here and on the peers (docs/design/failure.md):

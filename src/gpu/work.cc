@@ -1,9 +1,11 @@
 // Work handles of the GPU backend and the failure state they share with it.
+#include <chrono>
 #include <thread>
 
 #include "gpu/backend.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "core/failure/wait_chain.h"
 #include "gpu/runtime.h"
 
 namespace cclx {
@@ -66,9 +68,10 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
     const uint32_t mask = named();
     return {cclxTimeout,
             strFormat("rank %d: a collective or window wait_signal on comm '%s' (cuda:%d) timed "
-                      "out after %lld ms waiting for rank(s) %s; its output is NaN and the comm "
+                      "out after %lld ms waiting for rank(s) %s%s; its output is NaN and the comm "
                       "is unusable",
-                      rank, name.c_str(), device, ms, rankList(mask).c_str())};
+                      rank, name.c_str(), device, ms, rankList(mask).c_str(),
+                      waitChainOf(mask).c_str())};
   }
   if (errHost[kErrCode] == kErrMismatch) {
     const uint32_t mask = named();
@@ -111,10 +114,10 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
             : std::string();
     return {cclxTimeout,
             strFormat("rank %d: comm '%s' failed: rank %d timed out after %lld ms waiting for "
-                      "rank(s) %s%s; collectives from then on have NaN outputs and the comm is "
+                      "rank(s) %s%s%s; collectives from then on have NaN outputs and the comm is "
                       "unusable",
                       rank, name.c_str(), origin, ms, rankList(errHost[kErrOriginMissing]).c_str(),
-                      chain.c_str())};
+                      waitChainOf(errHost[kErrOriginMissing]).c_str(), chain.c_str())};
   }
   if (origin == rank || origin < 0)
     return {cclxAborted, strFormat("rank %d: comm '%s' was aborted; collectives from then on have "
@@ -124,6 +127,46 @@ std::pair<cclxResult_t, std::string> CudaShared::deviceError() const {
           strFormat("rank %d: comm '%s' was aborted by rank %d; collectives from then on have NaN "
                     "outputs and the comm is unusable",
                     rank, name.c_str(), origin)};
+}
+
+std::string CudaShared::waitChainOf(uint32_t missing) const {
+  std::lock_guard<std::mutex> g(chainMu);
+  if (missing == 0 || missing == chainMask) return missing ? chainNote : std::string();
+  uint32_t words[kMaxRanks] = {};
+  {
+    std::lock_guard<std::mutex> c(ctlMu);  // teardown clears ctl[]
+    if (!abortStream || !abortValue || !ctl[rank]) return "";
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;  // this thread may be capturing
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    int prev = -1;
+    (void)cudaGetDevice(&prev);
+    if (prev != device) (void)cudaSetDevice(device);
+    uint32_t* buf = abortValue + kWaitRead;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    for (;;) {
+      bool ok = true;
+      for (int r = 0; r < size && r < kMaxRanks && ok; ++r) {
+        buf[r] = 0;
+        ok = !ctl[r] || cudaMemcpyAsync(buf + r, ctl[r] + kCtlWaitingFor, sizeof(uint32_t),
+                                        cudaMemcpyDeviceToHost, abortStream) == cudaSuccess;
+      }
+      ok = ok && cudaStreamSynchronize(abortStream) == cudaSuccess;
+      if (!ok) {  // a dead peer's memory may be gone: what was read stands
+        (void)cudaGetLastError();
+      }
+      for (int r = 0; r < size && r < kMaxRanks; ++r) words[r] = ok ? buf[r] : 0u;
+      bool all = true;  // every rank this one waited for has said whom it waited for
+      for (int r = 0; r < size && r < kMaxRanks; ++r)
+        if ((missing >> r & 1u) && !words[r]) all = false;
+      if (!ok || all || std::chrono::steady_clock::now() > until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (prev >= 0 && prev != device) (void)cudaSetDevice(prev);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  }
+  chainMask = missing;
+  chainNote = waitChainNote(missing, words, size, rank);
+  return chainNote;
 }
 
 void CudaShared::checkDeviceError() {

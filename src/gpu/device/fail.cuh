@@ -90,9 +90,16 @@ __device__ __forceinline__ uint64_t deadlineAfter(uint64_t timeoutNs) {
   return timeoutNs ? globalTimerNs() + timeoutNs : ~uint64_t(0);
 }
 
+/// Publishes, in this rank's own control words, that a wait for `peer` stopped (kCtlWaitingFor:
+/// peers read it to name the end of a chain of waits).
+__device__ __forceinline__ void publishWait(const FailParams& f, int peer) {
+  atomOrRelaxedSys4(reinterpret_cast<uint32_t*>(ctlWord(f, f.rank, kCtlWaitingFor)), 1u << peer);
+}
+
 /// Records a timeout waiting for `missing` in the error words and raises the abort word.
 __device__ __forceinline__ void raiseTimeout(const FailParams& f, int missing) {
   volatile uint32_t* e = f.err;
+  publishWait(f, missing);
   e[kErrMissing + missing] = 1u;
   if (e[kErrCode] == kErrNone) {
     e[kErrTimeoutMs] = f.timeoutMs;
@@ -146,6 +153,7 @@ struct Waiter {
     if ((++spins & 255u) != 0) return true;
     if (abortWord(f) != 0u) {
       static_cast<volatile uint32_t*>(f.err)[kErrWaitingFor + peer] = 1u;  // named in messages
+      publishWait(f, peer);
       noteAbort(f);
       return false;
     }

@@ -19,6 +19,7 @@
 
 #include "core/comm/backend.h"
 #include "core/elements/lamport.h"
+#include "core/failure/wait_chain.h"
 #include "helpers/mp.h"
 
 using namespace cclx;
@@ -302,3 +303,34 @@ TEST(FailureModel, AbortOnErrorEndsTheProcess) {
 }
 
 }  // namespace
+
+// The ranks a timeout names when the ranks it waited for were themselves waiting (gpu/work.cc
+// builds its messages with it from the published kCtlWaitingFor words).
+TEST(WaitChain, FollowsWaitsToTheRankThatPublishedNone) {
+  // 8 ranks, rank 7 killed: 0, 2, 3 waited for 7; rank 1 timed out waiting for 0, 2, 3.
+  uint32_t w[8] = {1u << 7, 0, 1u << 7, 1u << 7, 0, 0, 0, 0};
+  EXPECT_EQ(waitChainEnd(0b1101u, w, 8, 1), 1u << 7);
+  const std::string note = waitChainNote(0b1101u, w, 8, 1);
+  EXPECT_NE(note.find("rank(s) 0, 2, 3 were themselves waiting"), std::string::npos) << note;
+  EXPECT_NE(note.find("end at rank(s) 7)"), std::string::npos) << note;
+  // Longer chains: 1 -> 0 -> 4 -> 6, and 1 -> 2 (published none).
+  uint32_t c[8] = {1u << 4, 0, 0, 0, 1u << 6, 0, 0, 0};
+  EXPECT_EQ(waitChainEnd(0b101u, c, 8, 1), (1u << 2) | (1u << 6));
+}
+
+TEST(WaitChain, AddsNothingWhereNothingIsKnown) {
+  uint32_t none[4] = {0, 0, 0, 0};
+  EXPECT_EQ(waitChainEnd(1u << 3, none, 4, 0), 0u);  // the rank waited for published no wait
+  EXPECT_EQ(waitChainNote(1u << 3, none, 4, 0), "");
+  // A cycle back to the timed-out rank names nothing new, never the rank itself.
+  uint32_t cyc[4] = {0, 1u << 0, 0, 0};
+  EXPECT_EQ(waitChainEnd(1u << 1, cyc, 4, 0), 0u);
+  uint32_t loop[4] = {0, 1u << 2, 1u << 1, 0};
+  EXPECT_EQ(waitChainEnd(1u << 1, loop, 4, 0), 0u);
+  // Bits beyond the world size are ignored; 32 ranks use every bit.
+  uint32_t big[32] = {};
+  big[5] = 1u << 31;
+  EXPECT_EQ(waitChainEnd(1u << 5, big, 32, 0), 1u << 31);
+  uint32_t stray[4] = {0, 0xF0u, 0, 0};
+  EXPECT_EQ(waitChainEnd(1u << 1, stray, 4, 0), 0u);
+}
