@@ -334,9 +334,10 @@ def case_composed_route_on_cuda(ctx):
             co.destroy()
 
 
-def _failure(ctx, name, late_s):
-    """Rank N-1 comes `late_s` seconds late (None: never); the others' dispatch (timeout 2 s)
-    fails naming it: NaN rows, counts 0, the next call raises."""
+def _failure(ctx, name, late_s, split=False):
+    """Rank N-1 comes `late_s` seconds late (None: never); the others' dispatch (timeout 2 s;
+    split: its send, then its receive hook) fails naming it: NaN rows, counts 0, the next call
+    raises."""
     N, r = ctx.size, ctx.rank
     if N < 2:
         return "skipped: needs two ranks"
@@ -350,7 +351,16 @@ def _failure(ctx, name, late_s):
             if late_s is None:
                 return None
             time.sleep(late_s)
-        g.dispatch(x, ids, w, timeout=2.0)
+        if split:
+            hook = g.dispatch(x, ids, w, timeout=2.0, return_recv_hook=True)[2]
+            try:
+                hook()
+            except cclx.CclxError as e:  # the send's failure, seen before the receive launched
+                assert r == late or f"rank {late}" in str(e) or f"[{late}]" in str(e) or \
+                    f"rank(s) {late}" in str(e), str(e)
+                return None
+        else:
+            g.dispatch(x, ids, w, timeout=2.0)
         torch.cuda.synchronize()
         raw = g.recv.x.contiguous().view(torch.uint8)
         assert bool((raw == 255).all()), "receive rows are not NaN after the failed dispatch"
@@ -369,6 +379,10 @@ def _failure(ctx, name, late_s):
 
 def case_zz_late_rank(ctx):
     return _failure(ctx, "moe_late", 6.0)
+
+
+def case_zz_late_rank_split(ctx):
+    return _failure(ctx, "moe_late_split", 6.0, split=True)
 
 
 def case_zzz_rank_never_comes(ctx):

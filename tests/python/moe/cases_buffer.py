@@ -311,6 +311,43 @@ def case_zz_late_rank_fails_naming_it(ctx):
         comm.abort()
 
 
+def case_zz_late_rank_split_fails_naming_it(ctx):
+    """The send / receive split with a rank that does not come within the timeout: on every other
+    rank the send or the receive half raises naming it (whichever waited for it), the receive
+    rows are NaN and the counts 0, and the next dispatch is refused; the late rank fails
+    too."""
+    N, r = ctx.size, ctx.rank
+    if N < 2:
+        return "skipped: needs two ranks"
+    comm = cclx.new_comm("cclx", "cpu", name="moe_late_split", timeout=60)
+    try:
+        buf = moe.Buffer(comm, 4, 16, 2 * N, 2, torch.float32)
+        data = inputs(81, N, [4] * N, 16, 2, 2 * N, torch.float32, "random")
+        late = N - 1
+        if r == late:
+            time.sleep(4.0)
+        failed = None
+        try:
+            _, _, hook = buf.dispatch(*data[r], timeout=1.5, return_recv_hook=True)
+            hook()
+        except (cclx.CclxTimeoutError, cclx.CclxError) as e:
+            failed = e
+        assert failed is not None, "the split dispatch succeeded"
+        if r != late:
+            assert isinstance(failed, cclx.CclxTimeoutError), repr(failed)
+            assert f"[{late}]" in str(failed) or f"rank {late}" in str(failed), str(failed)
+            raw = buf.recv.x.contiguous().view(torch.uint8)
+            assert bool((raw == 255).all()), "receive rows are not NaN"
+            assert int(buf._views["expert_counts"].abs().sum()) == 0
+        try:
+            buf.dispatch(*data[r], timeout=1.5)
+            raise AssertionError("a dispatch after the failure was accepted")
+        except cclx.CclxError:
+            pass
+    finally:
+        comm.abort()
+
+
 def _same(a, b, what):
     a, b = a.cpu(), b.cpu()
     assert a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8),

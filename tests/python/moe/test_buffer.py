@@ -12,7 +12,8 @@ CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases_buffer.p
 NAMES = harness.case_names(CASES)
 AT_8 = ["random_bf16_k8", "every_k", "all_tokens_one_expert", "only_rank0_experts",
         "experts_of_a_token_on_one_rank", "uneven_tokens_and_empty_ranks", "expertless_last_rank",
-        "ids_out_of_range", "many_calls_changing_routing", "zz_late_rank_fails_naming_it"]
+        "ids_out_of_range", "many_calls_changing_routing", "zz_late_rank_fails_naming_it",
+        "zz_late_rank_split_fails_naming_it"]
 
 
 @pytest.fixture(scope="module", params=[1, 2, 3, 4, 8])
