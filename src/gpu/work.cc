@@ -151,9 +151,7 @@ std::string CudaShared::waitChainOf(uint32_t missing) const {
                                         cudaMemcpyDeviceToHost, abortStream) == cudaSuccess;
       }
       ok = ok && cudaStreamSynchronize(abortStream) == cudaSuccess;
-      if (!ok) {  // a dead peer's memory may be gone: what was read stands
-        (void)cudaGetLastError();
-      }
+      if (!ok) (void)cudaGetLastError();  // a dead peer's memory may be gone: no note then
       for (int r = 0; r < size && r < kMaxRanks; ++r) words[r] = ok ? buf[r] : 0u;
       bool all = true;  // every rank this one waited for has said whom it waited for
       for (int r = 0; r < size && r < kMaxRanks; ++r)
