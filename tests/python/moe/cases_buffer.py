@@ -284,55 +284,29 @@ def case_memory_is_rank_major(ctx):
         buf.destroy()
 
 
-def case_zz_late_rank_fails_naming_it(ctx):
-    """A rank that does not come within the timeout: every other rank's dispatch raises
-    naming it, its receive rows are NaN and its counts 0; the late rank then fails too."""
+def _late_rank(ctx, name, seed, split):
+    """Rank N-1 comes 4 s late; every other rank's dispatch (timeout 1.5 s; split: its send, then
+    its receive hook, whichever waited for the late rank) raises naming it, its receive rows are
+    NaN and its counts 0; the next dispatch is refused; the late rank fails too."""
     N, r = ctx.size, ctx.rank
     if N < 2:
         return "skipped: needs two ranks"
-    comm = cclx.new_comm("cclx", "cpu", name="moe_late", timeout=60)
+    comm = cclx.new_comm("cclx", "cpu", name=name, timeout=60)
     try:
         buf = moe.Buffer(comm, 4, 16, 2 * N, 2, torch.float32)
-        data = inputs(80, N, [4] * N, 16, 2, 2 * N, torch.float32, "random")
-        late = N - 1
-        if r == late:
-            time.sleep(4.0)
-        try:
-            buf.dispatch(*data[r], timeout=1.5)
-            raise AssertionError("the dispatch succeeded")
-        except (cclx.CclxTimeoutError, cclx.CclxError) as e:
-            if r != late:
-                assert isinstance(e, cclx.CclxTimeoutError), repr(e)
-                assert f"[{late}]" in str(e) or f"rank {late}" in str(e), str(e)
-                raw = buf.recv.x.contiguous().view(torch.uint8)
-                assert bool((raw == 255).all()), "receive rows are not NaN"
-                assert int(buf._views["expert_counts"].abs().sum()) == 0
-    finally:
-        comm.abort()
-
-
-def case_zz_late_rank_split_fails_naming_it(ctx):
-    """The send / receive split with a rank that does not come within the timeout: on every other
-    rank the send or the receive half raises naming it (whichever waited for it), the receive
-    rows are NaN and the counts 0, and the next dispatch is refused; the late rank fails
-    too."""
-    N, r = ctx.size, ctx.rank
-    if N < 2:
-        return "skipped: needs two ranks"
-    comm = cclx.new_comm("cclx", "cpu", name="moe_late_split", timeout=60)
-    try:
-        buf = moe.Buffer(comm, 4, 16, 2 * N, 2, torch.float32)
-        data = inputs(81, N, [4] * N, 16, 2, 2 * N, torch.float32, "random")
+        data = inputs(seed, N, [4] * N, 16, 2, 2 * N, torch.float32, "random")
         late = N - 1
         if r == late:
             time.sleep(4.0)
         failed = None
         try:
-            _, _, hook = buf.dispatch(*data[r], timeout=1.5, return_recv_hook=True)
-            hook()
-        except (cclx.CclxTimeoutError, cclx.CclxError) as e:
+            if split:
+                buf.dispatch(*data[r], timeout=1.5, return_recv_hook=True)[2]()
+            else:
+                buf.dispatch(*data[r], timeout=1.5)
+        except cclx.CclxError as e:
             failed = e
-        assert failed is not None, "the split dispatch succeeded"
+        assert failed is not None, "the dispatch succeeded"
         if r != late:
             assert isinstance(failed, cclx.CclxTimeoutError), repr(failed)
             assert f"[{late}]" in str(failed) or f"rank {late}" in str(failed), str(failed)
@@ -346,6 +320,17 @@ def case_zz_late_rank_split_fails_naming_it(ctx):
             pass
     finally:
         comm.abort()
+    return None
+
+
+def case_zz_late_rank_fails_naming_it(ctx):
+    """A rank that does not come within the timeout (_late_rank)."""
+    return _late_rank(ctx, "moe_late", 80, split=False)
+
+
+def case_zz_late_rank_split_fails_naming_it(ctx):
+    """The same with the send / receive split."""
+    return _late_rank(ctx, "moe_late_split", 81, split=True)
 
 
 def _same(a, b, what):
