@@ -33,6 +33,11 @@ struct MoeConfig {
   int topK = 0;                     // k, 1..16
   DataType dtype = DataType::bf16;  // tokens, expert outputs and combine output: f32, bf16, f16
   bool fp8 = false;                 // dispatch rows travel as FP8 e4m3 + one f32 scale per 128
+  // Launch shape of the CUDA kernels (ignored elsewhere; neither changes any output bit):
+  int maxBlocks = 0;    // thread blocks (SMs) per kernel, 0..128; 0: CCLX_MOE_MAX_BLOCKS, whose
+                        // 0 is one per SM (at most 128)
+  int chunkTokens = 0;  // tokens per routing chunk of the dispatch kernel (its shared-memory
+                        // tables), 0..2^20; 0: CCLX_MOE_CHUNK_TOKENS, whose 0 is the most that fit
 };
 
 /// Which engine runs a buffer: the CUDA kernels over peer memory (ranks of one host, or world
@@ -121,6 +126,8 @@ class MoeBuffer {
   size_t lastTokens() const;
   /// Blocks of a kernel launch (0 on CPU).
   int blocks() const;
+  /// Tokens per routing chunk of the dispatch kernel (0 on CPU).
+  int chunkTokens() const;
   const std::shared_ptr<Comm>& comm() const;
 
   // Internal.

@@ -187,7 +187,7 @@ class CudaBackend final : public Backend {
   // they can), their engine, and one launch of a peer kernel outside run(), ordered like run()'s
   // (the teardown waits for it): f(s) enqueues exactly one kernel on s.
   std::string moeRefusal(const moe::Layout& lay) const override;
-  std::unique_ptr<MoeEngine> newMoe(const moe::Layout& lay) override;
+  std::unique_ptr<MoeEngine> newMoe(const moe::Layout& lay, const MoeConfig& cfg) override;
   void launchPeerKernel(cudaStream_t s, const std::function<void(cudaStream_t)>& f);
   /// Collective: the lowest window signal slot free on every rank (-1: none).
   int takeWindowSlot(const WinExchange& ex);

@@ -79,7 +79,7 @@ class HostBackend final : public Backend {
   std::string moeRefusal(const moe::Layout&) const override {
     return ctx_ ? "" : "the communicator was finalized or aborted";
   }
-  std::unique_ptr<MoeEngine> newMoe(const moe::Layout& lay) override {
+  std::unique_ptr<MoeEngine> newMoe(const moe::Layout& lay, const MoeConfig&) override {
     if (!ctx_) CCLX_THROW(cclxInvalidUsage, "host backend: communicator was finalized or aborted");
     return makeHostMoe(ctx_, lay);
   }

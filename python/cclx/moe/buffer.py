@@ -93,11 +93,16 @@ class Buffer:
     (float32 / bfloat16 / float16); fp8: dispatch rows travel as FP8 e4m3 with one float32 scale
     per 128 values (cclx's block codec). `bytes`: this rank's communication memory.
     route: None takes the table's choice (MoeBuffer::route); "composed" forces the composed
-    path on any communicator (comparisons, tests)."""
+    path on any communicator (comparisons, tests). The CUDA kernels' launch shape (no output
+    bit depends on it): num_sms, thread blocks per kernel (0..128; None: CCLX_MOE_MAX_BLOCKS,
+    whose 0 is one per SM); chunk_tokens, tokens per routing chunk of the dispatch kernel (None:
+    CCLX_MOE_CHUNK_TOKENS, whose 0 is the most whose tables fit). `blocks` and `chunk_tokens`
+    report what the buffer runs (0 off the kernels)."""
 
     def __init__(self, comm: Any, max_tokens_per_rank: int, hidden: int, num_experts: int,
                  top_k: int, dtype: Any = torch.bfloat16, fp8: bool = False,
-                 route: Optional[str] = None) -> None:
+                 route: Optional[str] = None, num_sms: Optional[int] = None,
+                 chunk_tokens: Optional[int] = None) -> None:
         if dtype not in FLOAT_DTYPES:
             raise _bad("__init__", f"dtype must be float32, bfloat16 or float16, not {dtype}")
         self.comm = comm
@@ -109,7 +114,7 @@ class Buffer:
         self._cuda, self._dev = comm._cuda, comm._dev
         self._dev_index = self._dev if self._cuda else -1
         args = (comm._c, self.max_tokens, self.hidden, self.num_experts, self.top_k,
-                _DTYPE_CODE[dtype], self.fp8)
+                _DTYPE_CODE[dtype], self.fp8, int(num_sms or 0), int(chunk_tokens or 0))
         self.route, self.why = _C.MoeBuffer.route(*args)
         if route not in (None, self.route, "composed"):
             raise _bad("__init__", f"route {route!r}: this communicator's route is "
@@ -125,10 +130,12 @@ class Buffer:
             self._impl = Composed(self)
             self.bytes = self._impl.bytes
             self._views = self._impl.views
+            self.blocks = self.chunk_tokens = 0
         else:
             self._b = _C.MoeBuffer.create(*args)
             self._impl = None
             self.bytes = self._b.bytes
+            self.blocks, self.chunk_tokens = self._b.blocks, self._b.chunk_tokens
             self._views = self._make_views()
         self.recv = Recv(self._views["x"], self._views.get("scales"))
         v = self._views

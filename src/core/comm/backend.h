@@ -23,6 +23,7 @@
 namespace cclx {
 
 class MoeEngine;
+struct MoeConfig;
 namespace moe {
 struct Layout;
 }
@@ -112,9 +113,9 @@ class Backend {
   /// Why this backend runs no engine for an expert-parallel buffer of layout `lay`
   /// (core/moe/engine.h); "" when it does. Default: "the <name> backend has no MoE engine".
   virtual std::string moeRefusal(const moe::Layout& lay) const;
-  /// Local: the engine of a MoeBuffer (its memory allocated and zeroed); only after moeRefusal()
-  /// returned "". Default: cclxUnsupported.
-  virtual std::unique_ptr<MoeEngine> newMoe(const moe::Layout& lay);
+  /// Local: the engine of a MoeBuffer (its memory allocated and zeroed; `cfg`'s launch shape
+  /// applied); only after moeRefusal() returned "". Default: cclxUnsupported.
+  virtual std::unique_ptr<MoeEngine> newMoe(const moe::Layout& lay, const MoeConfig& cfg);
 };
 
 /// A Work that is already complete (host collectives finish before returning).

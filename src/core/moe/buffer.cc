@@ -90,7 +90,7 @@ std::shared_ptr<MoeBuffer> MoeBuffer::create(const std::shared_ptr<Comm>& comm,
   st->lay = moe::checkedLayout(cfg, st->cs->info.size, st->cs->info.rank);
   st->out = outputsOf(st->lay);
   CommState& cs = *st->cs;
-  guardedCall(cs, "moe buffer", [&] { st->engine = cs.backend->newMoe(st->lay); });
+  guardedCall(cs, "moe buffer", [&] { st->engine = cs.backend->newMoe(st->lay, cfg); });
   const int n = cs.info.size, me = cs.info.rank;
   std::vector<char*> peers(size_t(n), nullptr);
   peers[size_t(me)] = static_cast<char*>(st->engine->base());
@@ -246,6 +246,7 @@ void* MoeBuffer::data() const { return st_->engine ? st_->engine->base() : nullp
 size_t MoeBuffer::bytes() const { return st_->lay.total; }
 size_t MoeBuffer::lastTokens() const { return st_->lastT; }
 int MoeBuffer::blocks() const { return st_->engine ? st_->engine->blocks() : 0; }
+int MoeBuffer::chunkTokens() const { return st_->engine ? st_->engine->chunkTokens() : 0; }
 const std::shared_ptr<Comm>& MoeBuffer::comm() const { return st_->comm; }
 
 }  // namespace cclx

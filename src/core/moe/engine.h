@@ -51,6 +51,8 @@ class MoeEngine {
   virtual void combine(const MoeCall& c) = 0;
   /// Blocks of a launch (0: not a GPU engine).
   virtual int blocks() const { return 0; }
+  /// Tokens per routing chunk of a dispatch (0: not a GPU engine).
+  virtual int chunkTokens() const { return 0; }
   /// Frees this rank's memory once no peer maps it any more (healthy: MoeBuffer::destroy after
   /// the window's deregistration); otherwise leaves it allocated (logged) and forgets it.
   virtual void release(bool healthy) = 0;

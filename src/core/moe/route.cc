@@ -16,7 +16,7 @@ std::string Backend::moeRefusal(const moe::Layout&) const {
   return strFormat("the %s backend has no MoE engine", name());
 }
 
-std::unique_ptr<MoeEngine> Backend::newMoe(const moe::Layout&) {
+std::unique_ptr<MoeEngine> Backend::newMoe(const moe::Layout&, const MoeConfig&) {
   CCLX_THROW(cclxUnsupported, "the %s backend has no MoE engine", name());
 }
 
@@ -50,6 +50,11 @@ Layout checkedLayout(const MoeConfig& c, int size, int rank) {
   CCLX_ARG_CHECK(c.maxTokensPerRank * size_t(size) <= size_t(1) << 24,
                  "%s: max_tokens_per_rank * world size (%zu) must stay below 2^24", op,
                  c.maxTokensPerRank * size_t(size));
+  CCLX_ARG_CHECK(c.maxBlocks >= 0 && c.maxBlocks <= kGridCap,
+                 "%s: num_sms (blocks per kernel) must be 0 (auto) .. %d, not %d", op, kGridCap,
+                 c.maxBlocks);
+  CCLX_ARG_CHECK(c.chunkTokens >= 0 && c.chunkTokens <= (1 << 20),
+                 "%s: chunk_tokens must be 0 (auto) .. 2^20, not %d", op, c.chunkTokens);
   return makeLayout(size, rank, int(c.maxTokensPerRank), int(c.hidden), c.numExperts, c.topK,
                     int(c.dtype), int(dtypeSize(c.dtype)), c.fp8);
 }

@@ -87,6 +87,11 @@ struct Config {
   size_t fusedTwoShotMaxBytes = 0;  // CCLX_FUSED_TWOSHOT_MAX_BYTES (0 = tuned table)
   size_t fusedStagingBytes = 32ull << 20;  // CCLX_FUSED_STAGING_BYTES: its peer-visible inboxes
 
+  // Expert-parallel buffers (cclx.moe.Buffer) on CUDA: the kernels' launch shape, for buffers
+  // whose MoeConfig leaves it 0.
+  int moeMaxBlocks = 0;    // CCLX_MOE_MAX_BLOCKS (0 = one per SM, at most 128)
+  int moeChunkTokens = 0;  // CCLX_MOE_CHUNK_TOKENS (0 = the most whose tables fit)
+
   // NCCL drop-in (libnccl.so.2 built by cclx).
   bool ncclIntercept = true;     // CCLX_NCCL_INTERCEPT=0: forward every call to the real NCCL
   unsigned ncclForward = 0;      // CCLX_NCCL_FORWARD=allreduce,allgather,...: kForward* bits

@@ -33,40 +33,26 @@
 // flag: the counter as the send left it, which it stores back unchanged). The steps are those of
 // the whole kernel; only the launch boundary between 5 and 6 is new. A receive's deadline counts
 // from its own launch.
+#include "core/moe/tables.h"
 #include "gpu/moe/common.cuh"
 
 namespace cclx {
 namespace moegpu {
 namespace {
 
-/// The dispatch kernel's shared memory (32-bit words).
-struct Smem {
-  int W = 0;  // words of a token bit mask: ceil(B / 32)
-  size_t ids = 0, expMask = 0, destMask = 0, base = 0, cnt = 0, ecTot = 0, words = 0;
-};
-__host__ __device__ inline Smem smemOf(const moe::Layout& l) {
-  Smem s;
-  s.W = (l.B + 31) / 32;
-  size_t at = 0;
-  s.ids = at, at += size_t(l.B) * size_t(l.k);        // normalized ids [T][k]
-  s.expMask = at, at += size_t(l.E) * size_t(s.W);    // [E][W]
-  s.destMask = at, at += size_t(l.N) * size_t(s.W);   // [N][W]
-  s.base = at, at += size_t(l.E);                     // [L][N] first entry of (expert, source)
-  s.cnt = at, at += size_t(l.N) + 1;                  // per source: tokens, then first slot
-  s.ecTot = at, at += size_t(l.L) + 1;                // per local expert: entries, then offset
-  s.words = at;
-  return s;
-}
+using Smem = moe::Tables;
 
-/// Step 5 for token t (the whole warp).
+/// Step 5 for token t (the whole warp): tl = t - the chunk's first token, ids / em / dm the
+/// chunk's tables, eb / db the counts of the chunks before (per expert, per destination rank).
 template <class T, bool kFp8>
 __device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, const uint32_t* em,
-                          const uint32_t* dm, int t, uint64_t flag) {
+                          const uint32_t* dm, const int* eb, const int* db, int t, int tl,
+                          uint64_t flag) {
   const moe::Layout& l = p.lay;
   const int N = l.N, W = S.W, me = l.rank, k = l.k, lane = dev::laneId();
   int pd = -1;  // lane d < N: this token's position at rank d (-1: not sent there)
-  if (lane < N && ((dm[size_t(lane) * W + (t >> 5)] >> (t & 31)) & 1u))
-    pd = bitsBelow(dm + size_t(lane) * W, t);
+  if (lane < N && ((dm[size_t(lane) * W + (tl >> 5)] >> (tl & 31)) & 1u))
+    pd = db[lane] + bitsBelow(dm + size_t(lane) * W, tl);
   int pos[kMaxRanks];
 #pragma unroll
   for (int d = 0; d < kMaxRanks; ++d) pos[d] = d < N ? dev::shfl32(pd, d) : -1;
@@ -105,13 +91,13 @@ __device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, co
     }
   }
   // The slot record: token index, ids, weights, per-expert positions; the flag last.
-  const int32_t* ti = ids + size_t(t) * k;
+  const int32_t* ti = ids + size_t(tl) * k;
   int32_t id = -1, ep = -1;
   float wt = 0.f;
   if (lane < k) {
     id = ti[lane];
     wt = p.cached ? localAt<float>(p, l.tokW)[size_t(t) * k + lane] : p.w[size_t(t) * k + lane];
-    if (moe::firstOfExpert(ti, lane)) ep = bitsBelow(em + size_t(id) * W, t);
+    if (moe::firstOfExpert(ti, lane)) ep = eb[id] + bitsBelow(em + size_t(id) * W, tl);
   }
 #pragma unroll
   for (int d = 0; d < kMaxRanks; ++d) {
@@ -171,30 +157,26 @@ __device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint
   return true;
 }
 
-/// Steps 1 to 5 (every thread); true in a thread that stopped waiting.
-template <class T, bool kFp8>
-__device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Waiter& wait) {
+/// Step 2 for the chunk of tokens c0 .. c0 + nc (every thread): its normalized ids, then its
+/// per-expert and per-destination token masks (first slot of each expert / rank only).
+__device__ void buildChunk(const Params& p, const Smem& S, uint32_t* sm, int c0, int nc) {
   const moe::Layout& l = p.lay;
-  const Smem S = smemOf(l);
-  const int N = l.N, me = l.rank, k = l.k, L = l.L, nTok = p.tokens, W = S.W;
-  const int tid = int(threadIdx.x);
+  const int N = l.N, k = l.k, L = l.L, W = S.W, tid = int(threadIdx.x);
   int32_t* ids = reinterpret_cast<int32_t*>(sm + S.ids);
   uint32_t* em = sm + S.expMask;
   uint32_t* dm = sm + S.destMask;
-  // 1. credits
-  if (blockIdx.x == 0 && tid < N)
-    dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.creditAt(0, me)), flag);
-  // 2. routing tables
-  for (size_t i = size_t(tid); i < size_t(l.E + N) * W; i += kThreads) em[i] = 0;
-  int32_t* keptIds = localAt<int32_t>(p, l.tokIds);
-  for (int i = tid; i < nTok * k; i += kThreads) {
+  for (size_t i = size_t(tid); i < size_t(l.E + N) * W; i += kThreads) em[i] = 0;  // em, dm
+  const int32_t* keptIds = localAt<int32_t>(p, l.tokIds);
+  const size_t g0 = size_t(c0) * k;
+  for (int i = tid; i < nc * k; i += kThreads) {
     int64_t v = 0;
-    if (p.cached) v = keptIds[i];
-    else v = p.ids64 ? static_cast<const int64_t*>(p.ids)[i] : static_cast<const int32_t*>(p.ids)[i];
+    if (p.cached) v = keptIds[g0 + i];
+    else if (p.ids64) v = static_cast<const int64_t*>(p.ids)[g0 + i];
+    else v = static_cast<const int32_t*>(p.ids)[g0 + i];
     ids[i] = moe::normId(v, l.E);
   }
   __syncthreads();
-  for (int i = tid; i < nTok * k; i += kThreads) {
+  for (int i = tid; i < nc * k; i += kThreads) {
     const int t = i / k, j = i % k;
     const int32_t* ti = ids + size_t(t) * k;
     const uint32_t bit = 1u << (t & 31);
@@ -202,21 +184,67 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
     if (moe::firstOfRank(ti, j, L)) atomicOr(&dm[size_t(ti[j] / L) * W + (t >> 5)], bit);
   }
   __syncthreads();
+}
+
+/// The chunk's tokens added to the bases (every thread; syncs before and after).
+__device__ void countChunk(const Smem& S, uint32_t* sm, int n) {
+  __syncthreads();
+  const uint32_t* mask = sm + S.expMask;  // [E + N][W]: em, then dm
+  int* base = reinterpret_cast<int*>(sm + S.expBase);  // [E + N]: eb, then db
+  for (int i = int(threadIdx.x); i < n; i += kThreads) base[i] += bitsAll(mask + size_t(i) * S.W, S.W);
+  __syncthreads();
+}
+
+/// Steps 1 to 5 (every thread); true in a thread that stopped waiting. Tokens go in chunks of
+/// S.chunk: block 0 first runs every chunk's tables for the routing it keeps (tokRows, cached
+/// ids and weights) and the header totals; then every block runs them again, sending its share
+/// of each chunk's tokens. One chunk (T <= chunk): every block builds it once, before the
+/// credits' wait.
+template <class T, bool kFp8>
+__device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Waiter& wait) {
+  const moe::Layout& l = p.lay;
+  const Smem S = moe::tablesOf(l, p.chunk);
+  const int N = l.N, me = l.rank, k = l.k, L = l.L, nTok = p.tokens, W = S.W;
+  const int tid = int(threadIdx.x), nb = N + l.E;
+  const int chunks = (nTok + S.chunk - 1) / S.chunk;
+  int32_t* ids = reinterpret_cast<int32_t*>(sm + S.ids);
+  uint32_t* em = sm + S.expMask;
+  uint32_t* dm = sm + S.destMask;
+  int* eb = reinterpret_cast<int*>(sm + S.expBase);
+  int* db = reinterpret_cast<int*>(sm + S.destBase);
+  // 1. credits
+  if (blockIdx.x == 0 && tid < N)
+    dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.creditAt(0, me)), flag);
+  for (int i = tid; i < nb; i += kThreads) eb[i] = 0;  // eb, db
+  // 2. one chunk: every block builds its tables now (they serve step 5 too); block 0: the
+  // routing it keeps, chunk by chunk, its bases ending as the header totals
+  const bool one = chunks == 1;
+  if (one) buildChunk(p, S, sm, 0, nTok);
   if (blockIdx.x == 0) {
     int32_t* rows = localAt<int32_t>(p, l.tokRows);
+    int32_t* keptIds = localAt<int32_t>(p, l.tokIds);
     float* keptW = localAt<float>(p, l.tokW);
-    for (int i = tid; i < nTok * k; i += kThreads) {
-      const int t = i / k, j = i % k;
-      const int32_t* ti = ids + size_t(t) * k;
-      const int d = ti[j] / L;
-      rows[i] = ti[j] < 0 ? -2
-                          : moe::firstOfRank(ti, j, L) ? d * l.B + bitsBelow(dm + size_t(d) * W, t)
-                                                       : -1;
-      if (!p.cached) {
-        keptIds[i] = ti[j];
-        keptW[i] = p.w[i];
+    for (int c = 0; c < chunks; ++c) {
+      const int c0 = c * S.chunk, nc = min(S.chunk, nTok - c0);
+      if (!one) buildChunk(p, S, sm, c0, nc);
+      for (int i = tid; i < nc * k; i += kThreads) {
+        const int tl = i / k, j = i % k;
+        const int32_t* ti = ids + size_t(tl) * k;
+        const int d = ti[j] / L;
+        const size_t g = size_t(c0) * k + size_t(i);
+        rows[g] = ti[j] < 0 ? -2
+                  : moe::firstOfRank(ti, j, L)
+                      ? d * l.B + db[d] + bitsBelow(dm + size_t(d) * W, tl)
+                      : -1;
+        if (!p.cached) {
+          keptIds[g] = ti[j];
+          keptW[g] = p.w[g];
+        }
       }
+      countChunk(S, sm, nb);
     }
+  } else {
+    __syncthreads();
   }
   // 3. every rank's credit
   int failed = 0;
@@ -225,28 +253,37 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
                               flag, wait, tid);
   if (dev::syncThreadsOr(failed)) return true;
   dev::fenceAfterWait();
-  // 4. headers
+  // 4. headers (block 0's bases: the totals)
   if (blockIdx.x == 0) {
     for (int i = tid; i < N * (L + 1); i += kThreads) {
       const int d = i / (L + 1), x = i % (L + 1);
       char* h = p.peer[d] + l.headAt(me);
-      if (x == L) *reinterpret_cast<uint2*>(h + 8) = make_uint2(uint32_t(bitsAll(dm + size_t(d) * W, W)), 0u);
-      else *reinterpret_cast<int32_t*>(h + 16 + 4 * size_t(x)) = bitsAll(em + size_t(d * L + x) * W, W);
+      if (x == L) *reinterpret_cast<uint2*>(h + 8) = make_uint2(uint32_t(db[d]), 0u);
+      else *reinterpret_cast<int32_t*>(h + 16 + 4 * size_t(x)) = eb[d * L + x];
     }
     dev::fenceBeforeSignal();
     __syncthreads();
     if (tid < N) dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.headAt(me)), flag);
+    __syncthreads();
+    for (int i = tid; i < nb; i += kThreads) eb[i] = 0;
+    __syncthreads();
   }
-  // 5. tokens
+  // 5. tokens, chunk by chunk
   const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
-  for (int t = gw; t < nTok; t += nw) sendToken<T, kFp8>(p, S, ids, em, dm, t, flag);
+  for (int c = 0; c < chunks; ++c) {
+    const int c0 = c * S.chunk, nc = min(S.chunk, nTok - c0);
+    if (!one) buildChunk(p, S, sm, c0, nc);
+    for (int t = c0 + gw; t < c0 + nc; t += nw)
+      sendToken<T, kFp8>(p, S, ids, em, dm, eb, db, t, t - c0, flag);
+    if (c + 1 < chunks) countChunk(S, sm, nb);
+  }
   return false;
 }
 
 /// Step 6 (every thread); true in a thread that stopped waiting.
 __device__ bool recvBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Waiter& wait) {
   const moe::Layout& l = p.lay;
-  const Smem S = smemOf(l);
+  const Smem S = moe::tablesOf(l, p.chunk);
   const int N = l.N, L = l.L;
   const int tid = int(threadIdx.x);
   const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
@@ -338,8 +375,6 @@ void withKernel(const moe::Layout& l, F&& f) {
 }
 
 }  // namespace
-
-size_t dispatchSmem(const moe::Layout& lay) { return smemOf(lay).words * 4; }
 
 void prepareDispatch(const moe::Layout& lay, size_t smem) {
   if (smem <= (48u << 10)) return;

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/moe/engine.h"
+#include "core/moe/tables.h"
 #include "gpu/backend.h"
 #include "gpu/runtime.h"
 #include "gpu/moe/moe.h"
@@ -17,24 +18,41 @@
 namespace cclx {
 namespace {
 
-/// Blocks of a launch: enough warps for one token each and a few received slots each, at most
-/// one block per SM (co-resident on a GPU of its own) and kGridCap.
-int gridFor(const moe::Layout& l, int smCount) {
-  const int want = std::max((l.B + moegpu::kWarps - 1) / moegpu::kWarps,
-                            int((l.slots() + 2 * moegpu::kWarps - 1) / (2 * moegpu::kWarps)));
+/// Blocks of a launch: `want` when set (MoeConfig::maxBlocks, else CCLX_MOE_MAX_BLOCKS), else
+/// enough warps for one token each and a few received slots each; at most one block per SM
+/// (co-resident on a GPU of its own) and kGridCap.
+int gridFor(const moe::Layout& l, int want, int smCount) {
+  if (want <= 0)
+    want = std::max((l.B + moegpu::kWarps - 1) / moegpu::kWarps,
+                    int((l.slots() + 2 * moegpu::kWarps - 1) / (2 * moegpu::kWarps)));
   int g = std::min(want, moe::kGridCap);
   if (smCount > 0) g = std::min(g, smCount);
   return std::max(g, 1);
 }
 
+/// The dispatch kernel's shared memory at most on this build.
+size_t smemCap() {
+#if defined(CCLX_HAVE_HIP)
+  return 48u << 10;
+#else
+  return moegpu::kMaxSmem;
+#endif
+}
+
 class CudaMoe final : public MoeEngine {
  public:
-  CudaMoe(CudaBackend& b, const moe::Layout& lay)
+  CudaMoe(CudaBackend& b, const moe::Layout& lay, const MoeConfig& cfg)
       : b_(b), sh_(b.shared()), lay_(lay), device_(b.device()) {
     DeviceGuard g(device_);
-    smem_ = moegpu::dispatchSmem(lay);
+    const Config& env = b.deviceCtx().cfg;
+    chunk_ = moe::chunkFor(lay, cfg.chunkTokens > 0 ? cfg.chunkTokens : env.moeChunkTokens,
+                           smemCap());
+    if (chunk_ <= 0)  // moeRefusal said so first
+      CCLX_THROW(cclxUnsupported, "cclx.moe.Buffer: the dispatch kernel's tables do not fit");
+    smem_ = moe::tableBytes(lay, chunk_);
     moegpu::prepareDispatch(lay, smem_);
-    grid_ = gridFor(lay, b.deviceCtx().smCount);
+    grid_ = gridFor(lay, cfg.maxBlocks > 0 ? cfg.maxBlocks : env.moeMaxBlocks,
+                    b.deviceCtx().smCount);
     void* p = nullptr;
     CCLX_CUDA_CHECK(cudaMalloc(&p, lay.total));
     base_ = static_cast<char*>(p);
@@ -51,6 +69,7 @@ class CudaMoe final : public MoeEngine {
   MoeRoute route() const override { return MoeRoute::Kernels; }
   void* base() const override { return base_; }
   int blocks() const override { return grid_; }
+  int chunkTokens() const override { return chunk_; }
 
   void attach(char* const* peers) override {
     proto_ = moegpu::Params{};
@@ -66,6 +85,7 @@ class CudaMoe final : public MoeEngine {
     p.w = c.w;
     p.cached = c.cached ? 1 : 0;
     p.phase = c.phase;
+    p.chunk = chunk_;
     launch(c, [&](cudaStream_t s) { moegpu::launchDispatch(p, grid_, smem_, s); });
   }
 
@@ -120,6 +140,7 @@ class CudaMoe final : public MoeEngine {
   moe::Layout lay_;
   int device_ = -1;
   size_t smem_ = 0;
+  int chunk_ = 0;
   int grid_ = 1;
   char* base_ = nullptr;
   moegpu::Params proto_{};
@@ -135,21 +156,15 @@ std::string CudaBackend::moeRefusal(const moe::Layout& lay) const {
            (pm_.whyNot.empty() ? std::string("ranks on several hosts or without P2P")
                                : pm_.whyNot) +
            ")";
-  const size_t smem = moegpu::dispatchSmem(lay);
-#if defined(CCLX_HAVE_HIP)
-  const size_t cap = 48u << 10;
-#else
-  const size_t cap = moegpu::kMaxSmem;
-#endif
-  if (smem > cap)
-    return strFormat("the dispatch kernel's routing tables need %zu bytes of shared memory (at "
-                     "most %zu): fewer max_tokens_per_rank or experts",
-                     smem, cap);
+  if (moe::chunkFor(lay, 0, smemCap()) <= 0)
+    return strFormat("the dispatch kernel's routing tables need %zu bytes of shared memory for "
+                     "32 tokens (at most %zu): fewer experts",
+                     moe::tableBytes(lay, 32), smemCap());
   return "";
 }
 
-std::unique_ptr<MoeEngine> CudaBackend::newMoe(const moe::Layout& lay) {
-  return std::make_unique<CudaMoe>(*this, lay);
+std::unique_ptr<MoeEngine> CudaBackend::newMoe(const moe::Layout& lay, const MoeConfig& cfg) {
+  return std::make_unique<CudaMoe>(*this, lay, cfg);
 }
 
 void CudaBackend::launchPeerKernel(cudaStream_t s, const std::function<void(cudaStream_t)>& f) {

@@ -30,14 +30,13 @@ struct Params {
   const float* w;
   int cached;              // ids / w from the buffer's copy (tokIds / tokW)
   int phase;               // MoePhase (core/moe/engine.h): send, receive or both
+  int chunk;               // tokens per routing chunk (core/moe/tables.h)
   // combine
   const char* eout;
   size_t eoutRows;
   char* out;
 };
 
-/// Dynamic shared memory of the dispatch kernel for `lay` (bytes).
-size_t dispatchSmem(const moe::Layout& lay);
 /// Largest dynamic shared memory the kernels may ask for.
 constexpr size_t kMaxSmem = 160u << 10;
 

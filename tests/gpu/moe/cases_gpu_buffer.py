@@ -38,11 +38,15 @@ def teardown(ctx):
     ctx.twin.finalize()
 
 
-def _pair(ctx, B, H, E, k, dtype, fp8):
-    g = moe.Buffer(ctx.comm, B, H, E, k, dtype, fp8=fp8)
+def _pair(ctx, B, H, E, k, dtype, fp8, **shape):
+    g = moe.Buffer(ctx.comm, B, H, E, k, dtype, fp8=fp8, **shape)
     t = moe.Buffer(ctx.twin, B, H, E, k, dtype, fp8=fp8)
     assert g.route == "kernels", (g.route, g.why)
     assert t.route == "host" and g.bytes == t.bytes
+    if shape.get("num_sms"):
+        assert g.blocks == shape["num_sms"], (g.blocks, shape)
+    if shape.get("chunk_tokens"):
+        assert g.chunk_tokens == shape["chunk_tokens"], (g.chunk_tokens, shape)
     return g, t
 
 
@@ -80,12 +84,12 @@ def _compare(ctx, g, t, data, L, E, B, dtype, fp8, what):
         raise AssertionError(f"{what}: {e}") from None
 
 
-def _run(ctx, seed, H, k, L, dtype, kind, fp8, Ts=None, B=None, bad=False, calls=1):
+def _run(ctx, seed, H, k, L, dtype, kind, fp8, Ts=None, B=None, bad=False, calls=1, **shape):
     N = ctx.size
     E = L * N
     Ts = Ts or [5 + (3 * i) % 4 for i in range(N)]
     B = B or max(max(Ts), 1)
-    g, t = _pair(ctx, B, H, E, k, DT[dtype], fp8)
+    g, t = _pair(ctx, B, H, E, k, DT[dtype], fp8, **shape)
     try:
         for c in range(calls):
             data = inputs(seed + 1000 * c, N, Ts, H, k, E, DT[dtype], kind)
@@ -138,6 +142,56 @@ def case_hidden_7168_256_experts(ctx):
     T = max(16, round(128 * SCALE))
     for fp8 in (True, False):
         _run(ctx, 30, 7168, 8, L, "bf16", "random", fp8, Ts=[T] * N)
+
+
+def case_chunked_routing(ctx):
+    """The dispatch kernel's routing tables a chunk of tokens at a time (chunk_tokens 32 and 64;
+    T up to 200 and not a multiple of 32, a rank without tokens, ids out of range), 3 blocks
+    per kernel and the default: every output bit like the twin (whose routing is one pass) and
+    the references, over two calls; then a cached dispatch over the same chunks."""
+    N = ctx.size
+    Ts = [200 - 37 * (i % 3) for i in range(N)]
+    if N > 2:
+        Ts[1] = 0
+    for chunk, sms, fp8, kind in ((32, 3, True, "random"), (64, 0, False, "dup"),
+                                  (96, 2, False, "one_expert")):
+        _run(ctx, 80 + chunk, 72, 4, 4, "bf16", kind, fp8, Ts=Ts, bad=kind == "random",
+             calls=2, chunk_tokens=chunk, num_sms=sms)
+    r, L, k, H, B = ctx.rank, 4, 4, 40, 150
+    E = L * N
+    g = moe.Buffer(ctx.comm, B, H, E, k, torch.float32, chunk_tokens=32, num_sms=2)
+    try:
+        data = inputs(85, N, [B - 3 * (i % 2) for i in range(N)], H, k, E, torch.float32, "random")
+        x, ids, w = (v.to(ctx.dev) for v in data[r])
+        recv, h = g.dispatch(x, ids, w)
+        g.combine(experts_of(recv, h, r, L, torch.float32), h)
+        data2 = [(v * -3, i, ww) for v, i, ww in data]
+        recv2, h2 = g.dispatch(data2[r][0].to(ctx.dev), handle=h)
+        y2 = g.combine(experts_of(recv2, h2, r, L, torch.float32), h2)
+        check_recv(g, recv2, h2, data2, r, L, E, B, False)
+        check_y(y2, *data2[r], E, False, torch.float32)
+    finally:
+        g.destroy()
+
+
+def case_prefill_batch_several_chunks(ctx):
+    """Prefill-sized batches: 4096 tokens per rank (2560 at CCLX_TEST_TIME_SCALE below 1), 256
+    experts (or the next multiple of N), top-8, the default launch shape: the routing tables
+    that fit shared memory cover fewer tokens than T (so the kernel runs several chunks), every
+    output bit like the twin and the references, FP8 on and off."""
+    N = ctx.size
+    L = max(256 // N, 1)
+    T = 4096 if SCALE >= 1 else 2560
+    for fp8 in (True, False):
+        g, t = _pair(ctx, T, 64, L * N, 8, torch.bfloat16, fp8)
+        try:
+            assert 0 < g.chunk_tokens < T, (g.chunk_tokens, T)
+            data = inputs(90 + fp8, N, [T - 5 * (i % 3) for i in range(N)], 64, 8, L * N,
+                          torch.bfloat16, "random")
+            _compare(ctx, g, t, data, L, L * N, T, torch.bfloat16, fp8, f"T={T} fp8={fp8}")
+        finally:
+            g.destroy()
+            t.destroy()
 
 
 def case_many_calls_one_buffer(ctx):

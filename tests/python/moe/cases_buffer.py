@@ -232,7 +232,10 @@ def case_argument_errors(ctx):
     N, r = ctx.size, ctx.rank
     for kw, msg in ((dict(num_experts=3 * N + 1 if N > 1 else 0), "multiple of the world size"),
                     (dict(top_k=17), "top_k"), (dict(hidden=0), "hidden"),
-                    (dict(max_tokens_per_rank=0), "max_tokens_per_rank")):
+                    (dict(max_tokens_per_rank=0), "max_tokens_per_rank"),
+                    (dict(num_sms=129), "num_sms"), (dict(num_sms=-1), "num_sms"),
+                    (dict(chunk_tokens=-32), "chunk_tokens"),
+                    (dict(chunk_tokens=(1 << 20) + 1), "chunk_tokens")):
         args = dict(max_tokens_per_rank=4, hidden=8, num_experts=2 * N, top_k=2)
         args.update(kw)
         try:
@@ -245,7 +248,10 @@ def case_argument_errors(ctx):
         raise AssertionError("int32 tokens were accepted")
     except cclx.CclxInvalidArgument as e:
         assert "dtype" in str(e)
-    buf = moe.Buffer(ctx.comm, 4, 8, 2 * N, 2, dtype=torch.float32)
+    buf = moe.Buffer(ctx.comm, 4, 8, 2 * N, 2, dtype=torch.float32, num_sms=3, chunk_tokens=32)
+    # the launch shape is the CUDA kernels' (the twin reports none)
+    assert (buf.route, buf.blocks, buf.chunk_tokens) == ("host", 0, 0), (buf.blocks,
+                                                                          buf.chunk_tokens)
     try:
         x, ids, w = torch.zeros(5, 8), torch.zeros(5, 2, dtype=torch.int64), torch.ones(5, 2)
         for args, msg in (((x, ids, w), "exceed max_tokens_per_rank"),

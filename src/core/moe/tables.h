@@ -1,0 +1,66 @@
+// The routing tables of the CUDA dispatch kernel (gpu/moe/dispatch.cu) in shared memory: their
+// size for a chunk of tokens and the chunk a buffer runs with. Pure rules on a Layout (CCLX_HD:
+// also device code), so the CPU tests check them. docs/design/moe.md, "Dispatch".
+//
+// The kernel builds, per chunk of `chunk` tokens (a multiple of 32), the chunk's normalized ids
+// and one token bit mask per expert and per destination rank; bases carry the counts of the
+// chunks before. A token's position at rank d = base[d] + the chunk's tokens before it in d's
+// mask: the positions of a one-pass routing (the CPU twin's), whatever the chunk.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#include "core/moe/layout.h"
+
+namespace cclx {
+namespace moe {
+
+/// The dispatch kernel's shared memory (32-bit words from its start).
+struct Tables {
+  int chunk = 0, W = 0;  // tokens per chunk, words of a chunk's token bit mask (chunk / 32)
+  size_t ids = 0, expMask = 0, destMask = 0, expBase = 0, destBase = 0;
+  size_t base = 0, cnt = 0, ecTot = 0, words = 0;
+};
+
+CCLX_HD Tables tablesOf(const Layout& l, int chunk) {
+  Tables s;
+  s.chunk = chunk;
+  s.W = chunk / 32;
+  size_t at = 0;
+  s.ids = at, at += size_t(chunk) * size_t(l.k);       // normalized ids [chunk][k]
+  s.expMask = at, at += size_t(l.E) * size_t(s.W);     // [E][W]
+  s.destMask = at, at += size_t(l.N) * size_t(s.W);    // [N][W] (right after expMask)
+  s.expBase = at, at += size_t(l.E);                   // [E] tokens of the earlier chunks
+  s.destBase = at, at += size_t(l.N);                  // [N] (right after expBase)
+  s.base = at, at += size_t(l.E);                      // [L][N] first entry of (expert, source)
+  s.cnt = at, at += size_t(l.N) + 1;                   // per source: tokens, then first slot
+  s.ecTot = at, at += size_t(l.L) + 1;                 // per local expert: entries, then offset
+  s.words = at;
+  return s;
+}
+
+/// Bytes of the tables for chunks of `chunk` tokens.
+inline size_t tableBytes(const Layout& l, int chunk) { return tablesOf(l, chunk).words * 4; }
+
+/// The automatic chunk's tables at most: three 512-thread blocks of an SM fit (room beside the
+/// kernel: ranks sharing a GPU, work overlapping a split dispatch).
+constexpr size_t kAutoTableBytes = 64u << 10;
+
+/// Tokens per chunk, a multiple of 32, at most B rounded up to 32: `want` rounded up (when > 0;
+/// at most what fits `cap` bytes), else the most whose tables fit min(cap, kAutoTableBytes); 0
+/// when not even 32 tokens' tables fit `cap` (no kernel for this layout).
+inline int chunkFor(const Layout& l, int want, size_t cap) {
+  const size_t least = tableBytes(l, 32);
+  if (least > cap) return 0;
+  const size_t per = tableBytes(l, 64) - least;  // the tables grow linearly, per 32 tokens
+  auto fit = [&](size_t budget) {                // the most tokens whose tables fit `budget`
+    return int(32 * (1 + std::min((budget - least) / per, size_t(1) << 15)));
+  };
+  const int all = (l.B + 31) / 32 * 32;
+  if (want > 0) return std::min({all, (want + 31) / 32 * 32, fit(cap)});
+  return std::min(all, fit(std::max(least, std::min(cap, kAutoTableBytes))));
+}
+
+}  // namespace moe
+}  // namespace cclx

@@ -1,0 +1,88 @@
+// core/moe/tables.h: the CUDA dispatch kernel's shared-memory routing tables and the chunk of
+// tokens they cover, checked without a GPU: the chunk fits its budget and is the largest that
+// does, a chunk asked for is rounded and bounded, the regions the kernel addresses in one sweep
+// are adjacent, and a layout whose smallest tables do not fit gets no kernel.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+
+#include "core/moe/layout.h"
+#include "core/moe/tables.h"
+
+using namespace cclx;
+using namespace cclx::moe;
+
+namespace {
+
+constexpr size_t kCap = 160u << 10;  // the CUDA build's cap (gpu/moe/moe.h kMaxSmem)
+
+Layout lay(int N, int B, int E, int k) { return makeLayout(N, 0, B, 7168, E, k, 2, 2, true); }
+
+}  // namespace
+
+TEST(MoeTables, AutoChunkIsTheLargestThatFits) {
+  for (int N : {1, 2, 3, 8})
+    for (int B : {1, 31, 128, 1000, 4096, 65536})
+      for (int E : {N, 8 * N, 256 - 256 % N, 1024 - 1024 % N})
+        for (int k : {1, 8, 16}) {
+          const Layout l = lay(N, B, E, k);
+          const int c = chunkFor(l, 0, kCap);
+          ASSERT_GT(c, 0) << N << " " << B << " " << E << " " << k;
+          EXPECT_EQ(c % 32, 0);
+          EXPECT_LE(c, (B + 31) / 32 * 32);
+          EXPECT_LE(tableBytes(l, c), kAutoTableBytes) << c;
+          if (c < (B + 31) / 32 * 32) {
+            EXPECT_GT(tableBytes(l, c + 32), kAutoTableBytes) << c;  // the largest
+          }
+        }
+}
+
+TEST(MoeTables, PrefillShapeTakesSeveralChunks) {
+  // 256 experts, top-8, 4096 tokens: the tables of the whole batch (~500 KiB) cannot fit
+  const Layout l = lay(8, 4096, 256, 8);
+  EXPECT_GT(tableBytes(l, 4096), kCap);
+  const int c = chunkFor(l, 0, kCap);
+  EXPECT_GE(c, 512);
+  EXPECT_LT(c, 4096);
+  // decode: one chunk covers every token
+  EXPECT_EQ(chunkFor(lay(8, 128, 256, 8), 0, kCap), 128);
+}
+
+TEST(MoeTables, ChunkAskedForIsRoundedAndBounded) {
+  const Layout l = lay(8, 4096, 256, 8);
+  EXPECT_EQ(chunkFor(l, 1, kCap), 32);
+  EXPECT_EQ(chunkFor(l, 33, kCap), 64);
+  EXPECT_EQ(chunkFor(l, 100, kCap), 128);
+  const int most = chunkFor(l, 1 << 20, kCap);  // beyond what fits: the most that fits the cap
+  EXPECT_LE(tableBytes(l, most), kCap);
+  EXPECT_GT(tableBytes(l, most + 32), kCap);
+  EXPECT_GT(most, chunkFor(l, 0, kCap));  // the cap allows more than the automatic budget
+  EXPECT_EQ(chunkFor(lay(2, 50, 16, 2), 4096, kCap), 64);  // at most B rounded up
+}
+
+TEST(MoeTables, RegionsSweptTogetherAreAdjacent) {
+  const Layout l = lay(3, 300, 24, 5);
+  const Tables t = tablesOf(l, 96);
+  EXPECT_EQ(t.W, 3);
+  EXPECT_EQ(t.ids, 0u);
+  EXPECT_EQ(t.expMask, size_t(96) * 5);
+  EXPECT_EQ(t.destMask, t.expMask + size_t(24) * 3);  // zeroed and counted as [E + N][W]
+  EXPECT_EQ(t.expBase, t.destMask + size_t(3) * 3);
+  EXPECT_EQ(t.destBase, t.expBase + 24);  // [E + N] bases
+  EXPECT_EQ(t.base, t.destBase + 3);
+  EXPECT_EQ(t.cnt, t.base + 24);
+  EXPECT_EQ(t.ecTot, t.cnt + 4);
+  EXPECT_EQ(t.words, t.ecTot + size_t(l.L) + 1);
+}
+
+TEST(MoeTables, NoKernelWhenNotEven32TokensFit) {
+  const Layout l = lay(1, 128, 65536, 16);  // a mask word per expert alone is 256 KiB
+  EXPECT_GT(tableBytes(l, 32), kCap);
+  EXPECT_EQ(chunkFor(l, 0, kCap), 0);
+  EXPECT_EQ(chunkFor(l, 32, kCap), 0);
+  // a 48 KiB cap (the HIP build) still serves the anchors' shape, in smaller chunks
+  const Layout a = lay(8, 4096, 256, 8);
+  const int c = chunkFor(a, 0, 48u << 10);
+  EXPECT_GT(c, 0);
+  EXPECT_LE(tableBytes(a, c), size_t(48) << 10);
+}
