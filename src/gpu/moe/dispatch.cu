@@ -56,6 +56,30 @@ __device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, co
   int pos[kMaxRanks];
 #pragma unroll
   for (int d = 0; d < kMaxRanks; ++d) pos[d] = d < N ? dev::shfl32(pd, d) : -1;
+  // The routing this rank keeps (combine's tokRows; cached mode's ids and weights), slot j in
+  // lane j: every token, sent anywhere or not.
+  const int32_t* ti = ids + size_t(tl) * k;
+  int32_t id = -1;
+  float wt = 0.f;
+  if (lane < k) {
+    const size_t g = size_t(t) * k + size_t(lane);
+    id = ti[lane];
+    wt = p.cached ? localAt<float>(p, l.tokW)[g] : p.w[g];
+    int32_t row = -2;
+    if (id >= 0) {
+      const int d = id / l.L;
+      int pdd = -1;
+#pragma unroll
+      for (int x = 0; x < kMaxRanks; ++x)
+        if (x == d) pdd = pos[x];
+      row = moe::firstOfRank(ti, lane, l.L) ? d * l.B + pdd : -1;
+    }
+    localAt<int32_t>(p, l.tokRows)[g] = row;
+    if (!p.cached) {
+      localAt<int32_t>(p, l.tokIds)[g] = id;
+      localAt<float>(p, l.tokW)[g] = wt;
+    }
+  }
   if (dev::ballot32(pd >= 0) == 0) return;
   const char* xrow = p.x + size_t(t) * size_t(l.H) * sizeof(T);
   if constexpr (kFp8) {
@@ -91,14 +115,8 @@ __device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, co
     }
   }
   // The slot record: token index, ids, weights, per-expert positions; the flag last.
-  const int32_t* ti = ids + size_t(tl) * k;
-  int32_t id = -1, ep = -1;
-  float wt = 0.f;
-  if (lane < k) {
-    id = ti[lane];
-    wt = p.cached ? localAt<float>(p, l.tokW)[size_t(t) * k + lane] : p.w[size_t(t) * k + lane];
-    if (moe::firstOfExpert(ti, lane)) ep = eb[id] + bitsBelow(em + size_t(id) * W, tl);
-  }
+  int32_t ep = -1;
+  if (lane < k && moe::firstOfExpert(ti, lane)) ep = eb[id] + bitsBelow(em + size_t(id) * W, tl);
 #pragma unroll
   for (int d = 0; d < kMaxRanks; ++d) {
     if (pos[d] < 0) continue;
@@ -157,6 +175,31 @@ __device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint
   return true;
 }
 
+/// Router entry i (token i / k, slot i % k) as given, or as kept by the last dispatch (cached).
+__device__ __forceinline__ int64_t loadId(const Params& p, size_t i) {
+  if (p.cached) return localAt<int32_t>(p, p.lay.tokIds)[i];
+  return p.ids64 ? static_cast<const int64_t*>(p.ids)[i] : static_cast<const int32_t*>(p.ids)[i];
+}
+
+/// Block 0's header totals when the tokens take several chunks (every thread; no tables): per
+/// token, its first slot of each expert and of each destination rank counted into eb / db.
+__device__ void countAll(const Params& p, int* eb, int* db) {
+  const moe::Layout& l = p.lay;
+  const int k = l.k;
+  for (int t = int(threadIdx.x); t < p.tokens; t += kThreads) {
+    int32_t ti[moe::kMaxTopK];
+#pragma unroll
+    for (int j = 0; j < moe::kMaxTopK; ++j)
+      if (j < k) ti[j] = moe::normId(loadId(p, size_t(t) * k + j), l.E);
+#pragma unroll
+    for (int j = 0; j < moe::kMaxTopK; ++j) {
+      if (j >= k) break;
+      if (moe::firstOfExpert(ti, j)) atomicAdd(&eb[ti[j]], 1);
+      if (moe::firstOfRank(ti, j, l.L)) atomicAdd(&db[ti[j] / l.L], 1);
+    }
+  }
+}
+
 /// Step 2 for the chunk of tokens c0 .. c0 + nc (every thread): its normalized ids, then its
 /// per-expert and per-destination token masks (first slot of each expert / rank only).
 __device__ void buildChunk(const Params& p, const Smem& S, uint32_t* sm, int c0, int nc) {
@@ -166,14 +209,20 @@ __device__ void buildChunk(const Params& p, const Smem& S, uint32_t* sm, int c0,
   uint32_t* em = sm + S.expMask;
   uint32_t* dm = sm + S.destMask;
   for (size_t i = size_t(tid); i < size_t(l.E + N) * W; i += kThreads) em[i] = 0;  // em, dm
-  const int32_t* keptIds = localAt<int32_t>(p, l.tokIds);
   const size_t g0 = size_t(c0) * k;
-  for (int i = tid; i < nc * k; i += kThreads) {
-    int64_t v = 0;
-    if (p.cached) v = keptIds[g0 + i];
-    else if (p.ids64) v = static_cast<const int64_t*>(p.ids)[g0 + i];
-    else v = static_cast<const int32_t*>(p.ids)[g0 + i];
-    ids[i] = moe::normId(v, l.E);
+  const int n = nc * k;
+  for (int i0 = tid; i0 < n; i0 += 4 * kThreads) {  // four loads in flight per thread
+    int64_t v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * kThreads;
+      v[u] = i < n ? loadId(p, g0 + size_t(i)) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i < n) ids[i] = moe::normId(v[u], l.E);
+    }
   }
   __syncthreads();
   for (int i = tid; i < nc * k; i += kThreads) {
@@ -196,15 +245,15 @@ __device__ void countChunk(const Smem& S, uint32_t* sm, int n) {
 }
 
 /// Steps 1 to 5 (every thread); true in a thread that stopped waiting. Tokens go in chunks of
-/// S.chunk: block 0 first runs every chunk's tables for the routing it keeps (tokRows, cached
-/// ids and weights) and the header totals; then every block runs them again, sending its share
-/// of each chunk's tokens. One chunk (T <= chunk): every block builds it once, before the
-/// credits' wait.
+/// S.chunk, every block building each chunk's tables and sending its share of the chunk's tokens
+/// (each token's warp also keeps its routing: tokRows, cached ids and weights); block 0 first
+/// counts the header totals. One chunk (T <= chunk): every block builds it once, before the
+/// credits' wait, and block 0 counts its tables.
 template <class T, bool kFp8>
 __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Waiter& wait) {
   const moe::Layout& l = p.lay;
   const Smem S = moe::tablesOf(l, p.chunk);
-  const int N = l.N, me = l.rank, k = l.k, L = l.L, nTok = p.tokens, W = S.W;
+  const int N = l.N, me = l.rank, L = l.L, nTok = p.tokens;
   const int tid = int(threadIdx.x), nb = N + l.E;
   const int chunks = (nTok + S.chunk - 1) / S.chunk;
   int32_t* ids = reinterpret_cast<int32_t*>(sm + S.ids);
@@ -216,32 +265,17 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
   if (blockIdx.x == 0 && tid < N)
     dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.creditAt(0, me)), flag);
   for (int i = tid; i < nb; i += kThreads) eb[i] = 0;  // eb, db
-  // 2. one chunk: every block builds its tables now (they serve step 5 too); block 0: the
-  // routing it keeps, chunk by chunk, its bases ending as the header totals
+  // 2. one chunk: every block builds its tables now (they serve step 5 too) and block 0 counts
+  // them; several: block 0 counts every token (the header totals in its bases)
   const bool one = chunks == 1;
   if (one) buildChunk(p, S, sm, 0, nTok);
   if (blockIdx.x == 0) {
-    int32_t* rows = localAt<int32_t>(p, l.tokRows);
-    int32_t* keptIds = localAt<int32_t>(p, l.tokIds);
-    float* keptW = localAt<float>(p, l.tokW);
-    for (int c = 0; c < chunks; ++c) {
-      const int c0 = c * S.chunk, nc = min(S.chunk, nTok - c0);
-      if (!one) buildChunk(p, S, sm, c0, nc);
-      for (int i = tid; i < nc * k; i += kThreads) {
-        const int tl = i / k, j = i % k;
-        const int32_t* ti = ids + size_t(tl) * k;
-        const int d = ti[j] / L;
-        const size_t g = size_t(c0) * k + size_t(i);
-        rows[g] = ti[j] < 0 ? -2
-                  : moe::firstOfRank(ti, j, L)
-                      ? d * l.B + db[d] + bitsBelow(dm + size_t(d) * W, tl)
-                      : -1;
-        if (!p.cached) {
-          keptIds[g] = ti[j];
-          keptW[g] = p.w[g];
-        }
-      }
+    if (one) {
       countChunk(S, sm, nb);
+    } else {
+      __syncthreads();
+      countAll(p, eb, db);
+      __syncthreads();
     }
   } else {
     __syncthreads();
