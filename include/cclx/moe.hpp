@@ -35,7 +35,7 @@ struct MoeConfig {
   bool fp8 = false;                 // dispatch rows travel as FP8 e4m3 + one f32 scale per 128
   // Launch shape of the CUDA kernels (ignored elsewhere; neither changes any output bit):
   int maxBlocks = 0;    // thread blocks (SMs) per kernel, 0..128; 0: CCLX_MOE_MAX_BLOCKS, whose
-                        // 0 is one per SM (at most 128)
+                        // 0 is by size (at most one per SM and 128)
   int chunkTokens = 0;  // tokens per routing chunk of the dispatch kernel (its shared-memory
                         // tables), 0..2^20; 0: CCLX_MOE_CHUNK_TOKENS, whose 0 is the most that fit
 };

@@ -7,14 +7,16 @@ default), one rank per GPU under torchrun, or several ranks sharing one GPU, or 
 Implementations: buffer-bf16 / buffer-fp8 (cclx.moe.Buffer created once per row, bound = tokens
 per rank: one kernel each way on one host; they also report the kernels per call, the buffer's
 communication memory against the rank-major bound and, at world size 1 on a GPU, the HBM floor of
-the bytes each call moves), cclx-bf16 / cclx-fp8 (cclx.moe.dispatch with fp8 off / on, combine in
-bf16; low latency mode with the bound = tokens per rank), torch (what a user writes: every (token, slot)
-row sorted by expert, per-rank counts read on the host with .tolist(), all_to_all_single of the
-rows; the weighted sum after the return), nccl-ep (NCCL EP's `nccl.ep` bindings, PyPI
-nccl-extensions: recorded as importable or not; this tool does not drive them yet). Times are per call (median over --iters,
-ranks aligned by a barrier, the device synchronized), host_us the time until the call returns;
-GB/s = (token, destination rank) pairs of this rank * H * wire bytes per value / time (bf16 2,
-FP8 1 + 4/128) for every implementation (the torch baseline moves a row per slot: more bytes).
+the bytes each call moves), cclx-bf16 / cclx-fp8 (cclx.moe.dispatch with fp8 off / on, combine
+in bf16; low latency mode with the bound = tokens per rank), torch (what a user writes: every
+(token, slot) row sorted by expert, per-rank counts read on the host with .tolist(),
+all_to_all_single of the rows; the weighted sum after the return), nccl-ep (NCCL EP, PyPI
+nccl-extensions, in its low-latency mode, bf16, a GPU per rank: bench/moe_ncclep.py; where it
+cannot run, a note says why, e.g. no `nccl.ep`, or an NCCL older than 2.30 in the process).
+Times are per call (median over --iters, ranks aligned by a barrier, the device synchronized),
+host_us the time until the call returns; GB/s = (token, destination rank) pairs of this rank
+* H * wire bytes per value / time (bf16 2, FP8 1 + 4/128) for every implementation (the torch
+baseline moves a row per slot: more bytes).
 Each combine output is checked against float64 (f_e(x) = x * (e+1) + e as the experts).
 On CPU, or with ranks sharing a GPU, the numbers are host cost and correctness, not link speed:
 the output says so.
@@ -130,7 +132,7 @@ class Env:
 
 
 def nccl_ep_status() -> str:
-    from .moe_buffer import nccl_ep_status as status
+    from .moe_ncclep import status
 
     return status()
 
@@ -207,6 +209,10 @@ def run_row(env: Env, args: argparse.Namespace, T: int, impl: str) -> Dict[str, 
         from .moe_buffer import run_row as buffer_row
 
         return buffer_row(env, args, T, impl, time_calls, expert_apply)
+    if impl == "nccl-ep":
+        from .moe_ncclep import run_row as ncclep_row
+
+        return ncclep_row(env, args, T, time_calls, expert_apply)
     torch = env.torch
     H, k, E = args.hidden, args.topk, args.experts
     g = torch.Generator().manual_seed(args.seed * 1000 + env.rank * 7 + T)
@@ -320,8 +326,12 @@ def _run(env: Env, args: argparse.Namespace, torch: Any) -> int:
     if not env.cuda or env.shared:
         notes.append("host cost and correctness only: " + (
             "CPU processes" if not env.cuda else "ranks share one GPU") + "; not link speed")
+    ep_ok = False
     if "nccl-ep" in impls:
-        notes.append("nccl-ep: " + nccl_ep_status())
+        ep_status = nccl_ep_status()
+        notes.append("nccl-ep: " + ep_status)
+        # every rank drives it, or none (its rows are collective)
+        ep_ok = env.max(1.0 if ep_status.startswith("not measured") else 0.0) == 0
     notes.append(f"torch baseline transport: {env.transport}")
     notes.append("cclx exchange: " + ("device_alltoallv_single (no host sync)"
                                       if hasattr(env.comm, "device_alltoallv_single") else
@@ -342,8 +352,17 @@ def _run(env: Env, args: argparse.Namespace, torch: Any) -> int:
     for T in tokens:
         for impl in impls:
             if impl == "nccl-ep":
-                continue
-            r = run_row(env, args, T, impl)
+                if not ep_ok:
+                    continue
+                try:
+                    r = run_row(env, args, T, impl)
+                except RuntimeError as e:  # NCCL EP's own failure: a note, not a row
+                    notes.append(f"nccl-ep, {T} tokens: not measured: {e}")
+                    if env.rank == 0:
+                        print(f"  note: {notes[-1]}", flush=True)
+                    continue
+            else:
+                r = run_row(env, args, T, impl)
             rows.append(r)
             if env.rank == 0:
                 print(table([r]).splitlines()[1], flush=True)

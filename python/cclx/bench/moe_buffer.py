@@ -1,7 +1,7 @@
 """cclx-bench moe, the cclx.moe.Buffer rows (buffer-bf16 / buffer-fp8) and what only they report:
 the host cost of one eager call, the kernels a call launches (torch profiler), the device time
 against the HBM floor of the bytes the call moves at world size 1, and the buffer's
-communication memory against the rank-major bound. Also the NCCL EP driver's status line."""
+communication memory against the rank-major bound."""
 from __future__ import annotations
 
 import time
@@ -120,19 +120,3 @@ def run_row(env: Any, args: Any, T: int, impl: str, time_calls: Callable,
         if env.cuda:
             torch.cuda.synchronize()
         buf.destroy()
-
-
-def nccl_ep_status() -> str:
-    """Whether NCCL EP can be driven here: PyPI's nccl-extensions installs it as `nccl.ep`
-    (Cython bindings of libnccl_ep.so; it needs nccl4py, cuda-core and an NCCL with the device
-    API, nvidia-nccl 2.30). This tool does not drive it yet; the line says what is present."""
-    try:
-        import nccl.ep as ep  # type: ignore[import-not-found]
-    except Exception as e:  # noqa: BLE001 - any import failure means "not here"
-        return (f"not measured: nccl.ep (PyPI nccl-extensions) does not import "
-                f"({type(e).__name__}: {e})")
-    try:
-        where = f"libnccl_ep {ep.get_lib_version()} at {ep.get_lib_path()}"
-    except Exception as e:  # noqa: BLE001 - the bindings load the library lazily
-        where = f"its library does not load ({type(e).__name__}: {e})"
-    return f"not measured: nccl.ep imports ({where}); this tool does not drive it yet"

@@ -95,9 +95,9 @@ class Buffer:
     route: None takes the table's choice (MoeBuffer::route); "composed" forces the composed
     path on any communicator (comparisons, tests). The CUDA kernels' launch shape (no output
     bit depends on it): num_sms, thread blocks per kernel (0..128; None: CCLX_MOE_MAX_BLOCKS,
-    whose 0 is one per SM); chunk_tokens, tokens per routing chunk of the dispatch kernel (None:
-    CCLX_MOE_CHUNK_TOKENS, whose 0 is the most whose tables fit). `blocks` and `chunk_tokens`
-    report what the buffer runs (0 off the kernels)."""
+    whose 0 is by size, at most one per SM); chunk_tokens, tokens per routing chunk of the
+    dispatch kernel (None: CCLX_MOE_CHUNK_TOKENS, whose 0 is the most whose tables fit).
+    `blocks` and `chunk_tokens` report what the buffer runs (0 off the kernels)."""
 
     def __init__(self, comm: Any, max_tokens_per_rank: int, hidden: int, num_experts: int,
                  top_k: int, dtype: Any = torch.bfloat16, fp8: bool = False,

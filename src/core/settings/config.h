@@ -89,7 +89,7 @@ struct Config {
 
   // Expert-parallel buffers (cclx.moe.Buffer) on CUDA: the kernels' launch shape, for buffers
   // whose MoeConfig leaves it 0.
-  int moeMaxBlocks = 0;    // CCLX_MOE_MAX_BLOCKS (0 = one per SM, at most 128)
+  int moeMaxBlocks = 0;    // CCLX_MOE_MAX_BLOCKS (0 = by size, at most one per SM and 128)
   int moeChunkTokens = 0;  // CCLX_MOE_CHUNK_TOKENS (0 = the most whose tables fit)
 
   // NCCL drop-in (libnccl.so.2 built by cclx).

@@ -221,15 +221,16 @@ const Entry kLibrary[] = {
      "`CCLX_DDA_STAGING_BYTES`)",
      CCLX_FIELD(fusedStagingBytes)},
     // Expert-parallel buffers.
-    {"CCLX_MOE_MAX_BLOCKS", nullptr, nullptr, K::Int, nullptr, 0, 128, "0 (= one per SM)",
+    {"CCLX_MOE_MAX_BLOCKS", nullptr, nullptr, K::Int, nullptr, 0, 128, "0 (= by size)",
      "Thread blocks (SMs) of each `cclx.moe.Buffer` kernel, for buffers created without "
-     "`num_sms`; 0: one per SM, at most 128",
+     "`num_sms`; 0: a warp per token and per two received rows, at most one block per SM and "
+     "128",
      CCLX_FIELD(moeMaxBlocks)},
     {"CCLX_MOE_CHUNK_TOKENS", nullptr, nullptr, K::Int, nullptr, 0, 1 << 20,
      "0 (= the most that fit)",
      "Tokens per routing chunk of the `cclx.moe.Buffer` dispatch kernel (its shared-memory "
      "tables), for buffers created without `chunk_tokens`; rounded up to 32; 0: the most whose "
-     "tables fit 160 KiB",
+     "tables fit 64 KiB",
      CCLX_FIELD(moeChunkTokens)},
     // One-sided windows (hint only; the size rule is CCLX_WIN_PUT_CE_MIN_BYTES).
     {nullptr, nullptr, "put_path", K::Choice, "auto|ce|sm", 0, 0, "auto",

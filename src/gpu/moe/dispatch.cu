@@ -14,15 +14,20 @@
 //      (credits[0][rank] in that rank's memory := e + 1): the previous dispatch has completed on
 //      this rank (stream order), and the caller read its outputs before this call.
 //   2. every block builds the routing tables in shared memory from topk_ids (ids outside 0..E-1
-//      dropped): per expert and per destination rank, a bit mask of the tokens that chose it
-//      (first slot of each expert / rank only); a token's position at rank d = the tokens before
-//      it in d's mask. Block 0 also keeps the routing for combine (tokRows) and cached mode.
+//      dropped), a chunk of p.chunk tokens at a time (core/moe/tables.h): per expert and per
+//      destination rank, a bit mask of the chunk's tokens that chose it (first slot of each
+//      expert / rank only); a token's position at rank d = base[d] (the tokens of the earlier
+//      chunks) + the chunk's tokens before it in d's mask. One chunk: built here, and block 0
+//      counts it for the headers; several: block 0 counts the header totals token by token and
+//      the chunks are built in step 5.
 //   3. threads d < N wait (Waiter) for rank d's credit e + 1; a stopped wait fails the block.
 //   4. block 0 writes its header (token count, per-expert counts) into every rank, flag last.
-//   5. each warp takes tokens t = warp, warp + all warps, ...: loads the row once, quantizes it
-//      (FP8) and stores it into every destination rank's slot [rank][position], then the slot
-//      record (token index, the k ids, weights, per-expert positions) and, after __syncwarp, the
-//      slot flag e + 1 (release, system scope; dev::warpPublish).
+//   5. chunk by chunk, each warp takes the chunk's tokens t = warp, warp + all warps, ...: keeps
+//      the token's routing (tokRows for combine, the ids and weights for cached mode), loads the
+//      row once, quantizes it (FP8) and stores it into every destination rank's slot
+//      [rank][position], then the slot record (token index, the k ids, weights, per-expert
+//      positions) and, after __syncwarp, the slot flag e + 1 (release, system scope;
+//      dev::warpPublish).
 //   6. threads s < N wait for every source's header; every block computes the expert offsets
 //      (expert-major, then source rank: the same order as the twin); block 0 writes recvCounts,
 //      expertCounts, expertOffsets. Each warp takes received slots, waits for each flag

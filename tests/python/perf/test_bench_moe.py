@@ -4,6 +4,7 @@
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_tool_argument_errors(tmp_path):
 
 def test_buffer_rows_plumbing():
     """The Buffer rows' helpers without a GPU: the floors' byte counts, kernels per call on CPU,
-    the NCCL EP status line."""
+    the NCCL EP status line and the shapes its row refuses."""
     torch = _torch()
     from cclx.bench import moe_buffer
 
@@ -90,5 +91,15 @@ def test_buffer_rows_plumbing():
     assert fb["dispatch"] == 128 * 7168 * 2 + 128 * 8 * 12 + 128 * (7168 + 4 * 56) + 128 * 8 * 8
     assert fb["combine"] == 128 * 8 * 7168 * 2 + 3 * 128 * 7168 * 2
     assert moe_buffer.kernels_per_call(torch, lambda: None, cuda=False) is None
-    s = moe_buffer.nccl_ep_status()
+    from cclx.bench import moe_ncclep
+
+    s = moe_ncclep.status()  # no nccl.ep here
     assert s.startswith("not measured: nccl.ep"), s
+    # what the nccl-ep row refuses before any collective
+    env = types.SimpleNamespace(cuda=False, shared=False, size=1)
+    assert "GPU per rank" in moe_ncclep._shape_problem(env, 7168, 8, 256)
+    env.cuda = True
+    assert moe_ncclep._shape_problem(env, 7168, 8, 256) == ""
+    assert "multiple of 512" in moe_ncclep._shape_problem(env, 7000, 8, 256)
+    env.shared = True
+    assert "share a GPU" in moe_ncclep._shape_problem(env, 7168, 8, 256)
