@@ -213,14 +213,11 @@ def run_row(env: Env, args: argparse.Namespace, T: int, impl: str) -> Dict[str, 
         from .moe_ncclep import run_row as ncclep_row
 
         return ncclep_row(env, args, T, time_calls, expert_apply)
+    from .moe_buffer import row_inputs
+
     torch = env.torch
-    H, k, E = args.hidden, args.topk, args.experts
-    g = torch.Generator().manual_seed(args.seed * 1000 + env.rank * 7 + T)
-    x = (torch.rand(T, H, generator=g) * 4 - 2).to(torch.bfloat16)
-    ids = torch.rand(T, E, generator=g).argsort(1)[:, :k]
-    w = torch.softmax(torch.rand(T, k, generator=g), 1)
-    ref = sum(w[:, j:j + 1].double() * (x.double() * (ids[:, j:j + 1] + 1) + ids[:, j:j + 1])
-              for j in range(k))
+    H, E = args.hidden, args.experts
+    x, ids, w, ref = row_inputs(torch, args, env.rank, T)
     x, ids, w = x.to(env.device), ids.to(env.device), w.to(env.device)
     L = E // env.size
     pairs = int(torch.zeros(T, env.size, dtype=torch.bool).scatter_(

@@ -58,6 +58,20 @@ def floor_bytes(T: int, H: int, k: int, fp8: bool, es: int = 2) -> Dict[str, int
     return {"dispatch": disp, "combine": comb}
 
 
+def row_inputs(torch: Any, args: Any, rank: int, T: int):
+    """One row's inputs on the CPU, the same for every implementation: x [T, H] bf16, ids [T, k]
+    (distinct experts), w [T, k] (softmax), and the float64 reference of combine with the
+    bench's experts f_e(x) = x * (e + 1) + e."""
+    H, k, E = args.hidden, args.topk, args.experts
+    g = torch.Generator().manual_seed(args.seed * 1000 + rank * 7 + T)
+    x = (torch.rand(T, H, generator=g) * 4 - 2).to(torch.bfloat16)
+    ids = torch.rand(T, E, generator=g).argsort(1)[:, :k]
+    w = torch.softmax(torch.rand(T, k, generator=g), 1)
+    ref = sum(w[:, j:j + 1].double() * (x.double() * (ids[:, j:j + 1] + 1) + ids[:, j:j + 1])
+              for j in range(k))
+    return x, ids, w, ref
+
+
 def run_row(env: Any, args: Any, T: int, impl: str, time_calls: Callable,
             expert_apply: Callable) -> Dict[str, Any]:
     import cclx.moe as moe
@@ -65,12 +79,7 @@ def run_row(env: Any, args: Any, T: int, impl: str, time_calls: Callable,
     torch = env.torch
     H, k, E = args.hidden, args.topk, args.experts
     fp8 = impl == "buffer-fp8"
-    g = torch.Generator().manual_seed(args.seed * 1000 + env.rank * 7 + T)
-    x = (torch.rand(T, H, generator=g) * 4 - 2).to(torch.bfloat16)
-    ids = torch.rand(T, E, generator=g).argsort(1)[:, :k]
-    w = torch.softmax(torch.rand(T, k, generator=g), 1)
-    ref = sum(w[:, j:j + 1].double() * (x.double() * (ids[:, j:j + 1] + 1) + ids[:, j:j + 1])
-              for j in range(k))
+    x, ids, w, ref = row_inputs(torch, args, env.rank, T)
     x, ids, w = x.to(env.device), ids.to(env.device), w.to(env.device)
     N, L = env.size, E // env.size
     pairs = int(torch.zeros(T, N, dtype=torch.bool).scatter_(1, (ids // L).cpu(), True).sum()) \

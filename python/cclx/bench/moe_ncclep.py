@@ -218,7 +218,7 @@ def _communicator(env: Any, nc: Any) -> Any:
 
 def run_row(env: Any, args: Any, T: int, time_calls: Callable,
             expert_apply: Callable) -> Dict[str, Any]:
-    from .moe_buffer import floor_bytes, kernels_per_call
+    from .moe_buffer import floor_bytes, kernels_per_call, row_inputs
 
     torch = env.torch
     H, k, E = args.hidden, args.topk, args.experts
@@ -231,12 +231,7 @@ def run_row(env: Any, args: Any, T: int, time_calls: Callable,
             problem = str(e) if isinstance(e, RuntimeError) else f"{type(e).__name__}: {e}"
     if env.max(1.0 if problem else 0.0) > 0:  # every rank stops here, or none does
         raise RuntimeError(problem or "another rank cannot run NCCL EP")
-    g = torch.Generator().manual_seed(args.seed * 1000 + env.rank * 7 + T)
-    x = (torch.rand(T, H, generator=g) * 4 - 2).to(torch.bfloat16)
-    ids = torch.rand(T, E, generator=g).argsort(1)[:, :k]
-    w = torch.softmax(torch.rand(T, k, generator=g), 1)
-    ref = sum(w[:, j:j + 1].double() * (x.double() * (ids[:, j:j + 1] + 1) + ids[:, j:j + 1])
-              for j in range(k))
+    x, ids, w, ref = row_inputs(torch, args, env.rank, T)
     pairs = int(torch.zeros(T, N, dtype=torch.bool).scatter_(1, ids // L, True).sum()) if T else 0
     x, ids, w = (t.contiguous().to(env.device) for t in (x, ids, w))
     stream = int(torch.cuda.current_stream(env.device).cuda_stream)

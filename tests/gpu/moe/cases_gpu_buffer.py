@@ -144,6 +144,20 @@ def case_hidden_7168_256_experts(ctx):
         _run(ctx, 30, 7168, 8, L, "bf16", "random", fp8, Ts=[T] * N)
 
 
+def _cached_round(ctx, g, data, L, E, B, dtype, fp8):
+    """A round trip on `g`, then a cached dispatch (its handle, new tokens: -3 x) and combine,
+    checked against the references."""
+    r = ctx.rank
+    x, ids, w = (v.to(ctx.dev) for v in data[r])
+    recv, h = g.dispatch(x, ids, w)
+    g.combine(experts_of(recv, h, r, L, dtype), h)
+    data2 = [((v * -3).to(dtype), i, ww) for v, i, ww in data]
+    recv2, h2 = g.dispatch(data2[r][0].to(ctx.dev), handle=h)
+    y2 = g.combine(experts_of(recv2, h2, r, L, dtype), h2)
+    check_recv(g, recv2, h2, data2, r, L, E, B, fp8)
+    check_y(y2, *data2[r], E, fp8, dtype)
+
+
 def case_chunked_routing(ctx):
     """The dispatch kernel's routing tables a chunk of tokens at a time (chunk_tokens 32 and 64;
     T up to 200 and not a multiple of 32, a rank without tokens, ids out of range), 3 blocks
@@ -157,19 +171,12 @@ def case_chunked_routing(ctx):
                                   (96, 2, False, "one_expert")):
         _run(ctx, 80 + chunk, 72, 4, 4, "bf16", kind, fp8, Ts=Ts, bad=kind == "random",
              calls=2, chunk_tokens=chunk, num_sms=sms)
-    r, L, k, H, B = ctx.rank, 4, 4, 40, 150
+    L, k, H, B = 4, 4, 40, 150
     E = L * N
     g = moe.Buffer(ctx.comm, B, H, E, k, torch.float32, chunk_tokens=32, num_sms=2)
     try:
         data = inputs(85, N, [B - 3 * (i % 2) for i in range(N)], H, k, E, torch.float32, "random")
-        x, ids, w = (v.to(ctx.dev) for v in data[r])
-        recv, h = g.dispatch(x, ids, w)
-        g.combine(experts_of(recv, h, r, L, torch.float32), h)
-        data2 = [(v * -3, i, ww) for v, i, ww in data]
-        recv2, h2 = g.dispatch(data2[r][0].to(ctx.dev), handle=h)
-        y2 = g.combine(experts_of(recv2, h2, r, L, torch.float32), h2)
-        check_recv(g, recv2, h2, data2, r, L, E, B, False)
-        check_y(y2, *data2[r], E, False, torch.float32)
+        _cached_round(ctx, g, data, L, E, B, torch.float32, False)
     finally:
         g.destroy()
 
@@ -200,20 +207,13 @@ def case_many_calls_one_buffer(ctx):
 
 
 def case_cached_mode(ctx):
-    N, r, L, k, H, B = ctx.size, ctx.rank, 4, 4, 70, 7
+    N, L, k, H, B = ctx.size, 4, 4, 70, 7
     E = L * N
     for fp8 in (False, True):
         g = moe.Buffer(ctx.comm, B, H, E, k, torch.bfloat16, fp8=fp8)
         try:
             data = inputs(50, N, [B] * N, H, k, E, torch.bfloat16, "random")
-            x, ids, w = (v.to(ctx.dev) for v in data[r])
-            recv, h = g.dispatch(x, ids, w)
-            g.combine(experts_of(recv, h, r, L, torch.bfloat16), h)
-            data2 = [((v * -3).to(torch.bfloat16), i, ww) for v, i, ww in data]
-            recv2, h2 = g.dispatch(data2[r][0].to(ctx.dev), handle=h)
-            y2 = g.combine(experts_of(recv2, h2, r, L, torch.bfloat16), h2)
-            check_recv(g, recv2, h2, data2, r, L, E, B, fp8)
-            check_y(y2, *data2[r], E, fp8, torch.bfloat16)
+            _cached_round(ctx, g, data, L, E, B, torch.bfloat16, fp8)
         finally:
             g.destroy()
 
