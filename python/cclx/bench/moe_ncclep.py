@@ -40,7 +40,7 @@ Requirements, checked before anything collective (status() names what is missing
 rank (NCCL refuses ranks sharing one); hidden % 512 == 0 and <= 16384, top-k <= 32, <= 1024 local
 experts (the LL kernels); one NCCL >= 2.30 for libnccl_ep.so and nccl4py (libnccl_ep needs
 ncclWinGetUserPtr, ncclGetPeerDevicePointer and ncclCommQueryProperties, absent from 2.28: beside
-torch's 2.28 it does not load), so an LD_PRELOADed libnccl.so.2 (scripts/ncclep_wheels.sh); NCCL
+torch's 2.28 it does not load), so an LD_PRELOADed libnccl.so.2 (bench/ncclep/wheels.sh); NCCL
 headers of that version under NCCL_HOME (the JIT compiles against them with nvcc; NCCL_HOME is set
 from the loaded library and CUDA_HOME from PATH's nvcc when unset). Each failure raises
 RuntimeError naming the step; the ranks agree first that all can run, but a collective call that

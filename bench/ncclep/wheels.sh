@@ -3,9 +3,9 @@
 # cclx-bench moe's nccl-ep row (python/cclx/bench/moe_ncclep.py), beside what its Python 3.12 venv
 # with torch 2.11.0+cu130 already has (numpy, packaging, and nvidia-nccl-cu13 2.28.9: too old).
 #
-#   scripts/ncclep_wheels.sh [DEST]                   here: download into DEST (default
+#   bench/ncclep/wheels.sh [DEST]                   here: download into DEST (default
 #                                                     .dev/wheels/ncclep, ignored through /.dev/)
-#   scripts/ncclep_wheels.sh install [SRC] [SITE]     there: join, check and install what SRC
+#   bench/ncclep/wheels.sh install [SRC] [SITE]     there: join, check and install what SRC
 #                                                     holds (default .dev/wheels/ncclep) into SITE
 #                                                     (default /tmp/ncclep_site); writes SITE/env.sh
 #
@@ -54,7 +54,7 @@
 # six whole wheels) and nccl-1/ .. nccl-N/ (the NCCL wheel split into PART_MIB pieces, default 52),
 # so that a machine without a package index can receive them piece by piece. There, with every
 # folder copied under one directory SRC:
-#   bash scripts/ncclep_wheels.sh install SRC /tmp/ncclep_site && . /tmp/ncclep_site/env.sh
+#   bash bench/ncclep/wheels.sh install SRC /tmp/ncclep_site && . /tmp/ncclep_site/env.sh
 #   && python3 -m cclx.bench moe --impl buffer-bf16,nccl-ep ...
 # env.sh exports PYTHONPATH=SITE:..., LD_PRELOAD=SITE/nvidia/nccl/lib/libnccl.so.2,
 # NCCL_HOME=SITE/nvidia/nccl, CCLX_NCCL_PIP_DIR=SITE/nvidia/nccl/lib (cclx's own NCCL loads, the
@@ -64,10 +64,10 @@
 #      NCCL4PY_VERSION (0.6.0), CUDA_CORE_VERSION (1.2.2), CUDA_BINDINGS_VERSION (13.5.0),
 #      CUDA_PATHFINDER_VERSION (1.9.1), NCCL_VERSION (2.30.7)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PY:-python3}
-say() { echo "ncclep_wheels: $*"; }
-die() { echo "ncclep_wheels: $*" >&2; exit 1; }
+say() { echo "ncclep wheels: $*"; }
+die() { echo "ncclep wheels: $*" >&2; exit 1; }
 
 install() {
   local src=${1:-.dev/wheels/ncclep} site=${2:-/tmp/ncclep_site} tmp
@@ -90,7 +90,7 @@ install() {
   local nvcc home=${CUDA_HOME:-}
   if [[ -z "$home" ]] && nvcc=$(command -v nvcc); then home=$(dirname "$(dirname "$(realpath "$nvcc")")"); fi
   cat >"$site/env.sh" <<EOF
-# written by cclx scripts/ncclep_wheels.sh install: NCCL EP beside torch (see the script's header)
+# written by cclx bench/ncclep/wheels.sh install: NCCL EP beside torch (see the script's header)
 export PYTHONPATH=$site\${PYTHONPATH:+:\$PYTHONPATH}
 export LD_PRELOAD=$site/nvidia/nccl/lib/libnccl.so.2\${LD_PRELOAD:+:\$LD_PRELOAD}
 export NCCL_HOME=$site/nvidia/nccl
@@ -101,7 +101,7 @@ EOF
   say "installed into $site; env: $site/env.sh"
   (. "$site/env.sh" && "$PY" - <<'PY') || die "the smoke check failed"
 import torch, nccl.core as nc, nccl.ep as ep
-print("ncclep_wheels: torch", torch.__version__, "NCCL", torch.cuda.nccl.version(),
+print("ncclep wheels: torch", torch.__version__, "NCCL", torch.cuda.nccl.version(),
       "| nccl4py", nc.get_version().libnccl, "| libnccl_ep", ep.get_lib_version(),
       "at", ep.get_lib_path())
 PY
@@ -166,7 +166,7 @@ for name, lines in reqs.items():
             state = ("assumed present" if dep in assumed else
                      "left out: not used" if dep in unused else "MISSING")
             bad += state == "MISSING"
-        print(f"ncclep_wheels:   {name} {have[name]} needs {line}: {state}")
+        print(f"ncclep wheels:   {name} {have[name]} needs {line}: {state}")
 sys.exit(1 if bad else 0)
 PY
 
