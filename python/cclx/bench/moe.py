@@ -260,6 +260,9 @@ def table(rows: List[Dict[str, Any]]) -> str:
             extra = (f"{r['route']}; kernels {'-' if kd is None else kd}/"
                      f"{'-' if kc is None else kc}; memory {r['comm_bytes'] / 2 ** 20:.1f} MiB "
                      f"(rank-major bound {r['rank_major_bound_bytes'] / 2 ** 20:.1f} MiB)")
+            if r.get("dispatch_kernel_us") is not None:
+                extra += (f"; kernel time {r['dispatch_kernel_us']:.1f}/"
+                          f"{r['combine_kernel_us']:.1f} us")
             if "dispatch_floor_us" in r:
                 extra += (f"; HBM floor {r['dispatch_floor_us']:.1f}/{r['combine_floor_us']:.1f}"
                           f" us at {r['hbm_gbps']:.0f} GB/s")

@@ -10,23 +10,27 @@ from typing import Any, Callable, Dict, Optional
 BLOCK = 128
 
 
-def kernels_per_call(torch: Any, fn: Callable[[], Any], cuda: bool) -> Optional[int]:
-    """CUDA kernels one call of fn launches (torch profiler; None on CPU)."""
+def kernel_profile(torch: Any, fn: Callable[[], Any], cuda: bool, calls: int = 5):
+    """(CUDA kernels one call of fn launches, their GPU time per call in us) from the torch
+    profiler over `calls` back-to-back calls: the kernels' own start-to-end times, without the
+    launch and synchronization around them; (None, None) on CPU."""
     if not cuda:
-        return None
+        return None, None
     from torch.profiler import ProfilerActivity, profile
 
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
+        for _ in range(calls):
+            fn()
         torch.cuda.synchronize()
-    n = 0
+    n, us = 0, 0.0
     for e in prof.events():
         if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA and \
                 "memcpy" not in e.name.lower() and "memset" not in e.name.lower():
             n += 1
-    return n
+            us += e.time_range.elapsed_us()
+    return n // calls, us / calls
 
 
 def hbm_copy_gbps(torch: Any, device: Any) -> float:
@@ -104,8 +108,8 @@ def run_row(env: Any, args: Any, T: int, impl: str, time_calls: Callable,
         y = comb()
         err = float(((y.double().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1e-30))
                     if T else 0.0)
-        kd = kernels_per_call(torch, disp, env.cuda)
-        kc = kernels_per_call(torch, comb, env.cuda)
+        kd, kd_us = kernel_profile(torch, disp, env.cuda)
+        kc, kc_us = kernel_profile(torch, comb, env.cuda)
         d_s, d_host = time_calls(env, disp, args.iters, args.warmup)
         c_s, c_host = time_calls(env, comb, args.iters, args.warmup)
         d_s, c_s, d_host, c_host, err = (env.max(v) for v in (d_s, c_s, d_host, c_host, err))
@@ -116,7 +120,10 @@ def run_row(env: Any, args: Any, T: int, impl: str, time_calls: Callable,
                "dispatch_gbps": pairs * wire / d_s / 1e9,
                "combine_gbps": pairs * 2 * H / c_s / 1e9, "max_rel_err": err,
                "ok": err <= (2.0 ** -3 if fp8 else 2.0 ** -6), "route": buf.route,
-               "kernels_dispatch": kd, "kernels_combine": kc, "comm_bytes": buf.bytes,
+               "kernels_dispatch": kd, "kernels_combine": kc,
+               "dispatch_kernel_us": env.max(kd_us) if kd_us is not None else None,
+               "combine_kernel_us": env.max(kc_us) if kc_us is not None else None,
+               "comm_bytes": buf.bytes,
                "rank_major_bound_bytes": bound, "blocks": getattr(buf._b, "blocks", 0)}
         if env.cuda and N == 1:
             fb = floor_bytes(T, H, k, fp8)

@@ -218,7 +218,7 @@ def _communicator(env: Any, nc: Any) -> Any:
 
 def run_row(env: Any, args: Any, T: int, time_calls: Callable,
             expert_apply: Callable) -> Dict[str, Any]:
-    from .moe_buffer import floor_bytes, kernels_per_call, row_inputs
+    from .moe_buffer import floor_bytes, kernel_profile, row_inputs
 
     torch = env.torch
     H, k, E = args.hidden, args.topk, args.experts
@@ -283,8 +283,8 @@ def run_row(env: Any, args: Any, T: int, time_calls: Callable,
         err = float(((y.double().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1e-30))
                     if T else 0.0)
         recv_rows = int(idx.numel())
-        kd = kernels_per_call(torch, disp, env.cuda)
-        kc = kernels_per_call(torch, comb, env.cuda)
+        kd, kd_us = kernel_profile(torch, disp, env.cuda)
+        kc, kc_us = kernel_profile(torch, comb, env.cuda)
         d_s, d_host = time_calls(env, disp, args.iters, args.warmup)
         c_s, c_host = time_calls(env, comb, args.iters, args.warmup)
         d_s, c_s, d_host, c_host, err = (env.max(v) for v in (d_s, c_s, d_host, c_host, err))
@@ -294,7 +294,10 @@ def run_row(env: Any, args: Any, T: int, time_calls: Callable,
                "dispatch_gbps": pairs * 2 * H / d_s / 1e9,
                "combine_gbps": pairs * 2 * H / c_s / 1e9, "max_rel_err": err,
                "ok": err <= 2.0 ** -6, "route": "NCCL EP LL expert-major",
-               "kernels_dispatch": kd, "kernels_combine": kc, "comm_bytes": comm_bytes,
+               "kernels_dispatch": kd, "kernels_combine": kc,
+               "dispatch_kernel_us": env.max(kd_us) if kd_us is not None else None,
+               "combine_kernel_us": env.max(kc_us) if kc_us is not None else None,
+               "comm_bytes": comm_bytes,
                "rank_major_bound_bytes": N * Tm * 2 * ((2 * H + 15) // 16 * 16),
                "rdma_bytes_model": _rdma_bytes_model(Tm, 2 * H, N, E, k),
                "recv_bytes": recv.numel() * recv.element_size(), "recv_rows": recv_rows,

@@ -2,9 +2,9 @@
 // size for a chunk of tokens and the chunk a buffer runs with. Pure rules on a Layout (CCLX_HD:
 // also device code), so the CPU tests check them. docs/design/moe.md, "Dispatch".
 //
-// The kernel builds, per chunk of `chunk` tokens (a multiple of 32), the chunk's normalized ids
-// and one token bit mask per expert and per destination rank; bases carry the counts of the
-// chunks before. A token's position at rank d = base[d] + the chunk's tokens before it in d's
+// The kernel builds, per chunk of `chunk` tokens (a multiple of 32), one token bit mask per
+// expert and per destination rank (the ids themselves stay in global memory: each token's warp
+// reads its own); bases carry the counts of the chunks before. A token's position at rank d = base[d] + the chunk's tokens before it in d's
 // mask: the positions of a one-pass routing (the CPU twin's), whatever the chunk.
 #pragma once
 
@@ -19,7 +19,7 @@ namespace moe {
 /// The dispatch kernel's shared memory (32-bit words from its start).
 struct Tables {
   int chunk = 0, W = 0;  // tokens per chunk, words of a chunk's token bit mask (chunk / 32)
-  size_t ids = 0, expMask = 0, destMask = 0, expBase = 0, destBase = 0;
+  size_t expMask = 0, destMask = 0, expBase = 0, destBase = 0;
   size_t base = 0, cnt = 0, ecTot = 0, words = 0;
 };
 
@@ -28,7 +28,6 @@ CCLX_HD Tables tablesOf(const Layout& l, int chunk) {
   s.chunk = chunk;
   s.W = chunk / 32;
   size_t at = 0;
-  s.ids = at, at += size_t(chunk) * size_t(l.k);       // normalized ids [chunk][k]
   s.expMask = at, at += size_t(l.E) * size_t(s.W);     // [E][W]
   s.destMask = at, at += size_t(l.N) * size_t(s.W);    // [N][W] (right after expMask)
   s.expBase = at, at += size_t(l.E);                   // [E] tokens of the earlier chunks

@@ -34,36 +34,76 @@ __device__ void sendBack(const Params& p, int s, int pIdx, uint64_t flag) {
   const moe::Layout& l = p.lay;
   const int lane = dev::laneId(), kk = l.kk;
   const size_t slot = size_t(s) * l.B + size_t(pIdx);
-  const int32_t* se = localAt<int32_t>(p, l.slotEntries) + slot * size_t(kk);
-  const float* sw = localAt<float>(p, l.slotW) + slot * size_t(kk);
-  int n = 0;
-  bool bad = false;
-  while (n < kk && se[n] >= 0) {
-    bad = bad || size_t(se[n]) >= p.eoutRows;
-    ++n;
-  }
+  // The slot's entries and weights, entry x in lane x: the leading entries >= 0.
+  const int32_t e = lane < kk ? localAt<int32_t>(p, l.slotEntries)[slot * size_t(kk) + lane] : -1;
+  const float ew = lane < kk ? localAt<float>(p, l.slotW)[slot * size_t(kk) + lane] : 0.f;
+  const uint32_t stop = dev::ballot32(lane < kk && e < 0);
+  const int n = stop ? __ffs(int(stop)) - 1 : kk;
+  const bool bad = dev::ballot32(lane < n && size_t(e) >= p.eoutRows) != 0;
   const size_t bytes = size_t(l.H) * sizeof(T), units = (bytes + 15) / 16;
   char* dst = p.peer[s] + l.yrowAt(size_t(l.rank) * l.B + size_t(pIdx));
-  for (size_t u = size_t(lane); u < units; u += 32) {
-    uint4 out = make_uint4(~0u, ~0u, ~0u, ~0u);
-    if (!bad) {
+  if (bad) {
+    for (size_t u = size_t(lane); u < units; u += 32)
+      *reinterpret_cast<uint4*>(dst + 16 * u) = make_uint4(~0u, ~0u, ~0u, ~0u);
+  } else if (rowsAligned(p.eout, bytes)) {
+    // whole aligned units: kX entries' loads of a unit in flight per round (a slot has k
+    // entries or fewer, often 8)
+    constexpr int kU = 1, kX = kCopyBatch;
+    for (size_t u0 = size_t(lane); u0 < units; u0 += 32 * kU) {
+      float acc[kU][kPerUnit<T>];
+#pragma unroll
+      for (int i = 0; i < kU; ++i)
+#pragma unroll
+        for (int q = 0; q < kPerUnit<T>; ++q) acc[i][q] = 0.f;
+      for (int x0 = 0; x0 < n; x0 += kX) {
+        uint4 v[kX][kU];
+#pragma unroll
+        for (int j = 0; j < kX; ++j) {
+          const int32_t ej = dev::shfl32(e, (x0 + j) & 31);
+          const uint4* row = reinterpret_cast<const uint4*>(p.eout + size_t(ej) * bytes);
+#pragma unroll
+          for (int i = 0; i < kU; ++i)
+            if (x0 + j < n && u0 + 32 * i < units) v[j][i] = row[u0 + 32 * i];
+        }
+#pragma unroll
+        for (int j = 0; j < kX; ++j) {
+          const float wt = dev::shfl32(ew, (x0 + j) & 31);
+          if (x0 + j >= n) break;
+#pragma unroll
+          for (int i = 0; i < kU; ++i) {
+            float f[kPerUnit<T>];
+            unpackUnit<T>(v[j][i], f);
+#pragma unroll
+            for (int q = 0; q < kPerUnit<T>; ++q) {
+              const float prod = __fmul_rn(wt, f[q]);
+              acc[i][q] = x0 + j == 0 ? prod : __fadd_rn(acc[i][q], prod);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kU; ++i)
+        if (u0 + 32 * i < units)
+          *reinterpret_cast<uint4*>(dst + 16 * (u0 + 32 * i)) = packUnit<T>(acc[i]);
+    }
+  } else {
+    for (size_t u = size_t(lane); u < units; u += 32) {
       float acc[kPerUnit<T>];
 #pragma unroll
       for (int i = 0; i < kPerUnit<T>; ++i) acc[i] = 0.f;
       for (int x = 0; x < n; ++x) {
-        const char* row = p.eout + size_t(se[x]) * bytes;
+        const char* row = p.eout + size_t(dev::shfl32(e, x)) * bytes;
         float v[kPerUnit<T>];
         unpackUnit<T>(loadUserUnit(row, u, unitValid(bytes, u)), v);
-        const float wt = sw[x];
+        const float wt = dev::shfl32(ew, x);
 #pragma unroll
         for (int i = 0; i < kPerUnit<T>; ++i) {
           const float prod = __fmul_rn(wt, v[i]);
           acc[i] = x == 0 ? prod : __fadd_rn(acc[i], prod);
         }
       }
-      out = packUnit<T>(acc);
+      *reinterpret_cast<uint4*>(dst + 16 * u) = packUnit<T>(acc);
     }
-    *reinterpret_cast<uint4*>(dst + 16 * u) = out;
   }
   dev::warpPublish(reinterpret_cast<uint64_t*>(p.peer[s] + l.yflagAt(size_t(l.rank) * l.B +
                                                                      size_t(pIdx))),
@@ -77,35 +117,59 @@ __device__ bool gatherToken(const Params& p, int t, uint64_t flag, dev::Waiter& 
   const int lane = dev::laneId(), k = l.k;
   const int32_t r = lane < k ? localAt<int32_t>(p, l.tokRows)[size_t(t) * k + lane] : -1;
   const bool nan = dev::ballot32(r == -2) != 0;
-  int rows[moe::kMaxTopK];
-  for (int j = 0; j < moe::kMaxTopK; ++j) rows[j] = j < k ? dev::shfl32(r, j) : -1;
   if (!nan)
     for (int j = 0; j < k; ++j) {
-      if (rows[j] < 0) continue;
-      const uint64_t* f = reinterpret_cast<const uint64_t*>(mine(p) + l.yflagAt(size_t(rows[j])));
-      if (!dev::warpAwait(f, flag, wait, rows[j] / l.B)) return false;
+      const int32_t rj = dev::shfl32(r, j);
+      if (rj < 0) continue;
+      const uint64_t* f = reinterpret_cast<const uint64_t*>(mine(p) + l.yflagAt(size_t(rj)));
+      if (!dev::warpAwait(f, flag, wait, rj / l.B)) return false;
     }
+  // The rows (this rank's combine rows: aligned, padded to whole units) in top-k order: kU
+  // units of kX slots' rows in flight per round (a token has one row per rank it went to, from
+  // 1 to 8, so the units carry the batch when they are few).
+  constexpr int kU = 4, kX = 2;
   const size_t bytes = size_t(l.H) * sizeof(T), units = (bytes + 15) / 16;
   char* dst = p.out + size_t(t) * bytes;
-  for (size_t u = size_t(lane); u < units; u += 32) {
-    uint4 out = make_uint4(~0u, ~0u, ~0u, ~0u);
-    if (!nan) {
-      float acc[kPerUnit<T>];
+  for (size_t u0 = size_t(lane); u0 < units; u0 += 32 * kU) {
+    float acc[kU][kPerUnit<T>];
 #pragma unroll
-      for (int i = 0; i < kPerUnit<T>; ++i) acc[i] = 0.f;
-      bool first = true;
-      for (int j = 0; j < k; ++j) {
-        if (rows[j] < 0) continue;
-        const uint4 x = dev::ldCg(reinterpret_cast<const uint4*>(mine(p) + l.yrowAt(size_t(rows[j])) + 16 * u));
-        float v[kPerUnit<T>];
-        unpackUnit<T>(x, v);
+    for (int i = 0; i < kU; ++i)
 #pragma unroll
-        for (int i = 0; i < kPerUnit<T>; ++i) acc[i] = first ? v[i] : __fadd_rn(acc[i], v[i]);
+      for (int q = 0; q < kPerUnit<T>; ++q) acc[i][q] = 0.f;
+    bool first = true;
+    for (int j0 = 0; j0 < k && !nan; j0 += kX) {
+      uint4 v[kX][kU];
+#pragma unroll
+      for (int j = 0; j < kX; ++j) {
+        const int32_t rj = j0 + j < k ? dev::shfl32(r, (j0 + j) & 31) : -1;
+        const uint4* row =
+            reinterpret_cast<const uint4*>(mine(p) + l.yrowAt(size_t(rj < 0 ? 0 : rj)));
+#pragma unroll
+        for (int i = 0; i < kU; ++i)
+          if (rj >= 0 && u0 + 32 * i < units) v[j][i] = dev::ldCg(row + u0 + 32 * i);
+      }
+#pragma unroll
+      for (int j = 0; j < kX; ++j) {
+        const int32_t rj = j0 + j < k ? dev::shfl32(r, (j0 + j) & 31) : -1;
+        if (rj < 0) continue;
+#pragma unroll
+        for (int i = 0; i < kU; ++i) {
+          float f[kPerUnit<T>];
+          unpackUnit<T>(v[j][i], f);
+#pragma unroll
+          for (int q = 0; q < kPerUnit<T>; ++q)
+            acc[i][q] = first ? f[q] : __fadd_rn(acc[i][q], f[q]);
+        }
         first = false;
       }
-      out = packUnit<T>(acc);
     }
-    storeUserUnit(dst, u, unitValid(bytes, u), out);
+#pragma unroll
+    for (int i = 0; i < kU; ++i) {
+      const size_t u = u0 + 32 * i;
+      if (u >= units) break;
+      const uint4 out = nan ? make_uint4(~0u, ~0u, ~0u, ~0u) : packUnit<T>(acc[i]);
+      storeUserUnit(dst, u, unitValid(bytes, u), out);
+    }
   }
   return true;
 }

@@ -60,6 +60,15 @@ __device__ __forceinline__ void storeUserUnit(char* row, size_t u, int valid, ui
   const uint32_t w[4] = {x.x, x.y, x.z, x.w};
   dev::storeUnit<16>(row + u * 16, valid, w);
 }
+/// Whether every row base + i * bytes starts on 16 bytes and holds whole 16-byte units (the
+/// copy loops' fast path: plain vector loads, several in flight per lane).
+__device__ __forceinline__ bool rowsAligned(const void* base, size_t bytes) {
+  return ((reinterpret_cast<uintptr_t>(base) | bytes) & 15u) == 0;
+}
+/// 16-byte units a lane loads before it uses the first of them (the copy loops' memory-level
+/// parallelism: one round trip to memory per kCopyBatch units instead of per unit).
+constexpr int kCopyBatch = 8;
+
 /// Bytes of unit u in a row of `bytes` bytes.
 __device__ __forceinline__ int unitValid(size_t bytes, size_t u) {
   const size_t left = bytes - u * 16;

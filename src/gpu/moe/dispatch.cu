@@ -47,12 +47,25 @@ namespace {
 
 using Smem = moe::Tables;
 
-/// Step 5 for token t (the whole warp): tl = t - the chunk's first token, ids / em / dm the
-/// chunk's tables, eb / db the counts of the chunks before (per expert, per destination rank).
+/// Router entry i (token i / k, slot i % k) as given, or as kept by the last dispatch (cached).
+__device__ __forceinline__ int64_t loadId(const Params& p, size_t i) {
+  if (p.cached) return localAt<int32_t>(p, p.lay.tokIds)[i];
+  return p.ids64 ? static_cast<const int64_t*>(p.ids)[i] : static_cast<const int32_t*>(p.ids)[i];
+}
+
+/// Token t's k normalized router ids (ids outside 0..E-1: -1), k loads in flight.
+__device__ __forceinline__ void tokenIds(const Params& p, int t, int32_t (&ti)[moe::kMaxTopK]) {
+  const int k = p.lay.k;
+#pragma unroll
+  for (int j = 0; j < moe::kMaxTopK; ++j)
+    ti[j] = j < k ? moe::normId(loadId(p, size_t(t) * k + j), p.lay.E) : -1;
+}
+
+/// Step 5 for token t (the whole warp): tl = t - the chunk's first token, em / dm the chunk's
+/// tables, eb / db the counts of the chunks before (per expert, per destination rank).
 template <class T, bool kFp8>
-__device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, const uint32_t* em,
-                          const uint32_t* dm, const int* eb, const int* db, int t, int tl,
-                          uint64_t flag) {
+__device__ void sendToken(const Params& p, const Smem& S, const uint32_t* em, const uint32_t* dm,
+                          const int* eb, const int* db, int t, int tl, uint64_t flag) {
   const moe::Layout& l = p.lay;
   const int N = l.N, W = S.W, me = l.rank, k = l.k, lane = dev::laneId();
   int pd = -1;  // lane d < N: this token's position at rank d (-1: not sent there)
@@ -61,14 +74,20 @@ __device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, co
   int pos[kMaxRanks];
 #pragma unroll
   for (int d = 0; d < kMaxRanks; ++d) pos[d] = d < N ? dev::shfl32(pd, d) : -1;
-  // The routing this rank keeps (combine's tokRows; cached mode's ids and weights), slot j in
-  // lane j: every token, sent anywhere or not.
-  const int32_t* ti = ids + size_t(tl) * k;
-  int32_t id = -1;
+  // Slot j of the token in lane j: its id, whether it is the first slot of its expert and of
+  // its destination rank (moe::firstOfExpert / firstOfRank, across lanes).
+  const int32_t id = lane < k ? moe::normId(loadId(p, size_t(t) * k + size_t(lane)), l.E) : -1;
+  bool firstExp = id >= 0, firstRank = id >= 0;
+  for (int i = 0; i < k; ++i) {
+    const int32_t o = dev::shfl32(id, i);
+    if (i < lane && o >= 0 && o == id) firstExp = false;
+    if (i < lane && o >= 0 && o / l.L == id / l.L) firstRank = false;
+  }
+  // The routing this rank keeps (combine's tokRows; cached mode's ids and weights): every
+  // token, sent anywhere or not.
   float wt = 0.f;
   if (lane < k) {
     const size_t g = size_t(t) * k + size_t(lane);
-    id = ti[lane];
     wt = p.cached ? localAt<float>(p, l.tokW)[g] : p.w[g];
     int32_t row = -2;
     if (id >= 0) {
@@ -77,7 +96,7 @@ __device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, co
 #pragma unroll
       for (int x = 0; x < kMaxRanks; ++x)
         if (x == d) pdd = pos[x];
-      row = moe::firstOfRank(ti, lane, l.L) ? d * l.B + pdd : -1;
+      row = firstRank ? d * l.B + pdd : -1;
     }
     localAt<int32_t>(p, l.tokRows)[g] = row;
     if (!p.cached) {
@@ -88,12 +107,34 @@ __device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, co
   if (dev::ballot32(pd >= 0) == 0) return;
   const char* xrow = p.x + size_t(t) * size_t(l.H) * sizeof(T);
   if constexpr (kFp8) {
+    // 512 values per round: 16 a lane, a 128-value block per 8 lanes (the round count is
+    // warp-uniform: the codec's shuffles need every lane). Aligned rows of whole 16-value
+    // pieces load the next round's raw bytes before this round's quantization (two rounds in
+    // flight; the same values as load16, zeros past the row).
+    using V = fp8dev::Vec<T>;
     const int chunks = (l.H + 511) / 512;
+    const bool fast = l.H % 16 == 0 && rowsAligned(p.x, size_t(l.H) * sizeof(T));
+    uint4 next[V::kLoads];
+    auto fetch = [&](int c) {
+      const int i0 = c * 512 + lane * 16;
+      const uint4* src = reinterpret_cast<const uint4*>(xrow + size_t(i0) * sizeof(T));
+#pragma unroll
+      for (int q = 0; q < V::kLoads; ++q) next[q] = i0 < l.H ? src[q] : make_uint4(0, 0, 0, 0);
+    };
+    if (fast) fetch(0);
     for (int c = 0; c < chunks; ++c) {
       const int i0 = c * 512 + lane * 16;
-      const int avail = l.H - i0;  // unclamped: fp8dev::load16 says why
       float v[fp8dev::kEPT];
-      fp8dev::load16<T>(reinterpret_cast<const T*>(xrow), size_t(avail > 0 ? i0 : 0), avail, v);
+      if (fast) {
+        uint4 cur[V::kLoads];
+#pragma unroll
+        for (int q = 0; q < V::kLoads; ++q) cur[q] = next[q];
+        if (c + 1 < chunks) fetch(c + 1);
+        fp8dev::unpack16<T>(cur, v);
+      } else {
+        const int avail = l.H - i0;  // unclamped: fp8dev::load16 says why
+        fp8dev::load16<T>(reinterpret_cast<const T*>(xrow), size_t(avail > 0 ? i0 : 0), avail, v);
+      }
       fp8::Meta meta;
       const uint4 codes = fp8dev::quantize16(v, moe::kScaleBlock / fp8dev::kEPT, meta);
       const int b = c * (512 / moe::kScaleBlock) + (lane >> 3);
@@ -109,19 +150,33 @@ __device__ void sendToken(const Params& p, const Smem& S, const int32_t* ids, co
     }
   } else {
     const size_t bytes = size_t(l.H) * sizeof(T), units = (bytes + 15) / 16;
-    for (size_t u = size_t(lane); u < units; u += 32) {
-      const uint4 x = loadUserUnit(xrow, u, unitValid(bytes, u));
+    auto put = [&](size_t u, uint4 x) {
 #pragma unroll
       for (int d = 0; d < kMaxRanks; ++d) {
         if (pos[d] < 0) continue;
         const size_t slot = size_t(me) * l.B + size_t(pos[d]);
         *reinterpret_cast<uint4*>(p.peer[d] + l.xrowAt(slot) + 16 * u) = x;
       }
+    };
+    if (rowsAligned(p.x, bytes)) {  // whole aligned units: kCopyBatch loads in flight a lane
+      const uint4* src = reinterpret_cast<const uint4*>(xrow);
+      for (size_t u0 = size_t(lane); u0 < units; u0 += 32 * kCopyBatch) {
+        uint4 x[kCopyBatch];
+#pragma unroll
+        for (int i = 0; i < kCopyBatch; ++i)
+          if (u0 + 32 * i < units) x[i] = src[u0 + 32 * i];
+#pragma unroll
+        for (int i = 0; i < kCopyBatch; ++i)
+          if (u0 + 32 * i < units) put(u0 + 32 * i, x[i]);
+      }
+    } else {
+      for (size_t u = size_t(lane); u < units; u += 32)
+        put(u, loadUserUnit(xrow, u, unitValid(bytes, u)));
     }
   }
   // The slot record: token index, ids, weights, per-expert positions; the flag last.
   int32_t ep = -1;
-  if (lane < k && moe::firstOfExpert(ti, lane)) ep = eb[id] + bitsBelow(em + size_t(id) * W, tl);
+  if (firstExp) ep = eb[id] + bitsBelow(em + size_t(id) * W, tl);
 #pragma unroll
   for (int d = 0; d < kMaxRanks; ++d) {
     if (pos[d] < 0) continue;
@@ -180,12 +235,6 @@ __device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint
   return true;
 }
 
-/// Router entry i (token i / k, slot i % k) as given, or as kept by the last dispatch (cached).
-__device__ __forceinline__ int64_t loadId(const Params& p, size_t i) {
-  if (p.cached) return localAt<int32_t>(p, p.lay.tokIds)[i];
-  return p.ids64 ? static_cast<const int64_t*>(p.ids)[i] : static_cast<const int32_t*>(p.ids)[i];
-}
-
 /// Block 0's header totals when the tokens take several chunks (every thread; no tables): per
 /// token, its first slot of each expert and of each destination rank counted into eb / db.
 __device__ void countAll(const Params& p, int* eb, int* db) {
@@ -193,9 +242,7 @@ __device__ void countAll(const Params& p, int* eb, int* db) {
   const int k = l.k;
   for (int t = int(threadIdx.x); t < p.tokens; t += kThreads) {
     int32_t ti[moe::kMaxTopK];
-#pragma unroll
-    for (int j = 0; j < moe::kMaxTopK; ++j)
-      if (j < k) ti[j] = moe::normId(loadId(p, size_t(t) * k + j), l.E);
+    tokenIds(p, t, ti);
 #pragma unroll
     for (int j = 0; j < moe::kMaxTopK; ++j) {
       if (j >= k) break;
@@ -205,37 +252,35 @@ __device__ void countAll(const Params& p, int* eb, int* db) {
   }
 }
 
-/// Step 2 for the chunk of tokens c0 .. c0 + nc (every thread): its normalized ids, then its
-/// per-expert and per-destination token masks (first slot of each expert / rank only).
+/// Step 2 for the chunk of tokens c0 .. c0 + nc (every thread): its per-expert and
+/// per-destination token masks (first slot of each expert / rank only). A warp takes 32 tokens
+/// (one mask word of every row), a token per lane: its ids from global memory (tokenIds), the
+/// destination words by ballot, the expert bits by shared-memory atomics.
 __device__ void buildChunk(const Params& p, const Smem& S, uint32_t* sm, int c0, int nc) {
   const moe::Layout& l = p.lay;
-  const int N = l.N, k = l.k, L = l.L, W = S.W, tid = int(threadIdx.x);
-  int32_t* ids = reinterpret_cast<int32_t*>(sm + S.ids);
+  const int N = l.N, k = l.k, L = l.L, W = S.W, tid = int(threadIdx.x), lane = tid & 31;
   uint32_t* em = sm + S.expMask;
   uint32_t* dm = sm + S.destMask;
   for (size_t i = size_t(tid); i < size_t(l.E + N) * W; i += kThreads) em[i] = 0;  // em, dm
-  const size_t g0 = size_t(c0) * k;
-  const int n = nc * k;
-  for (int i0 = tid; i0 < n; i0 += 4 * kThreads) {  // four loads in flight per thread
-    int64_t v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = i0 + u * kThreads;
-      v[u] = i < n ? loadId(p, g0 + size_t(i)) : 0;
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = i0 + u * kThreads;
-      if (i < n) ids[i] = moe::normId(v[u], l.E);
-    }
-  }
   __syncthreads();
-  for (int i = tid; i < nc * k; i += kThreads) {
-    const int t = i / k, j = i % k;
-    const int32_t* ti = ids + size_t(t) * k;
-    const uint32_t bit = 1u << (t & 31);
-    if (moe::firstOfExpert(ti, j)) atomicOr(&em[size_t(ti[j]) * W + (t >> 5)], bit);
-    if (moe::firstOfRank(ti, j, L)) atomicOr(&dm[size_t(ti[j] / L) * W + (t >> 5)], bit);
+  for (int w0 = tid - lane; w0 < nc; w0 += kThreads) {  // warp-uniform rounds
+    const int t = w0 + lane;
+    int32_t ti[moe::kMaxTopK];
+    if (t < nc) tokenIds(p, c0 + t, ti);
+    else
+#pragma unroll
+      for (int j = 0; j < moe::kMaxTopK; ++j) ti[j] = -1;
+    uint32_t ranks = 0;  // bit d: the token goes to rank d
+#pragma unroll
+    for (int j = 0; j < moe::kMaxTopK; ++j) {
+      if (j >= k) break;
+      if (moe::firstOfExpert(ti, j)) atomicOr(&em[size_t(ti[j]) * W + (t >> 5)], 1u << lane);
+      if (ti[j] >= 0) ranks |= 1u << (ti[j] / L);
+    }
+    for (int d = 0; d < N; ++d) {
+      const uint32_t b = dev::ballot32((ranks >> d) & 1u);
+      if (lane == 0) dm[size_t(d) * W + (w0 >> 5)] = b;
+    }
   }
   __syncthreads();
 }
@@ -261,7 +306,6 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
   const int N = l.N, me = l.rank, L = l.L, nTok = p.tokens;
   const int tid = int(threadIdx.x), nb = N + l.E;
   const int chunks = (nTok + S.chunk - 1) / S.chunk;
-  int32_t* ids = reinterpret_cast<int32_t*>(sm + S.ids);
   uint32_t* em = sm + S.expMask;
   uint32_t* dm = sm + S.destMask;
   int* eb = reinterpret_cast<int*>(sm + S.expBase);
@@ -313,7 +357,7 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
     const int c0 = c * S.chunk, nc = min(S.chunk, nTok - c0);
     if (!one) buildChunk(p, S, sm, c0, nc);
     for (int t = c0 + gw; t < c0 + nc; t += nw)
-      sendToken<T, kFp8>(p, S, ids, em, dm, eb, db, t, t - c0, flag);
+      sendToken<T, kFp8>(p, S, em, dm, eb, db, t, t - c0, flag);
     if (c + 1 < chunks) countChunk(S, sm, nb);
   }
   return false;
