@@ -49,7 +49,8 @@ __device__ void sendBack(const Params& p, int s, int pIdx, uint64_t flag) {
     // whole aligned units: kX entries' loads of a unit in flight per round (a slot has k
     // entries or fewer, often 8)
     constexpr int kU = 1, kX = kCopyBatch;
-    for (size_t u0 = size_t(lane); u0 < units; u0 += 32 * kU) {
+    for (size_t b = 0; b < units; b += 32 * kU) {  // warp-uniform rounds (shuffles inside)
+      const size_t u0 = b + size_t(lane);
       float acc[kU][kPerUnit<T>];
 #pragma unroll
       for (int i = 0; i < kU; ++i)
@@ -87,14 +88,16 @@ __device__ void sendBack(const Params& p, int s, int pIdx, uint64_t flag) {
           *reinterpret_cast<uint4*>(dst + 16 * (u0 + 32 * i)) = packUnit<T>(acc[i]);
     }
   } else {
-    for (size_t u = size_t(lane); u < units; u += 32) {
+    for (size_t b = 0; b < units; b += 32) {  // warp-uniform rounds (shuffles inside)
+      const size_t u = b + size_t(lane);
+      const bool on = u < units;
       float acc[kPerUnit<T>];
 #pragma unroll
       for (int i = 0; i < kPerUnit<T>; ++i) acc[i] = 0.f;
       for (int x = 0; x < n; ++x) {
         const char* row = p.eout + size_t(dev::shfl32(e, x)) * bytes;
         float v[kPerUnit<T>];
-        unpackUnit<T>(loadUserUnit(row, u, unitValid(bytes, u)), v);
+        unpackUnit<T>(on ? loadUserUnit(row, u, unitValid(bytes, u)) : make_uint4(0, 0, 0, 0), v);
         const float wt = dev::shfl32(ew, x);
 #pragma unroll
         for (int i = 0; i < kPerUnit<T>; ++i) {
@@ -102,7 +105,7 @@ __device__ void sendBack(const Params& p, int s, int pIdx, uint64_t flag) {
           acc[i] = x == 0 ? prod : __fadd_rn(acc[i], prod);
         }
       }
-      *reinterpret_cast<uint4*>(dst + 16 * u) = packUnit<T>(acc);
+      if (on) *reinterpret_cast<uint4*>(dst + 16 * u) = packUnit<T>(acc);
     }
   }
   dev::warpPublish(reinterpret_cast<uint64_t*>(p.peer[s] + l.yflagAt(size_t(l.rank) * l.B +
@@ -130,7 +133,8 @@ __device__ bool gatherToken(const Params& p, int t, uint64_t flag, dev::Waiter& 
   constexpr int kU = 4, kX = 2;
   const size_t bytes = size_t(l.H) * sizeof(T), units = (bytes + 15) / 16;
   char* dst = p.out + size_t(t) * bytes;
-  for (size_t u0 = size_t(lane); u0 < units; u0 += 32 * kU) {
+  for (size_t b = 0; b < units; b += 32 * kU) {  // warp-uniform rounds (shuffles inside)
+    const size_t u0 = b + size_t(lane);
     float acc[kU][kPerUnit<T>];
 #pragma unroll
     for (int i = 0; i < kU; ++i)

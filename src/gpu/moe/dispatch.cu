@@ -240,14 +240,21 @@ __device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint
 __device__ void countAll(const Params& p, int* eb, int* db) {
   const moe::Layout& l = p.lay;
   const int k = l.k;
-  for (int t = int(threadIdx.x); t < p.tokens; t += kThreads) {
-    int32_t ti[moe::kMaxTopK];
-    tokenIds(p, t, ti);
+  constexpr int kTok = 2;  // tokens whose ids are in flight together
+  for (int t0 = int(threadIdx.x); t0 < p.tokens; t0 += kTok * kThreads) {
+    int32_t ti[kTok][moe::kMaxTopK];
 #pragma unroll
-    for (int j = 0; j < moe::kMaxTopK; ++j) {
-      if (j >= k) break;
-      if (moe::firstOfExpert(ti, j)) atomicAdd(&eb[ti[j]], 1);
-      if (moe::firstOfRank(ti, j, l.L)) atomicAdd(&db[ti[j] / l.L], 1);
+    for (int q = 0; q < kTok; ++q)
+      if (t0 + q * kThreads < p.tokens) tokenIds(p, t0 + q * kThreads, ti[q]);
+#pragma unroll
+    for (int q = 0; q < kTok; ++q) {
+      if (t0 + q * kThreads >= p.tokens) break;
+#pragma unroll
+      for (int j = 0; j < moe::kMaxTopK; ++j) {
+        if (j >= k) break;
+        if (moe::firstOfExpert(ti[q], j)) atomicAdd(&eb[ti[q][j]], 1);
+        if (moe::firstOfRank(ti[q], j, l.L)) atomicAdd(&db[ti[q][j] / l.L], 1);
+      }
     }
   }
 }
