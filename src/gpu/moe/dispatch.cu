@@ -239,23 +239,25 @@ __device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint
 /// token, its first slot of each expert and of each destination rank counted into eb / db.
 __device__ void countAll(const Params& p, int* eb, int* db) {
   const moe::Layout& l = p.lay;
-  const int k = l.k;
   constexpr int kTok = 2;  // tokens whose ids are in flight together
   for (int t0 = int(threadIdx.x); t0 < p.tokens; t0 += kTok * kThreads) {
     int32_t ti[kTok][moe::kMaxTopK];
 #pragma unroll
-    for (int q = 0; q < kTok; ++q)
-      if (t0 + q * kThreads < p.tokens) tokenIds(p, t0 + q * kThreads, ti[q]);
-#pragma unroll
     for (int q = 0; q < kTok; ++q) {
-      if (t0 + q * kThreads >= p.tokens) break;
+      if (t0 + q * kThreads < p.tokens) {
+        tokenIds(p, t0 + q * kThreads, ti[q]);
+      } else {
 #pragma unroll
-      for (int j = 0; j < moe::kMaxTopK; ++j) {
-        if (j >= k) break;
+        for (int j = 0; j < moe::kMaxTopK; ++j) ti[q][j] = -1;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kTok; ++q)
+#pragma unroll
+      for (int j = 0; j < moe::kMaxTopK; ++j) {  // ids past k and past the tokens are -1
         if (moe::firstOfExpert(ti[q], j)) atomicAdd(&eb[ti[q][j]], 1);
         if (moe::firstOfRank(ti[q], j, l.L)) atomicAdd(&db[ti[q][j] / l.L], 1);
       }
-    }
   }
 }
 
