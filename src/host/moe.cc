@@ -365,7 +365,8 @@ void HostMoe::runCombine(const MoeCall& c, uint64_t e) {
         for (int i = 0; i < H; ++i) storeElem(dst, i, dtype_, acc[size_t(i)]);
       }
       std::memset(dst + rowBytes, 0, l.yRow - rowBytes);
-      storeRel(peers_[size_t(s)] + l.yflagAt(size_t(me) * l.B + size_t(p)), flag);
+      for (int q = 0; q < l.yParts; ++q)  // every piece's flag (the kernel writes them apart)
+        storeRel(peers_[size_t(s)] + l.yflagAt(size_t(me) * l.B + size_t(p), q), flag);
     }
   // Owner side: per token, its ranks' rows in top-k order (first slot of each rank), f32 sums.
   const int32_t* tr = local<int32_t>(l.tokRows);
@@ -376,7 +377,7 @@ void HostMoe::runCombine(const MoeCall& c, uint64_t e) {
     for (int j = 0; j < k && !nan; ++j) {
       const int r = tr[size_t(t) * k + j];
       if (r < 0) continue;
-      waitFlag(r / l.B, base_ + l.yflagAt(size_t(r)), flag);
+      for (int q = 0; q < l.yParts; ++q) waitFlag(r / l.B, base_ + l.yflagAt(size_t(r), q), flag);
       const char* row = base_ + l.yrowAt(size_t(r));
       for (int i = 0; i < H; ++i) {
         const float v = loadElem(row, i, dtype_);

@@ -17,8 +17,11 @@
 //   metas     [N*B] slot records  [s*B + p]: the p-th token source s sends here (its top-k)
 //   xrows     [N*B] rows          its data (H values of the dtype, or H FP8 e4m3 codes)
 //   scales    f32 [N*B][nb]      FP8 only: the codec's block metas (a scale, sign bit = INF block)
-//   yflags    uint64 [N*B]       [d*B + p]: expert rank d's combine row for this rank's token at
-//                                position p of d's slots has arrived (value c + 1)
+//   yflags    uint64 [N*B][P]    [d*B + p][q]: piece q of expert rank d's combine row for this
+//                                rank's token at position p of d's slots has arrived (value
+//                                c + 1); P = yParts pieces of yPartUnits 16-byte units (the last
+//                                one shorter): combine's work items, so that a small batch still
+//                                spreads over many warps
 //   yrows     [N*B] rows          those rows (H values of the dtype)
 //   local:
 //   counters  uint64 [2][kMaxBlocks] dispatch / combine calls, one per block of the grid
@@ -57,6 +60,7 @@ constexpr int kScaleBlock = 128;   // FP8 values per scale (the codec's block)
 constexpr int kMaxTopK = 16;
 constexpr int kGridCap = 128;      // blocks of a kernel at most (counters per block)
 constexpr size_t kCtlBytes = 4096;
+constexpr int kCombineItems = 1024;  // owner-side combine work items aimed at (B * yParts)
 
 CCLX_HD size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -66,6 +70,8 @@ struct Layout {
   int dtype = 0;  // the DataType of tokens, expert outputs and combine output
   bool fp8 = false;
   size_t xRow = 0, yRow = 0, metaBytes = 0, headBytes = 0;
+  int yParts = 1;          // pieces of a combine row, each with its own flag
+  size_t yPartUnits = 0;   // 16-byte units of a piece: a multiple of 32 (a warp's round)
   size_t credits = 0, heads = 0, metas = 0, xrows = 0, scales = 0, yflags = 0, yrows = 0;
   size_t peerEnd = 0;
   size_t counters = 0, ctl = 0, tokRows = 0, tokIds = 0, tokW = 0, recvCounts = 0;
@@ -78,7 +84,9 @@ struct Layout {
   CCLX_HD size_t xrowAt(size_t slot) const { return xrows + slot * xRow; }
   CCLX_HD size_t scaleAt(size_t slot) const { return scales + slot * size_t(nb) * 4; }
   CCLX_HD size_t yrowAt(size_t slot) const { return yrows + slot * yRow; }
-  CCLX_HD size_t yflagAt(size_t slot) const { return yflags + slot * 8; }
+  CCLX_HD size_t yflagAt(size_t slot, int part) const {
+    return yflags + (slot * size_t(yParts) + size_t(part)) * 8;
+  }
   CCLX_HD size_t headAt(int src) const { return heads + size_t(src) * headBytes; }
   CCLX_HD size_t creditAt(int kind, int from) const { return credits + (size_t(kind) * N + from) * 8; }
   // the fields of a slot record
@@ -102,6 +110,13 @@ inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype,
   l.yRow = alignUp(size_t(H) * esize, 16);
   l.metaBytes = alignUp(16 + 12 * size_t(k), 16);
   l.headBytes = alignUp(16 + 4 * size_t(l.L), 16);
+  // combine rows in pieces of whole warp rounds (32 units), as many as bring B * pieces to
+  // kCombineItems: a decode batch's rows spread over the GPU, a prefill batch's stay whole
+  const size_t units = l.yRow / 16, rounds = (units + 31) / 32;
+  const size_t want = (size_t(kCombineItems) + size_t(B) - 1) / size_t(B > 0 ? B : 1);
+  const size_t parts = want < 1 ? 1 : want > rounds ? rounds : want;
+  l.yPartUnits = alignUp((units + parts - 1) / parts, 32);
+  l.yParts = int((units + l.yPartUnits - 1) / l.yPartUnits);
   const size_t S = l.slots();
   size_t at = 0;
   auto take = [&](size_t& field, size_t bytes) {
@@ -113,7 +128,7 @@ inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype,
   take(l.metas, S * l.metaBytes);
   take(l.xrows, S * l.xRow);
   take(l.scales, fp8 ? S * size_t(l.nb) * 4 : 0);
-  take(l.yflags, S * 8);
+  take(l.yflags, S * size_t(l.yParts) * 8);
   take(l.yrows, S * l.yRow);
   l.peerEnd = at;
   take(l.counters, 2 * size_t(kGridCap) * 8);

@@ -12,15 +12,16 @@
 //   1. block 0 grants every rank the credit "this rank's combine slots for you are free for call
 //      c" (credits[1][rank] in that rank's memory := c + 1): its previous combine has completed.
 //   2. threads d < N wait (Waiter) for rank d's credit c + 1.
-//   3. expert side: each warp takes received slots (recvCounts and the entries of the last
-//      dispatch): sum_x w_x * expert_out[entry_x] per element in f32 (products and sums rounded
-//      once, entries in top-k order; an entry at or past the rows given makes the row all-ones
-//      bytes), rounded once to the dtype, stored into the source's yrows[rank][position], then
-//      the slot's flag c + 1 (dev::warpPublish).
-//   4. owner side: each warp takes tokens t < T: waits for the flag of each of the token's rows
-//      (tokRows: the first slot of each destination rank, in top-k order), adds them in f32 in
-//      that order and rounds once into out[t]; a token with an id out of range gets an all-ones
-//      row; a stopped wait fails the block.
+//   3. expert side: each warp takes (received slot, piece) items (recvCounts and the entries
+//      of the last dispatch; a row in lay.yParts pieces of lay.yPartUnits 16-byte units):
+//      sum_x w_x * expert_out[entry_x] per element in f32 (products and sums rounded once,
+//      entries in top-k order; an entry at or past the rows given makes the row all-ones bytes),
+//      rounded once to the dtype, stored into the source's yrows[rank][position], then the
+//      piece's flag c + 1 (dev::warpPublish).
+//   4. owner side: each warp takes (token t < T, piece) items: waits for the piece's flag of
+//      each of the token's rows (tokRows: the first slot of each destination rank, in top-k
+//      order), adds them in f32 in that order and rounds once into out[t]; a token with an id
+//      out of range gets an all-ones row; a stopped wait fails the block.
 //   5. counters advance (c + 1) on every path; a block that stopped poisons the output whole.
 #include "gpu/moe/common.cuh"
 
@@ -28,9 +29,9 @@ namespace cclx {
 namespace moegpu {
 namespace {
 
-/// Step 3 for received slot `slot` of source s at position pIdx (the whole warp).
+/// Step 3 for piece q of received slot `slot` of source s at position pIdx (the whole warp).
 template <class T>
-__device__ void sendBack(const Params& p, int s, int pIdx, uint64_t flag) {
+__device__ void sendBack(const Params& p, int s, int pIdx, int q, uint64_t flag) {
   const moe::Layout& l = p.lay;
   const int lane = dev::laneId(), kk = l.kk;
   const size_t slot = size_t(s) * l.B + size_t(pIdx);
@@ -40,16 +41,17 @@ __device__ void sendBack(const Params& p, int s, int pIdx, uint64_t flag) {
   const uint32_t stop = dev::ballot32(lane < kk && e < 0);
   const int n = stop ? __ffs(int(stop)) - 1 : kk;
   const bool bad = dev::ballot32(lane < n && size_t(e) >= p.eoutRows) != 0;
-  const size_t bytes = size_t(l.H) * sizeof(T), units = (bytes + 15) / 16;
+  const size_t bytes = size_t(l.H) * sizeof(T), lo = size_t(q) * l.yPartUnits;
+  const size_t units = min((bytes + 15) / 16, lo + l.yPartUnits);  // the piece: [lo, units)
   char* dst = p.peer[s] + l.yrowAt(size_t(l.rank) * l.B + size_t(pIdx));
   if (bad) {
-    for (size_t u = size_t(lane); u < units; u += 32)
+    for (size_t u = lo + size_t(lane); u < units; u += 32)
       *reinterpret_cast<uint4*>(dst + 16 * u) = make_uint4(~0u, ~0u, ~0u, ~0u);
   } else if (rowsAligned(p.eout, bytes)) {
     // whole aligned units: kX entries' loads of a unit in flight per round (a slot has k
     // entries or fewer, often 8)
     constexpr int kU = 1, kX = kCopyBatch;
-    for (size_t b = 0; b < units; b += 32 * kU) {  // warp-uniform rounds (shuffles inside)
+    for (size_t b = lo; b < units; b += 32 * kU) {  // warp-uniform rounds (shuffles inside)
       const size_t u0 = b + size_t(lane);
       float acc[kU][kPerUnit<T>];
 #pragma unroll
@@ -88,7 +90,7 @@ __device__ void sendBack(const Params& p, int s, int pIdx, uint64_t flag) {
           *reinterpret_cast<uint4*>(dst + 16 * (u0 + 32 * i)) = packUnit<T>(acc[i]);
     }
   } else {
-    for (size_t b = 0; b < units; b += 32) {  // warp-uniform rounds (shuffles inside)
+    for (size_t b = lo; b < units; b += 32) {  // warp-uniform rounds (shuffles inside)
       const size_t u = b + size_t(lane);
       const bool on = u < units;
       float acc[kPerUnit<T>];
@@ -108,14 +110,13 @@ __device__ void sendBack(const Params& p, int s, int pIdx, uint64_t flag) {
       if (on) *reinterpret_cast<uint4*>(dst + 16 * u) = packUnit<T>(acc);
     }
   }
-  dev::warpPublish(reinterpret_cast<uint64_t*>(p.peer[s] + l.yflagAt(size_t(l.rank) * l.B +
-                                                                     size_t(pIdx))),
-                   flag, lane == 0);
+  const size_t ySlot = size_t(l.rank) * l.B + size_t(pIdx);
+  dev::warpPublish(reinterpret_cast<uint64_t*>(p.peer[s] + l.yflagAt(ySlot, q)), flag, lane == 0);
 }
 
-/// Step 4 for token t (the whole warp); false when a wait stopped.
+/// Step 4 for piece q of token t (the whole warp); false when a wait stopped.
 template <class T>
-__device__ bool gatherToken(const Params& p, int t, uint64_t flag, dev::Waiter& wait) {
+__device__ bool gatherToken(const Params& p, int t, int q, uint64_t flag, dev::Waiter& wait) {
   const moe::Layout& l = p.lay;
   const int lane = dev::laneId(), k = l.k;
   const int32_t r = lane < k ? localAt<int32_t>(p, l.tokRows)[size_t(t) * k + lane] : -1;
@@ -124,16 +125,17 @@ __device__ bool gatherToken(const Params& p, int t, uint64_t flag, dev::Waiter& 
     for (int j = 0; j < k; ++j) {
       const int32_t rj = dev::shfl32(r, j);
       if (rj < 0) continue;
-      const uint64_t* f = reinterpret_cast<const uint64_t*>(mine(p) + l.yflagAt(size_t(rj)));
+      const uint64_t* f = reinterpret_cast<const uint64_t*>(mine(p) + l.yflagAt(size_t(rj), q));
       if (!dev::warpAwait(f, flag, wait, rj / l.B)) return false;
     }
   // The rows (this rank's combine rows: aligned, padded to whole units) in top-k order: kU
   // units of kX slots' rows in flight per round (a token has one row per rank it went to, from
   // 1 to 8, so the units carry the batch when they are few).
   constexpr int kU = 4, kX = 2;
-  const size_t bytes = size_t(l.H) * sizeof(T), units = (bytes + 15) / 16;
+  const size_t bytes = size_t(l.H) * sizeof(T), lo = size_t(q) * l.yPartUnits;
+  const size_t units = min((bytes + 15) / 16, lo + l.yPartUnits);  // the piece: [lo, units)
   char* dst = p.out + size_t(t) * bytes;
-  for (size_t b = 0; b < units; b += 32 * kU) {  // warp-uniform rounds (shuffles inside)
+  for (size_t b = lo; b < units; b += 32 * kU) {  // warp-uniform rounds (shuffles inside)
     const size_t u0 = b + size_t(lane);
     float acc[kU][kPerUnit<T>];
 #pragma unroll
@@ -194,15 +196,17 @@ __device__ bool combineBody(const Params& p, uint64_t flag) {
                               flag, wait, tid);
   if (dev::syncThreadsOr(failed)) return true;
   dev::fenceAfterWait();
-  const int total = blockScan(cnt, N);
+  const int total = blockScan(cnt, N), P = l.yParts;
   const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
-  for (int g = gw; g < total; g += nw) {
+  // work items: (received slot, piece), then (token, piece); a slot's pieces on adjacent warps
+  for (int g = gw; g < total * P; g += nw) {
+    const int x = g / P;
     int s = N - 1;
-    while (s > 0 && cnt[s] > g) --s;
-    sendBack<T>(p, s, g - cnt[s], flag);
+    while (s > 0 && cnt[s] > x) --s;
+    sendBack<T>(p, s, x - cnt[s], g % P, flag);
   }
-  for (int t = gw; t < p.tokens; t += nw)
-    if (!gatherToken<T>(p, t, flag, wait)) {
+  for (int g = gw; g < p.tokens * P; g += nw)
+    if (!gatherToken<T>(p, g / P, g % P, flag, wait)) {
       failed = 1;
       break;
     }
