@@ -1,7 +1,9 @@
 // core/moe/tables.h: the CUDA dispatch kernel's shared-memory routing tables and the chunk of
 // tokens they cover, checked without a GPU: the chunk fits its budget and is the largest that
 // does, a chunk asked for is rounded and bounded, the regions the kernel addresses in one sweep
-// are adjacent, and a layout whose smallest tables do not fit gets no kernel.
+// are adjacent, and a layout whose smallest tables do not fit gets no kernel. Also the layout's
+// combine pieces (core/moe/layout.h): whole warp rounds that cover the row, as many as bring a
+// batch to kCombineItems work items, a flag each.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -86,4 +88,26 @@ TEST(MoeTables, NoKernelWhenNotEven32TokensFit) {
   const int c = chunkFor(a, 0, 48u << 10);
   EXPECT_GT(c, 0);
   EXPECT_LE(tableBytes(a, c), size_t(48) << 10);
+}
+
+TEST(MoeLayout, CombineRowsInPieces) {
+  struct Case {
+    int N, B, H, esize, parts, partUnits;
+  };
+  // H 7168 bf16: 896 units, 28 warp rounds
+  for (const Case c : {Case{1, 1, 7168, 2, 28, 32}, Case{1, 128, 7168, 2, 7, 128},
+                       Case{8, 128, 7168, 2, 7, 128}, Case{1, 1024, 7168, 2, 1, 896},
+                       Case{2, 4096, 7168, 2, 1, 896}, Case{3, 5, 33, 4, 1, 32},
+                       Case{1, 1, 1, 2, 1, 32}, Case{2, 300, 4096, 4, 4, 256}}) {
+    const Layout l = makeLayout(c.N, 0, c.B, c.H, 8 * c.N, 2, 2, c.esize, false);
+    const size_t units = l.yRow / 16;
+    EXPECT_EQ(l.yParts, c.parts) << c.B << " " << c.H;
+    EXPECT_EQ(l.yPartUnits, size_t(c.partUnits)) << c.B << " " << c.H;
+    EXPECT_EQ(l.yPartUnits % 32, 0u);
+    EXPECT_LT(size_t(l.yParts - 1) * l.yPartUnits, units);  // every piece holds units
+    EXPECT_GE(size_t(l.yParts) * l.yPartUnits, units);      // and together the whole row
+    // a flag per (slot, piece), inside the region before the rows
+    EXPECT_EQ(l.yflagAt(l.slots() - 1, l.yParts - 1) + 8, l.yflags + l.slots() * l.yParts * 8);
+    EXPECT_LE(l.yflags + l.slots() * l.yParts * 8, l.yrows);
+  }
 }
