@@ -54,10 +54,7 @@ __device__ void sendBack(const Params& p, int s, int pIdx, int q, uint64_t flag)
     for (size_t b = lo; b < units; b += 32 * kU) {  // warp-uniform rounds (shuffles inside)
       const size_t u0 = b + size_t(lane);
       float acc[kU][kPerUnit<T>];
-#pragma unroll
-      for (int i = 0; i < kU; ++i)
-#pragma unroll
-        for (int q = 0; q < kPerUnit<T>; ++q) acc[i][q] = 0.f;
+      zeroUnits<T>(acc);
       for (int x0 = 0; x0 < n; x0 += kX) {
         uint4 v[kX][kU];
 #pragma unroll
@@ -77,9 +74,9 @@ __device__ void sendBack(const Params& p, int s, int pIdx, int q, uint64_t flag)
             float f[kPerUnit<T>];
             unpackUnit<T>(v[j][i], f);
 #pragma unroll
-            for (int q = 0; q < kPerUnit<T>; ++q) {
-              const float prod = __fmul_rn(wt, f[q]);
-              acc[i][q] = x0 + j == 0 ? prod : __fadd_rn(acc[i][q], prod);
+            for (int c = 0; c < kPerUnit<T>; ++c) {
+              const float prod = __fmul_rn(wt, f[c]);
+              acc[i][c] = x0 + j == 0 ? prod : __fadd_rn(acc[i][c], prod);
             }
           }
         }
@@ -138,10 +135,7 @@ __device__ bool gatherToken(const Params& p, int t, int q, uint64_t flag, dev::W
   for (size_t b = lo; b < units; b += 32 * kU) {  // warp-uniform rounds (shuffles inside)
     const size_t u0 = b + size_t(lane);
     float acc[kU][kPerUnit<T>];
-#pragma unroll
-    for (int i = 0; i < kU; ++i)
-#pragma unroll
-      for (int q = 0; q < kPerUnit<T>; ++q) acc[i][q] = 0.f;
+    zeroUnits<T>(acc);
     bool first = true;
     for (int j0 = 0; j0 < k && !nan; j0 += kX) {
       uint4 v[kX][kU];
@@ -163,8 +157,8 @@ __device__ bool gatherToken(const Params& p, int t, int q, uint64_t flag, dev::W
           float f[kPerUnit<T>];
           unpackUnit<T>(v[j][i], f);
 #pragma unroll
-          for (int q = 0; q < kPerUnit<T>; ++q)
-            acc[i][q] = first ? f[q] : __fadd_rn(acc[i][q], f[q]);
+          for (int c = 0; c < kPerUnit<T>; ++c)
+            acc[i][c] = first ? f[c] : __fadd_rn(acc[i][c], f[c]);
         }
         first = false;
       }

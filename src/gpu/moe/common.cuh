@@ -37,6 +37,15 @@ __device__ __forceinline__ void unpackUnit(uint4 u, float (&v)[kPerUnit<T>]) {
   }
 }
 
+/// Rows of floats for units of T, set to zero.
+template <class T, int U>
+__device__ __forceinline__ void zeroUnits(float (&acc)[U][kPerUnit<T>]) {
+#pragma unroll
+  for (int i = 0; i < U; ++i)
+#pragma unroll
+    for (int c = 0; c < kPerUnit<T>; ++c) acc[i][c] = 0.f;
+}
+
 /// Floats rounded once to T (round to nearest even), as a 16-byte unit.
 template <class T>
 __device__ __forceinline__ uint4 packUnit(const float (&v)[kPerUnit<T>]) {
