@@ -223,8 +223,8 @@ const Entry kLibrary[] = {
     // Expert-parallel buffers.
     {"CCLX_MOE_MAX_BLOCKS", nullptr, nullptr, K::Int, nullptr, 0, 128, "0 (= by size)",
      "Thread blocks (SMs) of each `cclx.moe.Buffer` kernel, for buffers created without "
-     "`num_sms`; 0: a warp per token and per two received rows, at most one block per SM and "
-     "128",
+     "`num_sms`; 0: a warp per token, per two received rows and per combine row piece, at most "
+     "one block per SM and 128",
      CCLX_FIELD(moeMaxBlocks)},
     {"CCLX_MOE_CHUNK_TOKENS", nullptr, nullptr, K::Int, nullptr, 0, 1 << 20,
      "0 (= the most that fit)",
