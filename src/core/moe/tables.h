@@ -4,8 +4,9 @@
 //
 // The kernel builds, per chunk of `chunk` tokens (a multiple of 32), one token bit mask per
 // expert and per destination rank (the ids themselves stay in global memory: each token's warp
-// reads its own); bases carry the counts of the chunks before. A token's position at rank d = base[d] + the chunk's tokens before it in d's
-// mask: the positions of a one-pass routing (the CPU twin's), whatever the chunk.
+// reads its own); bases carry the counts of the chunks before. A token's position at rank d =
+// base[d] + the chunk's tokens before it in d's mask: the positions of a one-pass routing (the
+// CPU twin's), whatever the chunk.
 #pragma once
 
 #include <algorithm>
