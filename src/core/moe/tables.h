@@ -6,7 +6,10 @@
 // expert and per destination rank (the ids themselves stay in global memory: each token's warp
 // reads its own); bases carry the counts of the chunks before. A token's position at rank d =
 // base[d] + the chunk's tokens before it in d's mask: the positions of a one-pass routing (the
-// CPU twin's), whatever the chunk.
+// CPU twin's), whatever the chunk. The masks are stored word-major, [W][R] with R = E + N
+// columns (experts, then destination ranks): the 32 tokens of a word are one warp's, whose
+// lanes write the word of several columns at once, and a column's count is one thread's sweep;
+// in either case the lanes' words fall in different shared-memory banks.
 #pragma once
 
 #include <algorithm>
@@ -20,7 +23,8 @@ namespace moe {
 /// The dispatch kernel's shared memory (32-bit words from its start).
 struct Tables {
   int chunk = 0, W = 0;  // tokens per chunk, words of a chunk's token bit mask (chunk / 32)
-  size_t expMask = 0, destMask = 0, expBase = 0, destBase = 0;
+  int R = 0;             // mask columns: E experts, then N destination ranks
+  size_t mask = 0, expBase = 0, destBase = 0;
   size_t base = 0, cnt = 0, ecTot = 0, words = 0;
 };
 
@@ -28,9 +32,9 @@ CCLX_HD Tables tablesOf(const Layout& l, int chunk) {
   Tables s;
   s.chunk = chunk;
   s.W = chunk / 32;
+  s.R = l.E + l.N;
   size_t at = 0;
-  s.expMask = at, at += size_t(l.E) * size_t(s.W);     // [E][W]
-  s.destMask = at, at += size_t(l.N) * size_t(s.W);    // [N][W] (right after expMask)
+  s.mask = at, at += size_t(s.R) * size_t(s.W);        // [W][R]: word w of column r
   s.expBase = at, at += size_t(l.E);                   // [E] tokens of the earlier chunks
   s.destBase = at, at += size_t(l.N);                  // [N] (right after expBase)
   s.base = at, at += size_t(l.E);                      // [L][N] first entry of (expert, source)
@@ -43,9 +47,11 @@ CCLX_HD Tables tablesOf(const Layout& l, int chunk) {
 /// Bytes of the tables for chunks of `chunk` tokens.
 inline size_t tableBytes(const Layout& l, int chunk) { return tablesOf(l, chunk).words * 4; }
 
-/// The automatic chunk's tables at most: three 512-thread blocks of an SM fit (room beside the
-/// kernel: ranks sharing a GPU, work overlapping a split dispatch).
-constexpr size_t kAutoTableBytes = 64u << 10;
+/// The automatic chunk's tables at most. The kernel's registers allow one 512-thread block per
+/// SM, so the tables may take most of its shared memory: a prefill batch of 4096 tokens at 256
+/// experts (~134 KiB) is then one chunk, built once before the credits' wait; each further chunk
+/// costs every block a build between two barriers (measured: docs/design/moe.md, Performance).
+constexpr size_t kAutoTableBytes = 144u << 10;
 
 /// Tokens per chunk, a multiple of 32, at most B rounded up to 32: `want` rounded up (when > 0;
 /// at most what fits `cap` bytes), else the most whose tables fit min(cap, kAutoTableBytes); 0

@@ -230,7 +230,7 @@ const Entry kLibrary[] = {
      "0 (= the most that fit)",
      "Tokens per routing chunk of the `cclx.moe.Buffer` dispatch kernel (its shared-memory "
      "tables), for buffers created without `chunk_tokens`; rounded up to 32; 0: the most whose "
-     "tables fit 64 KiB",
+     "tables fit 144 KiB (48 KiB on HIP): 4096 tokens at 256 experts",
      CCLX_FIELD(moeChunkTokens)},
     // One-sided windows (hint only; the size rule is CCLX_WIN_PUT_CE_MIN_BYTES).
     {nullptr, nullptr, "put_path", K::Choice, "auto|ce|sm", 0, 0, "auto",

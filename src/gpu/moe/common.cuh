@@ -116,17 +116,21 @@ __device__ int blockScan(int* a, int n) {
   return total;
 }
 
-/// Set bits of a mask row of W words below bit t (tokens before t).
-__device__ __forceinline__ int bitsBelow(const uint32_t* row, int t) {
-  int n = 0;
-  for (int i = 0; i < (t >> 5); ++i) n += __popc(row[i]);
-  const uint32_t m = (1u << (t & 31)) - 1u;
-  return n + __popc(row[t >> 5] & m);
+/// Column r of a word-major mask table ([W][R], core/moe/tables.h): bit t (token t chose r), and
+/// the set bits below bit t (the tokens before t that chose r) or in the first W words.
+__device__ __forceinline__ bool colBit(const uint32_t* mask, int R, int r, int t) {
+  return (mask[size_t(t >> 5) * size_t(R) + size_t(r)] >> (t & 31)) & 1u;
 }
-__device__ __forceinline__ int bitsAll(const uint32_t* row, int W) {
+__device__ __forceinline__ int colBitsAll(const uint32_t* mask, int R, int r, int W) {
+  const uint32_t* c = mask + r;
   int n = 0;
-  for (int i = 0; i < W; ++i) n += __popc(row[i]);
+#pragma unroll 8
+  for (int i = 0; i < W; ++i) n += __popc(c[size_t(i) * size_t(R)]);
   return n;
+}
+__device__ __forceinline__ int colBitsBelow(const uint32_t* mask, int R, int r, int t) {
+  const uint32_t low = (1u << (t & 31)) - 1u;
+  return colBitsAll(mask, R, r, t >> 5) + __popc(mask[size_t(t >> 5) * size_t(R) + size_t(r)] & low);
 }
 
 /// This rank's buffer base.

@@ -18,11 +18,12 @@
 //      destination rank, a bit mask of the chunk's tokens that chose it (first slot of each
 //      expert / rank only); a token's position at rank d = base[d] (the tokens of the earlier
 //      chunks) + the chunk's tokens before it in d's mask. One chunk: built here, and block 0
-//      counts it for the headers; several: block 0 counts the header totals token by token and
-//      the chunks are built in step 5.
+//      counts it for the headers; several: block 0 builds and counts each in turn for the
+//      header totals, and every block builds them again one by one in step 5.
 //   3. threads d < N wait (Waiter) for rank d's credit e + 1; a stopped wait fails the block.
 //   4. block 0 writes its header (token count, per-expert counts) into every rank, flag last.
-//   5. chunk by chunk, each warp takes the chunk's tokens t = warp, warp + all warps, ...: keeps
+//   5. chunk by chunk, warp w takes the chunk's tokens t = w (mod all warps) (the batch's tokens
+//      dealt round the warps once, whatever the chunks): keeps
 //      the token's routing (tokRows for combine, the ids and weights for cached mode), loads the
 //      row once, quantizes it (FP8) and stores it into every destination rank's slot
 //      [rank][position], then the slot record (token index, the k ids, weights, per-expert
@@ -53,24 +54,33 @@ __device__ __forceinline__ int64_t loadId(const Params& p, size_t i) {
   return p.ids64 ? static_cast<const int64_t*>(p.ids)[i] : static_cast<const int32_t*>(p.ids)[i];
 }
 
-/// Token t's k normalized router ids (ids outside 0..E-1: -1), k loads in flight.
+/// Token t's k normalized router ids (ids outside 0..E-1: -1), the k loads in flight together
+/// (the source's branch taken once, outside them).
 __device__ __forceinline__ void tokenIds(const Params& p, int t, int32_t (&ti)[moe::kMaxTopK]) {
   const int k = p.lay.k;
+  const size_t i0 = size_t(t) * size_t(k);
+  int64_t raw[moe::kMaxTopK];
+  auto from = [&](const auto* a) {
 #pragma unroll
-  for (int j = 0; j < moe::kMaxTopK; ++j)
-    ti[j] = j < k ? moe::normId(loadId(p, size_t(t) * k + j), p.lay.E) : -1;
+    for (int j = 0; j < moe::kMaxTopK; ++j) raw[j] = j < k ? int64_t(a[i0 + j]) : -1;
+  };
+  if (p.cached) from(localAt<int32_t>(p, p.lay.tokIds));
+  else if (p.ids64) from(static_cast<const int64_t*>(p.ids));
+  else from(static_cast<const int32_t*>(p.ids));
+#pragma unroll
+  for (int j = 0; j < moe::kMaxTopK; ++j) ti[j] = j < k ? moe::normId(raw[j], p.lay.E) : -1;
 }
 
-/// Step 5 for token t (the whole warp): tl = t - the chunk's first token, em / dm the chunk's
+/// Step 5 for token t (the whole warp): tl = t - the chunk's first token, mask the chunk's
 /// tables, eb / db the counts of the chunks before (per expert, per destination rank).
 template <class T, bool kFp8>
-__device__ void sendToken(const Params& p, const Smem& S, const uint32_t* em, const uint32_t* dm,
-                          const int* eb, const int* db, int t, int tl, uint64_t flag) {
+__device__ void sendToken(const Params& p, const Smem& S, const uint32_t* mask, const int* eb,
+                          const int* db, int t, int tl, uint64_t flag) {
   const moe::Layout& l = p.lay;
-  const int N = l.N, W = S.W, me = l.rank, k = l.k, lane = dev::laneId();
+  const int N = l.N, R = S.R, me = l.rank, k = l.k, lane = dev::laneId();
   int pd = -1;  // lane d < N: this token's position at rank d (-1: not sent there)
-  if (lane < N && ((dm[size_t(lane) * W + (tl >> 5)] >> (tl & 31)) & 1u))
-    pd = db[lane] + bitsBelow(dm + size_t(lane) * W, tl);
+  if (lane < N && colBit(mask, R, l.E + lane, tl))
+    pd = db[lane] + colBitsBelow(mask, R, l.E + lane, tl);
   int pos[kMaxRanks];
 #pragma unroll
   for (int d = 0; d < kMaxRanks; ++d) pos[d] = d < N ? dev::shfl32(pd, d) : -1;
@@ -176,7 +186,7 @@ __device__ void sendToken(const Params& p, const Smem& S, const uint32_t* em, co
   }
   // The slot record: token index, ids, weights, per-expert positions; the flag last.
   int32_t ep = -1;
-  if (firstExp) ep = eb[id] + bitsBelow(em + size_t(id) * W, tl);
+  if (firstExp) ep = eb[id] + colBitsBelow(mask, R, id, tl);
 #pragma unroll
   for (int d = 0; d < kMaxRanks; ++d) {
     if (pos[d] < 0) continue;
@@ -235,42 +245,16 @@ __device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint
   return true;
 }
 
-/// Block 0's header totals when the tokens take several chunks (every thread; no tables): per
-/// token, its first slot of each expert and of each destination rank counted into eb / db.
-__device__ void countAll(const Params& p, int* eb, int* db) {
-  const moe::Layout& l = p.lay;
-  constexpr int kTok = 2;  // tokens whose ids are in flight together
-  for (int t0 = int(threadIdx.x); t0 < p.tokens; t0 += kTok * kThreads) {
-    int32_t ti[kTok][moe::kMaxTopK];
-#pragma unroll
-    for (int q = 0; q < kTok; ++q) {
-      if (t0 + q * kThreads < p.tokens) {
-        tokenIds(p, t0 + q * kThreads, ti[q]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < moe::kMaxTopK; ++j) ti[q][j] = -1;
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kTok; ++q)
-#pragma unroll
-      for (int j = 0; j < moe::kMaxTopK; ++j) {  // ids past k and past the tokens are -1
-        if (moe::firstOfExpert(ti[q], j)) atomicAdd(&eb[ti[q][j]], 1);
-        if (moe::firstOfRank(ti[q], j, l.L)) atomicAdd(&db[ti[q][j] / l.L], 1);
-      }
-  }
-}
-
 /// Step 2 for the chunk of tokens c0 .. c0 + nc (every thread): its per-expert and
 /// per-destination token masks (first slot of each expert / rank only). A warp takes 32 tokens
-/// (one mask word of every row), a token per lane: its ids from global memory (tokenIds), the
-/// destination words by ballot, the expert bits by shared-memory atomics.
+/// (one mask word of every column), a token per lane: its ids from global memory (tokenIds), the
+/// expert bits by shared-memory atomics (the lanes' experts' words in different banks but where
+/// two experts are 32 columns apart), the destination words by ballot.
 __device__ void buildChunk(const Params& p, const Smem& S, uint32_t* sm, int c0, int nc) {
   const moe::Layout& l = p.lay;
-  const int N = l.N, k = l.k, L = l.L, W = S.W, tid = int(threadIdx.x), lane = tid & 31;
-  uint32_t* em = sm + S.expMask;
-  uint32_t* dm = sm + S.destMask;
-  for (size_t i = size_t(tid); i < size_t(l.E + N) * W; i += kThreads) em[i] = 0;  // em, dm
+  const int N = l.N, k = l.k, L = l.L, E = l.E, R = S.R, tid = int(threadIdx.x), lane = tid & 31;
+  uint32_t* mask = sm + S.mask;
+  for (size_t i = size_t(tid); i < size_t(S.W) * R; i += kThreads) mask[i] = 0;
   __syncthreads();
   for (int w0 = tid - lane; w0 < nc; w0 += kThreads) {  // warp-uniform rounds
     const int t = w0 + lane;
@@ -279,35 +263,37 @@ __device__ void buildChunk(const Params& p, const Smem& S, uint32_t* sm, int c0,
     else
 #pragma unroll
       for (int j = 0; j < moe::kMaxTopK; ++j) ti[j] = -1;
+    uint32_t* word = mask + size_t(w0 >> 5) * R;
     uint32_t ranks = 0;  // bit d: the token goes to rank d
 #pragma unroll
     for (int j = 0; j < moe::kMaxTopK; ++j) {
-      if (j >= k) break;
-      if (moe::firstOfExpert(ti, j)) atomicOr(&em[size_t(ti[j]) * W + (t >> 5)], 1u << lane);
-      if (ti[j] >= 0) ranks |= 1u << (ti[j] / L);
+      if (j < k) {
+        if (moe::firstOfExpert(ti, j)) atomicOr(&word[ti[j]], 1u << lane);
+        if (ti[j] >= 0) ranks |= 1u << (ti[j] / L);
+      }
     }
     for (int d = 0; d < N; ++d) {
       const uint32_t b = dev::ballot32((ranks >> d) & 1u);
-      if (lane == 0) dm[size_t(d) * W + (w0 >> 5)] = b;
+      if (lane == 0) word[E + d] = b;
     }
   }
   __syncthreads();
 }
 
-/// The chunk's tokens added to the bases (every thread; syncs before and after).
-__device__ void countChunk(const Smem& S, uint32_t* sm, int n) {
+/// The chunk's tokens added to the bases (every thread; syncs before and after): a column a thread.
+__device__ void countChunk(const Smem& S, uint32_t* sm) {
   __syncthreads();
-  const uint32_t* mask = sm + S.expMask;  // [E + N][W]: em, then dm
+  const uint32_t* mask = sm + S.mask;
   int* base = reinterpret_cast<int*>(sm + S.expBase);  // [E + N]: eb, then db
-  for (int i = int(threadIdx.x); i < n; i += kThreads) base[i] += bitsAll(mask + size_t(i) * S.W, S.W);
+  for (int r = int(threadIdx.x); r < S.R; r += kThreads) base[r] += colBitsAll(mask, S.R, r, S.W);
   __syncthreads();
 }
 
 /// Steps 1 to 5 (every thread); true in a thread that stopped waiting. Tokens go in chunks of
 /// S.chunk, every block building each chunk's tables and sending its share of the chunk's tokens
 /// (each token's warp also keeps its routing: tokRows, cached ids and weights); block 0 first
-/// counts the header totals. One chunk (T <= chunk): every block builds it once, before the
-/// credits' wait, and block 0 counts its tables.
+/// counts every chunk's tables for the header totals. One chunk (T <= chunk): every block builds
+/// it once, before the credits' wait.
 template <class T, bool kFp8>
 __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Waiter& wait) {
   const moe::Layout& l = p.lay;
@@ -315,25 +301,22 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
   const int N = l.N, me = l.rank, L = l.L, nTok = p.tokens;
   const int tid = int(threadIdx.x), nb = N + l.E;
   const int chunks = (nTok + S.chunk - 1) / S.chunk;
-  uint32_t* em = sm + S.expMask;
-  uint32_t* dm = sm + S.destMask;
+  const uint32_t* mask = sm + S.mask;
   int* eb = reinterpret_cast<int*>(sm + S.expBase);
   int* db = reinterpret_cast<int*>(sm + S.destBase);
+  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
   // 1. credits
   if (blockIdx.x == 0 && tid < N)
     dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.creditAt(0, me)), flag);
   for (int i = tid; i < nb; i += kThreads) eb[i] = 0;  // eb, db
-  // 2. one chunk: every block builds its tables now (they serve step 5 too) and block 0 counts
-  // them; several: block 0 counts every token (the header totals in its bases)
+  // 2. one chunk: every block builds its tables now (they serve step 5 too); block 0 counts
+  // every chunk (the header totals in its bases)
   const bool one = chunks == 1;
   if (one) buildChunk(p, S, sm, 0, nTok);
   if (blockIdx.x == 0) {
-    if (one) {
-      countChunk(S, sm, nb);
-    } else {
-      __syncthreads();
-      countAll(p, eb, db);
-      __syncthreads();
+    for (int c = 0; c < chunks; ++c) {
+      if (!one) buildChunk(p, S, sm, c * S.chunk, min(S.chunk, nTok - c * S.chunk));
+      countChunk(S, sm);
     }
   } else {
     __syncthreads();
@@ -361,13 +344,14 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
     __syncthreads();
   }
   // 5. tokens, chunk by chunk
-  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
+  int t = gw;  // token t is warp t % nw's, whatever the chunk (every warp gets its share)
   for (int c = 0; c < chunks; ++c) {
     const int c0 = c * S.chunk, nc = min(S.chunk, nTok - c0);
     if (!one) buildChunk(p, S, sm, c0, nc);
-    for (int t = c0 + gw; t < c0 + nc; t += nw)
-      sendToken<T, kFp8>(p, S, em, dm, eb, db, t, t - c0, flag);
-    if (c + 1 < chunks) countChunk(S, sm, nb);
+    for (; t < c0 + nc; t += nw) {
+      sendToken<T, kFp8>(p, S, mask, eb, db, t, t - c0, flag);
+    }
+    if (c + 1 < chunks) countChunk(S, sm);
   }
   return false;
 }

@@ -39,17 +39,21 @@ TEST(MoeTables, AutoChunkIsTheLargestThatFits) {
         }
 }
 
-TEST(MoeTables, PrefillShapeTakesSeveralChunks) {
-  // 256 experts, top-8, 4096 tokens: the masks of the whole batch (~132 KiB) exceed the
-  // automatic budget
-  const Layout l = lay(8, 4096, 256, 8);
-  EXPECT_GT(tableBytes(l, 4096), kAutoTableBytes);
-  EXPECT_GT(tableBytes(l, 8192), kCap);
-  const int c = chunkFor(l, 0, kCap);
-  EXPECT_GE(c, 512);
-  EXPECT_LT(c, 4096);
+TEST(MoeTables, PrefillShapeIsOneChunkLargerBatchesSeveral) {
+  // 256 experts, top-8: a 4096-token batch's masks (~134 KiB) fit the automatic budget, so the
+  // kernel builds them once; 8192 tokens' do not fit even the cap
+  for (int N : {1, 8}) {
+    EXPECT_EQ(chunkFor(lay(N, 4096, 256, 8), 0, kCap), 4096) << N;
+    const Layout l = lay(N, 8192, 256, 8);
+    EXPECT_GT(tableBytes(l, 8192), kCap);
+    const int c = chunkFor(l, 0, kCap);
+    EXPECT_GE(c, 4096);
+    EXPECT_LT(c, 8192);
+  }
   // decode: one chunk covers every token
   EXPECT_EQ(chunkFor(lay(8, 128, 256, 8), 0, kCap), 128);
+  // HIP's 48 KiB: several chunks at 4096 tokens
+  EXPECT_LT(chunkFor(lay(8, 4096, 256, 8), 0, 48u << 10), 4096);
 }
 
 TEST(MoeTables, ChunkAskedForIsRoundedAndBounded) {
@@ -68,9 +72,9 @@ TEST(MoeTables, RegionsSweptTogetherAreAdjacent) {
   const Layout l = lay(3, 300, 24, 5);
   const Tables t = tablesOf(l, 96);
   EXPECT_EQ(t.W, 3);
-  EXPECT_EQ(t.expMask, 0u);
-  EXPECT_EQ(t.destMask, t.expMask + size_t(24) * 3);  // zeroed and counted as [E + N][W]
-  EXPECT_EQ(t.expBase, t.destMask + size_t(3) * 3);
+  EXPECT_EQ(t.R, 24 + 3);  // expert columns, then destination ranks'
+  EXPECT_EQ(t.mask, 0u);
+  EXPECT_EQ(t.expBase, t.mask + size_t(3) * (24 + 3));  // [W][E + N]
   EXPECT_EQ(t.destBase, t.expBase + 24);  // [E + N] bases
   EXPECT_EQ(t.base, t.destBase + 3);
   EXPECT_EQ(t.cnt, t.base + 24);

@@ -181,18 +181,22 @@ def case_chunked_routing(ctx):
         g.destroy()
 
 
-def case_prefill_batch_several_chunks(ctx):
+def case_prefill_batch_one_and_several_chunks(ctx):
     """Prefill-sized batches: 4096 tokens per rank (2560 at CCLX_TEST_TIME_SCALE below 1), 256
-    experts (or the next multiple of N), top-8, the default launch shape: the routing tables
-    that fit shared memory cover fewer tokens than T (so the kernel runs several chunks), every
-    output bit like the twin and the references, FP8 on and off."""
+    experts (or the next multiple of N), top-8: FP8 with the default launch shape, whose routing
+    tables cover the whole batch (one chunk), and bf16 in chunks of 1024 tokens (several), every
+    output bit like the twin and the references."""
     N = ctx.size
     L = max(256 // N, 1)
     T = 4096 if SCALE >= 1 else 2560
     for fp8 in (True, False):
-        g, t = _pair(ctx, T, 64, L * N, 8, torch.bfloat16, fp8)
+        g, t = _pair(ctx, T, 64, L * N, 8, torch.bfloat16, fp8,
+                     **({} if fp8 else dict(chunk_tokens=1024)))
         try:
-            assert 0 < g.chunk_tokens < T, (g.chunk_tokens, T)
+            if fp8:
+                assert g.chunk_tokens >= T, (g.chunk_tokens, T)
+            else:
+                assert g.chunk_tokens < T, (g.chunk_tokens, T)
             data = inputs(90 + fp8, N, [T - 5 * (i % 3) for i in range(N)], 64, 8, L * N,
                           torch.bfloat16, "random")
             _compare(ctx, g, t, data, L, L * N, T, torch.bfloat16, fp8, f"T={T} fp8={fp8}")
