@@ -130,7 +130,8 @@ __device__ __forceinline__ int colBitsAll(const uint32_t* mask, int R, int r, in
 }
 __device__ __forceinline__ int colBitsBelow(const uint32_t* mask, int R, int r, int t) {
   const uint32_t low = (1u << (t & 31)) - 1u;
-  return colBitsAll(mask, R, r, t >> 5) + __popc(mask[size_t(t >> 5) * size_t(R) + size_t(r)] & low);
+  const uint32_t word = mask[size_t(t >> 5) * size_t(R) + size_t(r)];
+  return colBitsAll(mask, R, r, t >> 5) + __popc(word & low);
 }
 
 /// This rank's buffer base.

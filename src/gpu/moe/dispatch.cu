@@ -23,12 +23,11 @@
 //   3. threads d < N wait (Waiter) for rank d's credit e + 1; a stopped wait fails the block.
 //   4. block 0 writes its header (token count, per-expert counts) into every rank, flag last.
 //   5. chunk by chunk, warp w takes the chunk's tokens t = w (mod all warps) (the batch's tokens
-//      dealt round the warps once, whatever the chunks): keeps
-//      the token's routing (tokRows for combine, the ids and weights for cached mode), loads the
-//      row once, quantizes it (FP8) and stores it into every destination rank's slot
-//      [rank][position], then the slot record (token index, the k ids, weights, per-expert
-//      positions) and, after __syncwarp, the slot flag e + 1 (release, system scope;
-//      dev::warpPublish).
+//      dealt round the warps once, whatever the chunks): keeps the token's routing (tokRows for
+//      combine, the ids and weights for cached mode), loads the row once, quantizes it (FP8)
+//      and stores it into every destination rank's slot [rank][position], then the slot record
+//      (token index, the k ids, weights, per-expert positions) and, after __syncwarp, the slot
+//      flag e + 1 (release, system scope; dev::warpPublish).
 //   6. threads s < N wait for every source's header; every block computes the expert offsets
 //      (expert-major, then source rank: the same order as the twin); block 0 writes recvCounts,
 //      expertCounts, expertOffsets. Each warp takes received slots, waits for each flag
@@ -304,7 +303,6 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
   const uint32_t* mask = sm + S.mask;
   int* eb = reinterpret_cast<int*>(sm + S.expBase);
   int* db = reinterpret_cast<int*>(sm + S.destBase);
-  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
   // 1. credits
   if (blockIdx.x == 0 && tid < N)
     dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.creditAt(0, me)), flag);
@@ -344,13 +342,12 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
     __syncthreads();
   }
   // 5. tokens, chunk by chunk
+  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
   int t = gw;  // token t is warp t % nw's, whatever the chunk (every warp gets its share)
   for (int c = 0; c < chunks; ++c) {
     const int c0 = c * S.chunk, nc = min(S.chunk, nTok - c0);
     if (!one) buildChunk(p, S, sm, c0, nc);
-    for (; t < c0 + nc; t += nw) {
-      sendToken<T, kFp8>(p, S, mask, eb, db, t, t - c0, flag);
-    }
+    for (; t < c0 + nc; t += nw) sendToken<T, kFp8>(p, S, mask, eb, db, t, t - c0, flag);
     if (c + 1 < chunks) countChunk(S, sm);
   }
   return false;
