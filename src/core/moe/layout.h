@@ -37,6 +37,10 @@
 //                                source's token order): its row s*B + p of xrows
 //   slotEntries   int32 [N*B][kk] the entries of received slot s*B + p in top-k order (-1 pad)
 //   slotW         f32 [N*B][kk]  their weights (a repeated expert's weights summed in order)
+//   tileSums      the CUDA dispatch's tiles (core/moe/tables.h, sendPlan): [0] uint64 ticket
+//                 (each block of a tiled send launch takes one: its tile), then kGridCap
+//                 records of tileBytes: [0] uint64 flag (e + 1), [16 + 4r] int32 the tile's
+//                 tokens in mask column r (E experts, then N destination ranks)
 //
 // Records (offsets in bytes; flag words are written last, with release ordering):
 //   slot record  [0] uint64 flag (e + 1), [8] int32 token index t at the source, [12] int32 0,
@@ -76,6 +80,7 @@ struct Layout {
   size_t peerEnd = 0;
   size_t counters = 0, ctl = 0, tokRows = 0, tokIds = 0, tokW = 0, recvCounts = 0;
   size_t expertCounts = 0, expertOffsets = 0, entryRows = 0, slotEntries = 0, slotW = 0;
+  size_t tileSums = 0, tileBytes = 0;
   size_t total = 0;
 
   CCLX_HD size_t entries() const { return size_t(N) * size_t(B) * size_t(kk); }
@@ -89,6 +94,7 @@ struct Layout {
   }
   CCLX_HD size_t headAt(int src) const { return heads + size_t(src) * headBytes; }
   CCLX_HD size_t creditAt(int kind, int from) const { return credits + (size_t(kind) * N + from) * 8; }
+  CCLX_HD size_t tileAt(int v) const { return tileSums + 16 + size_t(v) * tileBytes; }
   // the fields of a slot record
   CCLX_HD size_t recId(int j) const { return 16 + 4 * size_t(j); }
   CCLX_HD size_t recW(int j) const { return 16 + 4 * size_t(k) + 4 * size_t(j); }
@@ -110,6 +116,7 @@ inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype,
   l.yRow = alignUp(size_t(H) * esize, 16);
   l.metaBytes = alignUp(16 + 12 * size_t(k), 16);
   l.headBytes = alignUp(16 + 4 * size_t(l.L), 16);
+  l.tileBytes = 16 + alignUp(4 * (size_t(E) + size_t(N)), 16);
   // combine rows in pieces of whole warp rounds (32 units), as many as bring B * pieces to
   // kCombineItems: a decode batch's rows spread over the GPU, a prefill batch's stay whole
   const size_t units = l.yRow / 16, rounds = (units + 31) / 32;
@@ -142,6 +149,7 @@ inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype,
   take(l.entryRows, l.entries() * 4);
   take(l.slotEntries, S * size_t(l.kk) * 4);
   take(l.slotW, S * size_t(l.kk) * 4);
+  take(l.tileSums, 16 + size_t(kGridCap) * l.tileBytes);
   l.total = at;
   return l;
 }

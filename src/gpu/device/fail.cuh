@@ -181,6 +181,14 @@ __device__ __forceinline__ bool waitFlagGE(const uint64_t* flag, uint64_t expect
     if (!w.again(peer)) return false;
   return true;
 }
+/// The same for a flag only blocks on this GPU set (acquire at GPU scope; the setter releases
+/// with stReleaseGpu).
+__device__ __forceinline__ bool waitGpuFlagGE(const uint64_t* flag, uint64_t expected, Waiter& w,
+                                              int peer) {
+  while (ldAcquireGpu(flag) < expected)
+    if (!w.again(peer)) return false;
+  return true;
+}
 
 /// Fills bytes [0, n) of `out` with 0xFF (a NaN in every floating-point type) from thread `t` of
 /// `threads` (grid-stride or block-stride as the caller passes), never beyond out + n.

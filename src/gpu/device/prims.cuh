@@ -85,7 +85,7 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
   return t;
 }
 
-// ---- flags: 8-byte acquire / release / relaxed at system scope, release add ----
+// ---- flags: 8-byte acquire / release / relaxed at system scope, release add; GPU scope ----
 
 __device__ __forceinline__ uint64_t ldAcquireSys(const uint64_t* p) {
   uint64_t v;
@@ -99,6 +99,15 @@ __device__ __forceinline__ uint64_t ldRelaxedSys(const uint64_t* p) {
   uint64_t v;
   asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
+}
+/// The same at GPU scope: flags that only blocks on this GPU read (cheaper than system scope).
+__device__ __forceinline__ uint64_t ldAcquireGpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void stReleaseGpu(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 /// Atomic *p += v at system scope with release semantics (the counter of one-sided signals): a
 /// reader that sees the new value (acquire) sees every store this thread made before it.
@@ -271,7 +280,7 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
 #endif
 }
 
-// ---- flags: 8-byte acquire / release / relaxed at system scope, release add ----
+// ---- flags: 8-byte acquire / release / relaxed at system scope, release add; GPU scope ----
 
 __device__ __forceinline__ uint64_t ldAcquireSys(const uint64_t* p) {
   return __hip_atomic_load(const_cast<uint64_t*>(p), __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
@@ -281,6 +290,12 @@ __device__ __forceinline__ void stReleaseSys(uint64_t* p, uint64_t v) {
 }
 __device__ __forceinline__ uint64_t ldRelaxedSys(const uint64_t* p) {
   return __hip_atomic_load(const_cast<uint64_t*>(p), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ uint64_t ldAcquireGpu(const uint64_t* p) {
+  return __hip_atomic_load(const_cast<uint64_t*>(p), __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
+}
+__device__ __forceinline__ void stReleaseGpu(uint64_t* p, uint64_t v) {
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
 }
 __device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
   (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);

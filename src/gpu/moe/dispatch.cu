@@ -7,27 +7,31 @@
 //
 // Contract of the kernel (every block of the grid, all threads; grid G fixed per buffer):
 //   0. reads its call counter e (per block; every block of every rank counts the same calls);
+//      a tiled send launch's blocks each take a ticket (tileSums[0] += 1) first, on every path;
 //      dev::peerCall: an abort word raised at entry poisons this block's share of the outputs
 //      (the receive rows and scales all-ones bytes, the counts 0), nothing is pushed, the
 //      counter advances.
 //   1. block 0 grants every rank the credit "this rank's slots for you are free for call e"
 //      (credits[0][rank] in that rank's memory := e + 1): the previous dispatch has completed on
 //      this rank (stream order), and the caller read its outputs before this call.
-//   2. every block builds the routing tables in shared memory from topk_ids (ids outside 0..E-1
-//      dropped), a chunk of p.chunk tokens at a time (core/moe/tables.h): per expert and per
-//      destination rank, a bit mask of the chunk's tokens that chose it (first slot of each
-//      expert / rank only); a token's position at rank d = base[d] (the tokens of the earlier
-//      chunks) + the chunk's tokens before it in d's mask. One chunk: built here, and block 0
-//      counts it for the headers; several: block 0 builds and counts each in turn for the
-//      header totals, and every block builds them again one by one in step 5.
+//   2. routing tables in shared memory from topk_ids (ids outside 0..E-1 dropped), a chunk of
+//      p.chunk tokens at a time (core/moe/tables.h): per expert and per destination rank, a
+//      bit mask of the chunk's tokens that chose it (first slot of each expert / rank only); a
+//      token's position at rank d = base[d] (the tokens before the chunk) + the chunk's tokens
+//      before it in d's mask. moe::sendPlan says how the blocks share the batch: whole (every
+//      block builds it, block 0 counts it for the headers) or tiles (the block of ticket v
+//      builds and counts tile v only, publishes its column sums in tileSums (flag e + 1,
+//      release at GPU scope), waits for tiles 0..v-1's flags and adds their sums into its
+//      bases; it waits only for blocks that started before it).
 //   3. threads d < N wait (Waiter) for rank d's credit e + 1; a stopped wait fails the block.
-//   4. block 0 writes its header (token count, per-expert counts) into every rank, flag last.
-//   5. chunk by chunk, warp w takes the chunk's tokens t = w (mod all warps) (the batch's tokens
-//      dealt round the warps once, whatever the chunks): keeps the token's routing (tokRows for
-//      combine, the ids and weights for cached mode), loads the row once, quantizes it (FP8)
-//      and stores it into every destination rank's slot [rank][position], then the slot record
-//      (token index, the k ids, weights, per-expert positions) and, after __syncwarp, the slot
-//      flag e + 1 (release, system scope; dev::warpPublish).
+//   4. the header block (block 0 of a whole batch, the last tile's block) writes its header
+//      (token count, per-expert counts: the totals) into every rank, flag last.
+//   5. warps take tokens (a whole batch: token t to warp t mod all warps of the grid; tiles:
+//      the tile's tokens round its block's warps, chunk by chunk): keeps the token's routing
+//      (tokRows for combine, the ids and weights for cached mode), loads the row once,
+//      quantizes it (FP8) and stores it into every destination rank's slot [rank][position],
+//      then the slot record (token index, the k ids, weights, per-expert positions) and, after
+//      __syncwarp, the slot flag e + 1 (release, system scope; dev::warpPublish).
 //   6. threads s < N wait for every source's header; every block computes the expert offsets
 //      (expert-major, then source rank: the same order as the twin); block 0 writes recvCounts,
 //      expertCounts, expertOffsets. Each warp takes received slots, waits for each flag
@@ -253,7 +257,7 @@ __device__ void buildChunk(const Params& p, const Smem& S, uint32_t* sm, int c0,
   const moe::Layout& l = p.lay;
   const int N = l.N, k = l.k, L = l.L, E = l.E, R = S.R, tid = int(threadIdx.x), lane = tid & 31;
   uint32_t* mask = sm + S.mask;
-  for (size_t i = size_t(tid); i < size_t(S.W) * R; i += kThreads) mask[i] = 0;
+  for (size_t i = size_t(tid); i < size_t((nc + 31) >> 5) * R; i += kThreads) mask[i] = 0;
   __syncthreads();
   for (int w0 = tid - lane; w0 < nc; w0 += kThreads) {  // warp-uniform rounds
     const int t = w0 + lane;
@@ -279,45 +283,118 @@ __device__ void buildChunk(const Params& p, const Smem& S, uint32_t* sm, int c0,
   __syncthreads();
 }
 
-/// The chunk's tokens added to the bases (every thread; syncs before and after): a column a thread.
-__device__ void countChunk(const Smem& S, uint32_t* sm) {
+/// The chunk's nc tokens (built by buildChunk) added to the bases (every thread; syncs before and
+/// after): a column a thread.
+__device__ void countChunk(const Smem& S, uint32_t* sm, int nc) {
   __syncthreads();
   const uint32_t* mask = sm + S.mask;
   int* base = reinterpret_cast<int*>(sm + S.expBase);  // [E + N]: eb, then db
-  for (int r = int(threadIdx.x); r < S.R; r += kThreads) base[r] += colBitsAll(mask, S.R, r, S.W);
+  const int W = (nc + 31) >> 5;
+  for (int r = int(threadIdx.x); r < S.R; r += kThreads) base[r] += colBitsAll(mask, S.R, r, W);
   __syncthreads();
 }
 
-/// Steps 1 to 5 (every thread); true in a thread that stopped waiting. Tokens go in chunks of
-/// S.chunk, every block building each chunk's tables and sending its share of the chunk's tokens
-/// (each token's warp also keeps its routing: tokRows, cached ids and weights); block 0 first
-/// counts every chunk's tables for the header totals. One chunk (T <= chunk): every block builds
-/// it once, before the credits' wait.
+/// Tile v's column sums (this block's bases after counting its tile) into its tileSums record,
+/// then the record's flag e + 1 (every thread; bar.sync + release at GPU scope, since only this
+/// kernel's blocks read it: every thread's stores first).
+__device__ void publishTile(const Params& p, const Smem& S, const int* base, int v,
+                            uint64_t flag) {
+  char* rec = mine(p) + p.lay.tileAt(v);
+  int32_t* sums = reinterpret_cast<int32_t*>(rec + 16);
+  for (int r = int(threadIdx.x); r < S.R; r += kThreads) sums[r] = base[r];
+  dev::fenceBeforeSignal();
+  __syncthreads();
+  if (threadIdx.x == 0) dev::stReleaseGpu(reinterpret_cast<uint64_t*>(rec), flag);
+}
+
+/// Tiles 0 .. v-1's column sums added into `base` (every thread; syncs after); true in a thread
+/// that stopped waiting for one. Threads u < v wait for tile u's flag; then each thread adds a
+/// group of tiles' sums for 4 columns (16-byte loads that bypass L1, 16 in flight) and the
+/// groups meet in shared memory.
+__device__ bool gatherTiles(const Params& p, const Smem& S, int* base, int v, uint64_t flag,
+                            dev::Waiter& wait) {
+  const moe::Layout& l = p.lay;
+  const int tid = int(threadIdx.x);
+  int failed = 0;
+  for (int u = tid; u < v && !failed; u += kThreads)
+    failed = !dev::waitGpuFlagGE(reinterpret_cast<const uint64_t*>(mine(p) + l.tileAt(u)), flag,
+                                 wait, l.rank);
+  if (dev::syncThreadsOr(failed)) return true;
+  dev::fenceAfterWait();
+  const int Q = (S.R + 3) / 4, groups = Q >= kThreads ? 1 : kThreads / Q;
+  constexpr int kInFlight = 16;
+  for (int item = tid; item < groups * Q; item += kThreads) {
+    const int q = item % Q, g = item / Q;
+    uint4 sum = make_uint4(0, 0, 0, 0);
+    for (int u0 = g; u0 < v; u0 += kInFlight * groups) {
+      uint4 x[kInFlight];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const int u = u0 + j * groups;
+        x[j] = u < v ? dev::ldCg(reinterpret_cast<const uint4*>(mine(p) + l.tileAt(u) + 16) + q)
+                     : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        sum.x += x[j].x, sum.y += x[j].y;
+        sum.z += x[j].z, sum.w += x[j].w;
+      }
+    }
+    const uint32_t c[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (4 * q + i < S.R && c[i] != 0) atomicAdd(&base[4 * q + i], int(c[i]));
+  }
+  __syncthreads();
+  return false;
+}
+
+/// Steps 1 to 5 (every thread); true in a thread that stopped waiting. `tile`: the tile this
+/// block took (tiled launches, moe::sendPlan). A whole batch: every block builds its tables
+/// once, block 0 counts them for the header totals, and the tokens are dealt round every warp of
+/// the grid. Tiles: the block builds and counts its tile (chunk by chunk when longer than one),
+/// publishes the tile's sums and adds the earlier tiles' into its bases; the block of the last
+/// tile writes the headers (its bases plus its tile's sums: the totals); its warps send the
+/// tile's tokens, chunk by chunk (a tile of one chunk keeps the tables it counted). Each
+/// token's warp also keeps the token's routing (tokRows, cached ids and weights).
 template <class T, bool kFp8>
-__device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Waiter& wait) {
+__device__ bool sendBody(const Params& p, uint32_t* sm, int tile, uint64_t flag,
+                         dev::Waiter& wait) {
   const moe::Layout& l = p.lay;
   const Smem S = moe::tablesOf(l, p.chunk);
-  const int N = l.N, me = l.rank, L = l.L, nTok = p.tokens;
-  const int tid = int(threadIdx.x), nb = N + l.E;
-  const int chunks = (nTok + S.chunk - 1) / S.chunk;
+  const moe::SendPlan plan = moe::sendPlan(p.tokens, S.chunk, int(gridDim.x));
+  const int N = l.N, me = l.rank, L = l.L, R = S.R;
+  const int tid = int(threadIdx.x), warp = tid >> 5;
   const uint32_t* mask = sm + S.mask;
-  int* eb = reinterpret_cast<int*>(sm + S.expBase);
+  int* eb = reinterpret_cast<int*>(sm + S.expBase);  // [E + N]: eb, then db
   int* db = reinterpret_cast<int*>(sm + S.destBase);
+  // this block's tokens t0 .. t1 (tiles), in chunks of S.chunk
+  const int t0 = plan.whole ? 0 : min(p.tokens, tile * plan.tile);
+  const int t1 = plan.whole ? p.tokens : min(p.tokens, t0 + plan.tile);
+  const int chunks = (t1 - t0 + S.chunk - 1) / S.chunk;
+  auto chunkLen = [&](int c) { return min(S.chunk, t1 - t0 - c * S.chunk); };
   // 1. credits
   if (blockIdx.x == 0 && tid < N)
     dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.creditAt(0, me)), flag);
-  for (int i = tid; i < nb; i += kThreads) eb[i] = 0;  // eb, db
-  // 2. one chunk: every block builds its tables now (they serve step 5 too); block 0 counts
-  // every chunk (the header totals in its bases)
-  const bool one = chunks == 1;
-  if (one) buildChunk(p, S, sm, 0, nTok);
-  if (blockIdx.x == 0) {
+  for (int i = tid; i < R; i += kThreads) eb[i] = 0;
+  // 2. tables; `header`: this block writes the headers, from its bases plus `own` (its tile's
+  // sums; null: the bases are the totals)
+  bool header = false;
+  const int32_t* own = nullptr;
+  if (plan.whole) {
+    buildChunk(p, S, sm, 0, p.tokens);
+    header = blockIdx.x == 0;
+    if (header) countChunk(S, sm, p.tokens);
+  } else if (tile < plan.tiles) {
     for (int c = 0; c < chunks; ++c) {
-      if (!one) buildChunk(p, S, sm, c * S.chunk, min(S.chunk, nTok - c * S.chunk));
-      countChunk(S, sm);
+      buildChunk(p, S, sm, t0 + c * S.chunk, chunkLen(c));
+      countChunk(S, sm, chunkLen(c));
     }
-  } else {
-    __syncthreads();
+    publishTile(p, S, eb, tile, flag);
+    for (int i = tid; i < R; i += kThreads) eb[i] = 0;
+    if (gatherTiles(p, S, eb, tile, flag, wait)) return true;
+    header = tile == plan.tiles - 1;
+    own = reinterpret_cast<const int32_t*>(mine(p) + l.tileAt(tile) + 16);
   }
   // 3. every rank's credit
   int failed = 0;
@@ -326,29 +403,37 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
                               flag, wait, tid);
   if (dev::syncThreadsOr(failed)) return true;
   dev::fenceAfterWait();
-  // 4. headers (block 0's bases: the totals)
-  if (blockIdx.x == 0) {
+  // 4. headers: the totals
+  if (header) {
     for (int i = tid; i < N * (L + 1); i += kThreads) {
-      const int d = i / (L + 1), x = i % (L + 1);
+      const int d = i / (L + 1), x = i % (L + 1), r = x == L ? l.E + d : d * L + x;
+      const int v = eb[r] + (own ? own[r] : 0);
       char* h = p.peer[d] + l.headAt(me);
-      if (x == L) *reinterpret_cast<uint2*>(h + 8) = make_uint2(uint32_t(db[d]), 0u);
-      else *reinterpret_cast<int32_t*>(h + 16 + 4 * size_t(x)) = eb[d * L + x];
+      if (x == L) *reinterpret_cast<uint2*>(h + 8) = make_uint2(uint32_t(v), 0u);
+      else *reinterpret_cast<int32_t*>(h + 16 + 4 * size_t(x)) = v;
     }
     dev::fenceBeforeSignal();
     __syncthreads();
     if (tid < N) dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.headAt(me)), flag);
     __syncthreads();
-    for (int i = tid; i < nb; i += kThreads) eb[i] = 0;
-    __syncthreads();
+    if (plan.whole) {  // the bases again: no token before the batch
+      for (int i = tid; i < R; i += kThreads) eb[i] = 0;
+      __syncthreads();
+    }
   }
-  // 5. tokens, chunk by chunk
-  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
-  int t = gw;  // token t is warp t % nw's, whatever the chunk (every warp gets its share)
-  for (int c = 0; c < chunks; ++c) {
-    const int c0 = c * S.chunk, nc = min(S.chunk, nTok - c0);
-    if (!one) buildChunk(p, S, sm, c0, nc);
-    for (; t < c0 + nc; t += nw) sendToken<T, kFp8>(p, S, mask, eb, db, t, t - c0, flag);
-    if (c + 1 < chunks) countChunk(S, sm);
+  // 5. tokens
+  if (plan.whole) {  // token t: warp t % (all warps of the grid)
+    const int nw = int(gridDim.x) * kWarps;
+    for (int t = int(blockIdx.x) * kWarps + warp; t < p.tokens; t += nw)
+      sendToken<T, kFp8>(p, S, mask, eb, db, t, t, flag);
+    return false;
+  }
+  for (int c = 0; c < chunks; ++c) {  // the tile's token t: warp (t - t0) % kWarps
+    const int c0 = t0 + c * S.chunk, nc = chunkLen(c);
+    if (chunks > 1) buildChunk(p, S, sm, c0, nc);
+    for (int t = c0 + warp; t < c0 + nc; t += kWarps)
+      sendToken<T, kFp8>(p, S, mask, eb, db, t, t - c0, flag);
+    if (c + 1 < chunks) countChunk(S, sm, nc);
   }
   return false;
 }
@@ -407,9 +492,9 @@ __device__ bool recvBody(const Params& p, uint32_t* sm, uint64_t flag, dev::Wait
 
 /// Steps 1 to 6 of the phases p.phase asks for (every thread); true in a thread that stopped.
 template <class T, bool kFp8>
-__device__ bool dispatchBody(const Params& p, uint32_t* sm, uint64_t flag) {
+__device__ bool dispatchBody(const Params& p, uint32_t* sm, int tile, uint64_t flag) {
   dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
-  if ((p.phase & kMoeSend) && sendBody<T, kFp8>(p, sm, flag, wait)) return true;
+  if ((p.phase & kMoeSend) && sendBody<T, kFp8>(p, sm, tile, flag, wait)) return true;
   return (p.phase & kMoeRecv) && recvBody(p, sm, flag, wait);
 }
 
@@ -420,6 +505,16 @@ __global__ void __launch_bounds__(kThreads) dispatchKernel(Params p) {
   const moe::Layout& l = p.lay;
   // A receive-only launch continues the call its send counted.
   const uint64_t flag = p.counters[blockIdx.x] + ((p.phase & kMoeSend) ? 1 : 0);
+  // A tiled send launch: every block takes a ticket first, whatever happens next, so each
+  // launch adds exactly gridDim.x and the ticket modulo the grid is the block's tile (the order
+  // the blocks started in). Read after peerCall's entry barrier.
+  __shared__ int tile;
+  if (threadIdx.x == 0) {
+    const bool tiled = (p.phase & kMoeSend) && !moe::sendPlan(p.tokens, p.chunk, int(gridDim.x)).whole;
+    tile = tiled ? int(atomicAdd(reinterpret_cast<unsigned long long*>(mine(p) + l.tileSums), 1ull) %
+                       gridDim.x)
+                 : 0;
+  }
   auto poison = [&](bool all) {
     char* b = mine(p);
     auto fill = [&](char* q, size_t n) { all ? dev::poisonAll(q, n) : dev::poisonShare(q, n); };
@@ -434,7 +529,7 @@ __global__ void __launch_bounds__(kThreads) dispatchKernel(Params p) {
     }
   };
   dev::peerCall(p.fail, p.counters + blockIdx.x, flag, poison,
-                [&] { return dispatchBody<T, kFp8>(p, sm, flag); });
+                [&] { return dispatchBody<T, kFp8>(p, sm, tile, flag); });
 }
 
 /// f(kernel instance) for the layout's dtype and FP8 flag.

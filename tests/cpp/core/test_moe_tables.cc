@@ -1,9 +1,10 @@
 // core/moe/tables.h: the CUDA dispatch kernel's shared-memory routing tables and the chunk of
 // tokens they cover, checked without a GPU: the chunk fits its budget and is the largest that
 // does, a chunk asked for is rounded and bounded, the regions the kernel addresses in one sweep
-// are adjacent, and a layout whose smallest tables do not fit gets no kernel. Also the layout's
-// combine pieces (core/moe/layout.h): whole warp rounds that cover the row, as many as bring a
-// batch to kCombineItems work items, a flag each.
+// are adjacent, a layout whose smallest tables do not fit gets no kernel, and how a launch's
+// blocks share a batch (whole or in tiles, a tile per block). Also, in core/moe/layout.h, the
+// tile records (a sum per mask column, one record per block) and the combine pieces: whole warp
+// rounds that cover the row, as many as bring a batch to kCombineItems work items, a flag each.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -92,6 +93,41 @@ TEST(MoeTables, NoKernelWhenNotEven32TokensFit) {
   const int c = chunkFor(a, 0, 48u << 10);
   EXPECT_GT(c, 0);
   EXPECT_LE(tableBytes(a, c), size_t(48) << 10);
+}
+
+TEST(MoeTables, BatchesBeyondOneRoundAreTiledOneTilePerBlock) {
+  // whole: every block builds the tables of at most one round of its warps, in one chunk
+  EXPECT_TRUE(sendPlan(0, 4096, 128).whole);
+  EXPECT_TRUE(sendPlan(1, 4096, 128).whole);
+  EXPECT_TRUE(sendPlan(kWholeBatchTokens, 4096, 128).whole);
+  EXPECT_FALSE(sendPlan(kWholeBatchTokens + 1, 4096, 128).whole);
+  EXPECT_FALSE(sendPlan(300, 256, 64).whole);  // longer than a chunk
+  // the prefill shape: a warp of tokens per block
+  EXPECT_EQ(sendPlan(4096, 4096, 128).tile, 32);
+  EXPECT_EQ(sendPlan(4096, 4096, 128).tiles, 128);
+  for (int T : {300, 513, 1000, 4091, 4096, 65536, 100001})
+    for (int G : {1, 2, 7, 64, 127, 128}) {
+      const SendPlan s = sendPlan(T, 256, G);
+      ASSERT_FALSE(s.whole);
+      EXPECT_GE(s.tiles, 1) << T << " " << G;
+      EXPECT_LE(s.tiles, G) << T << " " << G;  // a block each
+      EXPECT_GE(size_t(s.tile) * s.tiles, size_t(T)) << T << " " << G;  // every token
+      EXPECT_LT(size_t(s.tile) * (s.tiles - 1), size_t(T)) << T << " " << G;  // none empty
+      EXPECT_LE(s.tile, (T + G - 1) / G) << T << " " << G;  // as even as the grid allows
+    }
+}
+
+TEST(MoeLayout, TileRecordsHoldEveryColumn) {
+  for (int N : {1, 3, 8})
+    for (int E : {N, 24 * N, 256 - 256 % N}) {
+      const Layout l = makeLayout(N, 0, 100, 70, E, 4, 2, 2, false);
+      EXPECT_GE(l.tileBytes, 16 + 4 * size_t(E + N));
+      EXPECT_EQ(l.tileBytes % 16, 0u);  // the sums read 16 bytes at a time
+      EXPECT_EQ(l.tileAt(0), l.tileSums + 16);  // after the ticket
+      EXPECT_EQ(l.tileAt(0) % 16, 0u);
+      EXPECT_LE(l.tileAt(kGridCap - 1) + l.tileBytes, l.total);  // a record per block
+      EXPECT_GE(l.tileSums, l.slotW + l.slots() * size_t(l.kk) * 4);  // after the other regions
+    }
 }
 
 TEST(MoeLayout, CombineRowsInPieces) {

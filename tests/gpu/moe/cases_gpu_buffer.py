@@ -183,24 +183,51 @@ def case_chunked_routing(ctx):
 
 def case_prefill_batch_one_and_several_chunks(ctx):
     """Prefill-sized batches: 4096 tokens per rank (2560 at CCLX_TEST_TIME_SCALE below 1), 256
-    experts (or the next multiple of N), top-8: FP8 with the default launch shape, whose routing
-    tables cover the whole batch (one chunk), and bf16 in chunks of 1024 tokens (several), every
-    output bit like the twin and the references."""
+    experts (or the next multiple of N), top-8, in tiles (a tile per block): FP8 with the
+    default launch shape, each tile one chunk of the tables, and bf16 on 8 blocks in chunks of
+    64 tokens (tiles of several chunks), every output bit like the twin and the references."""
     N = ctx.size
     L = max(256 // N, 1)
     T = 4096 if SCALE >= 1 else 2560
     for fp8 in (True, False):
         g, t = _pair(ctx, T, 64, L * N, 8, torch.bfloat16, fp8,
-                     **({} if fp8 else dict(chunk_tokens=1024)))
+                     **({} if fp8 else dict(chunk_tokens=64, num_sms=8)))
         try:
+            tile = -(-T // g.blocks)
             if fp8:
-                assert g.chunk_tokens >= T, (g.chunk_tokens, T)
+                assert g.chunk_tokens >= tile, (g.chunk_tokens, tile)
             else:
-                assert g.chunk_tokens < T, (g.chunk_tokens, T)
+                assert g.chunk_tokens < tile, (g.chunk_tokens, tile)
             data = inputs(90 + fp8, N, [T - 5 * (i % 3) for i in range(N)], 64, 8, L * N,
                           torch.bfloat16, "random")
             _compare(ctx, g, t, data, L, L * N, T, torch.bfloat16, fp8, f"T={T} fp8={fp8}")
         finally:
+            g.destroy()
+            t.destroy()
+
+
+def case_tiles_of_every_length(ctx):
+    """Batches longer than one round of a block's warps (512 tokens) go in tiles, a tile per
+    block, each block adding the earlier tiles' column sums: ranks just past and at that bound
+    (tiled and whole batches in one call), tiles on the default grid (as many blocks as the
+    SMs allow, up to 128: a few tokens each), of dozens of tokens (7 blocks) and of several
+    chunks (3 blocks, chunks of 32), with repeated and single-expert routing; then graph
+    replays of a tiled batch, whole and split. Every output bit like the twin and the
+    references."""
+    N = ctx.size
+    Ts = [(513, 512, 700, 1031, 600, 999, 520, 777)[i % 8] for i in range(N)]
+    for seed, fp8, kind, shape in ((60, False, "random", dict()),
+                                   (61, True, "dup", dict(num_sms=7)),
+                                   (62, False, "one_expert", dict(num_sms=3, chunk_tokens=32))):
+        _run(ctx, seed, 72, 4, 5, "bf16", kind, fp8, Ts=Ts, calls=2, **shape)
+    L, k, H, B = 4, 4, 40, 600
+    for fp8, between in ((True, None), (False, lambda: None)):
+        g, t = _pair(ctx, B, H, L * N, k, torch.bfloat16, fp8)
+        try:
+            _graph_replays(ctx, g, t, L, k, H, B, fp8, ("random", "same_rank", "dup"), 65,
+                           between)
+        finally:
+            torch.cuda.synchronize()
             g.destroy()
             t.destroy()
 
