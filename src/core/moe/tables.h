@@ -7,10 +7,11 @@
 // per expert and per destination rank (the ids themselves stay in global memory: each token's
 // warp reads its own); bases carry the counts of the tokens before the chunk (earlier chunks,
 // earlier blocks' tiles). A token's position at rank d = base[d] + the chunk's tokens before it
-// in d's mask: the positions of a one-pass routing (the CPU twin's), whatever the chunks. The masks are stored word-major, [W][R] with R = E + N
-// columns (experts, then destination ranks): the 32 tokens of a word are one warp's, whose
-// lanes write the word of several columns at once, and a column's count is one thread's sweep;
-// in either case the lanes' words fall in different shared-memory banks.
+// in d's mask: the positions of a one-pass routing (the CPU twin's), whatever the chunks. The
+// masks are stored word-major, [W][R] with R = E + N columns (experts, then destination ranks):
+// the 32 tokens of a word are one warp's, whose lanes write the word of several columns at once,
+// and a column's count is one thread's sweep; in either case the lanes' words fall in different
+// shared-memory banks.
 #pragma once
 
 #include <algorithm>

@@ -510,8 +510,10 @@ __global__ void __launch_bounds__(kThreads) dispatchKernel(Params p) {
   // the blocks started in). Read after peerCall's entry barrier.
   __shared__ int tile;
   if (threadIdx.x == 0) {
-    const bool tiled = (p.phase & kMoeSend) && !moe::sendPlan(p.tokens, p.chunk, int(gridDim.x)).whole;
-    tile = tiled ? int(atomicAdd(reinterpret_cast<unsigned long long*>(mine(p) + l.tileSums), 1ull) %
+    const bool tiled =
+        (p.phase & kMoeSend) && !moe::sendPlan(p.tokens, p.chunk, int(gridDim.x)).whole;
+    tile = tiled ? int(atomicAdd(reinterpret_cast<unsigned long long*>(mine(p) + l.tileSums),
+                                 1ull) %
                        gridDim.x)
                  : 0;
   }
