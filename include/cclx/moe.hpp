@@ -38,6 +38,9 @@ struct MoeConfig {
                         // 0 is by size (at most one per SM and 128)
   int chunkTokens = 0;  // tokens per routing chunk of the dispatch kernel (its shared-memory
                         // tables), 0..2^20; 0: CCLX_MOE_CHUNK_TOKENS, whose 0 is the most that fit
+  // Memory (changes no output bit either; the same on every rank, like the sizes above):
+  int ringTokens = 0;   // combine rows per expert rank at each owner, 0 or 4..2^20 (0: 1024);
+                        // a larger maxTokensPerRank makes combine run in rounds through them
 };
 
 /// Which engine runs a buffer: the CUDA kernels over peer memory (ranks of one host, or world
@@ -128,6 +131,10 @@ class MoeBuffer {
   int blocks() const;
   /// Tokens per routing chunk of the dispatch kernel (0 on CPU).
   int chunkTokens() const;
+  /// Combine ring: rows per expert rank at each owner, and tokens per round (the whole batch
+  /// when maxTokensPerRank fits the ring: one round).
+  int ringRows() const;
+  int ringRound() const;
   const std::shared_ptr<Comm>& comm() const;
 
   // Internal.

@@ -18,10 +18,11 @@ namespace cclx::py {
 namespace {
 
 MoeConfig configOf(size_t tokens, size_t hidden, int experts, int topk, int dtype, bool fp8,
-                   int blocks, int chunk) {
+                   int blocks, int chunk, int ring) {
   MoeConfig c;
   c.maxBlocks = blocks;
   c.chunkTokens = chunk;
+  c.ringTokens = ring;
   c.maxTokensPerRank = tokens;
   c.hidden = hidden;
   c.numExperts = experts;
@@ -46,28 +47,28 @@ void bindMoe(nb::module_& m) {
   b.def_static(
        "route",
        [](Comm& comm, size_t tokens, size_t hidden, int experts, int topk, int dtype, bool fp8,
-          int blocks, int chunk) {
+          int blocks, int chunk, int ring) {
          std::string why;
          const MoeRoute r = MoeBuffer::route(
-             comm, configOf(tokens, hidden, experts, topk, dtype, fp8, blocks, chunk), &why);
+             comm, configOf(tokens, hidden, experts, topk, dtype, fp8, blocks, chunk, ring), &why);
          return std::make_pair(std::string(moeRouteName(r)), why);
        },
        nb::arg("comm"), nb::arg("max_tokens_per_rank"), nb::arg("hidden"), nb::arg("num_experts"),
        nb::arg("top_k"), nb::arg("dtype"), nb::arg("fp8"), nb::arg("num_sms") = 0,
-       nb::arg("chunk_tokens") = 0,
+       nb::arg("chunk_tokens") = 0, nb::arg("ring_tokens") = 0,
        "(route, why): 'kernels', 'host' or 'composed' (then why the kernels cannot run).")
       .def_static(
           "create",
           [](Comm& comm, size_t tokens, size_t hidden, int experts, int topk, int dtype,
-             bool fp8, int blocks, int chunk) {
+             bool fp8, int blocks, int chunk, int ring) {
             std::shared_ptr<Comm> sp = comm.shared_from_this();
             nb::gil_scoped_release nogil;
             return MoeBuffer::create(
-                sp, configOf(tokens, hidden, experts, topk, dtype, fp8, blocks, chunk));
+                sp, configOf(tokens, hidden, experts, topk, dtype, fp8, blocks, chunk, ring));
           },
           nb::arg("comm"), nb::arg("max_tokens_per_rank"), nb::arg("hidden"),
           nb::arg("num_experts"), nb::arg("top_k"), nb::arg("dtype"), nb::arg("fp8"),
-          nb::arg("num_sms") = 0, nb::arg("chunk_tokens") = 0,
+          nb::arg("num_sms") = 0, nb::arg("chunk_tokens") = 0, nb::arg("ring_tokens") = 0,
           "Collective: allocates and maps the buffer.")
       .def(
           "dispatch",
@@ -140,6 +141,8 @@ void bindMoe(nb::module_& m) {
       .def_prop_ro("bytes", &MoeBuffer::bytes)
       .def_prop_ro("blocks", &MoeBuffer::blocks)
       .def_prop_ro("chunk_tokens", &MoeBuffer::chunkTokens)
+      .def_prop_ro("ring_rows", &MoeBuffer::ringRows)
+      .def_prop_ro("ring_round", &MoeBuffer::ringRound)
       .def_prop_ro("last_tokens", &MoeBuffer::lastTokens)
       .def_prop_ro("route_name",
                    [](const MoeBuffer& buf) { return std::string(moeRouteName(buf.engineRoute())); })

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -325,60 +326,75 @@ void HostMoe::runRecv(uint64_t flag) {
   }
 }
 
+// Rounds (core/moe/layout.h, combine ring): round r holds the owners' tokens [r*W, (r+1)*W). In
+// step r this rank sends back round r's received slots (each source's slots are in its token
+// order, so a round is a run of them), then consumes its own tokens of round r - 1 and grants
+// every expert rank the credit for it. A round's rows go out once their owner has consumed the
+// round D before, whose ring rows they reuse (one round, D = 1, when the ring holds the batch).
 void HostMoe::runCombine(const MoeCall& c, uint64_t e) {
   const Layout& l = lay_;
-  const int N = l.N, me = l.rank, k = l.k, H = l.H, T = c.tokens;
+  const int N = l.N, me = l.rank, k = l.k, H = l.H, T = c.tokens, W = l.ringW, D = l.ringD;
   const uint64_t flag = e + 1;
   for (int s = 0; s < N; ++s) storeRel(peers_[size_t(s)] + l.creditAt(1, me), flag);
   for (int d = 0; d < N; ++d) waitFlag(d, base_ + l.creditAt(1, d), flag);
-  // Expert side: per received slot, sum_j w_j * expert_out[entry_j] in f32 (top-k order; each
-  // product and sum rounded once), rounded once to the dtype, into the owner's combine slot.
   const int32_t* rc = local<int32_t>(l.recvCounts);
   const int32_t* se = local<int32_t>(l.slotEntries);
   const float* sw = local<float>(l.slotW);
+  const int32_t* tr = local<int32_t>(l.tokRows);
   const size_t rowBytes = size_t(H) * size_t(l.esize);
   std::vector<float> acc(static_cast<size_t>(H));
+  // the owner's token index of received slot p of source s (-1 when out of range: not sent)
+  auto tokenOf = [&](int s, int p) {
+    const int t = rd<int32_t>(base_ + l.metaAt(size_t(s) * l.B + size_t(p)) + 8);
+    return t >= 0 && t < l.B ? t : -1;
+  };
+  int R = (T + W - 1) / W;
   for (int s = 0; s < N; ++s)
-    for (int p = 0; p < rc[s]; ++p) {
-      const size_t slot = size_t(s) * l.B + size_t(p);
-      char* dst = peers_[size_t(s)] + l.yrowAt(size_t(me) * l.B + size_t(p));
-      bool nan = false, first = true;
-      for (int x = 0; x < l.kk; ++x) {
-        const int entry = se[slot * l.kk + x];
-        if (entry < 0) break;
-        if (size_t(entry) >= c.eoutRows) {
-          nan = true;
-          break;
-        }
-        const char* row = static_cast<const char*>(c.eout) + size_t(entry) * rowBytes;
-        const float wt = sw[slot * l.kk + x];
-        for (int i = 0; i < H; ++i) {
-          const float v = fp8::mulRn(wt, loadElem(row, i, dtype_));
-          acc[size_t(i)] = first ? v : fp8::addRn(acc[size_t(i)], v);
-        }
-        first = false;
+    if (rc[s] > 0) R = std::max(R, l.roundOf(std::max(tokenOf(s, rc[s] - 1), 0)) + 1);
+  // Expert side of one received slot: sum_j w_j * expert_out[entry_j] in f32 (top-k order; each
+  // product and sum rounded once), rounded once to the dtype, into the owner's ring row.
+  auto sendBack = [&](int s, int p, int t) {
+    const size_t slot = size_t(s) * l.B + size_t(p);
+    char* dst = peers_[size_t(s)] + l.yrowAt(l.ySlot(me, t));
+    bool nan = false, first = true;
+    for (int x = 0; x < l.kk; ++x) {
+      const int entry = se[slot * l.kk + x];
+      if (entry < 0) break;
+      if (size_t(entry) >= c.eoutRows) {
+        nan = true;
+        break;
       }
-      if (nan) {
-        std::memset(dst, 0xFF, rowBytes);
-      } else {
-        if (first) std::fill(acc.begin(), acc.end(), 0.f);
-        for (int i = 0; i < H; ++i) storeElem(dst, i, dtype_, acc[size_t(i)]);
+      const char* row = static_cast<const char*>(c.eout) + size_t(entry) * rowBytes;
+      const float wt = sw[slot * l.kk + x];
+      for (int i = 0; i < H; ++i) {
+        const float v = fp8::mulRn(wt, loadElem(row, i, dtype_));
+        acc[size_t(i)] = first ? v : fp8::addRn(acc[size_t(i)], v);
       }
-      std::memset(dst + rowBytes, 0, l.yRow - rowBytes);
-      for (int q = 0; q < l.yParts; ++q)  // every piece's flag (the kernel writes them apart)
-        storeRel(peers_[size_t(s)] + l.yflagAt(size_t(me) * l.B + size_t(p), q), flag);
+      first = false;
     }
-  // Owner side: per token, its ranks' rows in top-k order (first slot of each rank), f32 sums.
-  const int32_t* tr = local<int32_t>(l.tokRows);
-  for (int t = 0; t < T; ++t) {
+    if (nan) {
+      std::memset(dst, 0xFF, rowBytes);
+    } else {
+      if (first) std::fill(acc.begin(), acc.end(), 0.f);
+      for (int i = 0; i < H; ++i) storeElem(dst, i, dtype_, acc[size_t(i)]);
+    }
+    std::memset(dst + rowBytes, 0, l.yRow - rowBytes);
+    for (int q = 0; q < l.yParts; ++q)  // every piece's flag (the kernel writes them apart)
+      storeRel(peers_[size_t(s)] + l.yflagAt(l.ySlot(me, t), q),
+               moe::roundFlag(flag, l.roundOf(t)));
+  };
+  // Owner side of token t: its ranks' rows in top-k order (first slot of each rank), f32 sums.
+  auto gather = [&](int t) {
     char* dst = static_cast<char*>(c.out) + size_t(t) * rowBytes;
     bool nan = false, first = true;
     for (int j = 0; j < k; ++j) nan = nan || tr[size_t(t) * k + j] == -2;
     for (int j = 0; j < k && !nan; ++j) {
       const int r = tr[size_t(t) * k + j];
       if (r < 0) continue;
-      for (int q = 0; q < l.yParts; ++q) waitFlag(r / l.B, base_ + l.yflagAt(size_t(r), q), flag);
-      const char* row = base_ + l.yrowAt(size_t(r));
+      const size_t y = l.ySlot(r / l.B, t);
+      for (int q = 0; q < l.yParts; ++q)
+        waitFlag(r / l.B, base_ + l.yflagAt(y, q), moe::roundFlag(flag, l.roundOf(t)));
+      const char* row = base_ + l.yrowAt(y);
       for (int i = 0; i < H; ++i) {
         const float v = loadElem(row, i, dtype_);
         acc[size_t(i)] = first ? v : fp8::addRn(acc[size_t(i)], v);
@@ -387,10 +403,27 @@ void HostMoe::runCombine(const MoeCall& c, uint64_t e) {
     }
     if (nan) {
       std::memset(dst, 0xFF, rowBytes);
-      continue;
+      return;
     }
     if (first) std::fill(acc.begin(), acc.end(), 0.f);
     for (int i = 0; i < H; ++i) storeElem(dst, i, dtype_, acc[size_t(i)]);
+  };
+  std::vector<int> next(static_cast<size_t>(N), 0);  // each source's next slot to send back
+  for (int r = 0; r <= R; ++r) {
+    for (int s = 0; s < N && r < R; ++s) {
+      int p = next[size_t(s)];
+      auto inRound = [&](int q) { return q < rc[s] && l.roundOf(std::max(tokenOf(s, q), 0)) <= r; };
+      if (r >= D && inRound(p))  // the ring rows of round r - D at owner s are free
+        waitFlag(s, base_ + l.ringCreditAt(s, r - D), moe::roundFlag(flag, r - D));
+      for (; inRound(p); ++p)
+        if (tokenOf(s, p) >= 0) sendBack(s, p, tokenOf(s, p));
+      next[size_t(s)] = p;
+    }
+    if (r == 0) continue;
+    for (int t = (r - 1) * W; t < std::min(T, r * W); ++t) gather(t);
+    if (D > 1)
+      for (int d = 0; d < N; ++d)
+        storeRel(peers_[size_t(d)] + l.ringCreditAt(me, r - 1), moe::roundFlag(flag, r - 1));
   }
 }
 

@@ -90,7 +90,8 @@ def run_row(env: Any, args: Any, T: int, impl: str, time_calls: Callable,
         if T else 0
     nb = (H + BLOCK - 1) // BLOCK
     wire = (H + 4 * nb) if fp8 else 2 * H
-    buf = moe.Buffer(env.comm, max(T, 1), H, E, k, torch.bfloat16, fp8=fp8)
+    buf = moe.Buffer(env.comm, max(T, 1), H, E, k, torch.bfloat16, fp8=fp8,
+                     ring_tokens=getattr(args, "ring_tokens", None))
     try:
         recv, h = buf.dispatch(x, ids, w)
         n = int(h.expert_offsets[-1])
@@ -124,7 +125,8 @@ def run_row(env: Any, args: Any, T: int, impl: str, time_calls: Callable,
                "dispatch_kernel_us": env.max(kd_us) if kd_us is not None else None,
                "combine_kernel_us": env.max(kc_us) if kc_us is not None else None,
                "comm_bytes": buf.bytes,
-               "rank_major_bound_bytes": bound, "blocks": getattr(buf._b, "blocks", 0)}
+               "rank_major_bound_bytes": bound, "blocks": getattr(buf._b, "blocks", 0),
+               "ring_rows": buf.ring_rows, "ring_round": buf.ring_round}
         if env.cuda and N == 1:
             fb = floor_bytes(T, H, k, fp8)
             rate = env.hbm_gbps

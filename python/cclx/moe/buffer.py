@@ -97,12 +97,17 @@ class Buffer:
     bit depends on it): num_sms, thread blocks per kernel (0..128; None: CCLX_MOE_MAX_BLOCKS,
     whose 0 is by size, at most one per SM); chunk_tokens, tokens per routing chunk of the
     dispatch kernel (None: CCLX_MOE_CHUNK_TOKENS, whose 0 is the most whose tables fit).
-    `blocks` and `chunk_tokens` report what the buffer runs (0 off the kernels)."""
+    `blocks` and `chunk_tokens` report what the buffer runs (0 off the kernels).
+    ring_tokens (no output bit depends on it either; the same on every rank): combine rows per
+    expert rank at each owner (None: 1024). When max_tokens_per_rank is larger, combine runs in
+    rounds of `ring_round` tokens through a ring of `ring_rows` rows per expert rank, so its
+    memory does not grow with the batch (docs/design/moe.md, "Combine")."""
 
     def __init__(self, comm: Any, max_tokens_per_rank: int, hidden: int, num_experts: int,
                  top_k: int, dtype: Any = torch.bfloat16, fp8: bool = False,
                  route: Optional[str] = None, num_sms: Optional[int] = None,
-                 chunk_tokens: Optional[int] = None) -> None:
+                 chunk_tokens: Optional[int] = None,
+                 ring_tokens: Optional[int] = None) -> None:
         if dtype not in FLOAT_DTYPES:
             raise _bad("__init__", f"dtype must be float32, bfloat16 or float16, not {dtype}")
         self.comm = comm
@@ -114,7 +119,8 @@ class Buffer:
         self._cuda, self._dev = comm._cuda, comm._dev
         self._dev_index = self._dev if self._cuda else -1
         args = (comm._c, self.max_tokens, self.hidden, self.num_experts, self.top_k,
-                _DTYPE_CODE[dtype], self.fp8, int(num_sms or 0), int(chunk_tokens or 0))
+                _DTYPE_CODE[dtype], self.fp8, int(num_sms or 0), int(chunk_tokens or 0),
+                int(ring_tokens or 0))
         self.route, self.why = _C.MoeBuffer.route(*args)
         if route not in (None, self.route, "composed"):
             raise _bad("__init__", f"route {route!r}: this communicator's route is "
@@ -130,12 +136,13 @@ class Buffer:
             self._impl = Composed(self)
             self.bytes = self._impl.bytes
             self._views = self._impl.views
-            self.blocks = self.chunk_tokens = 0
+            self.blocks = self.chunk_tokens = self.ring_rows = self.ring_round = 0
         else:
             self._b = _C.MoeBuffer.create(*args)
             self._impl = None
             self.bytes = self._b.bytes
             self.blocks, self.chunk_tokens = self._b.blocks, self._b.chunk_tokens
+            self.ring_rows, self.ring_round = self._b.ring_rows, self._b.ring_round
             self._views = self._make_views()
         self.recv = Recv(self._views["x"], self._views.get("scales"))
         v = self._views

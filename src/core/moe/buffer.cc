@@ -247,6 +247,8 @@ size_t MoeBuffer::bytes() const { return st_->lay.total; }
 size_t MoeBuffer::lastTokens() const { return st_->lastT; }
 int MoeBuffer::blocks() const { return st_->engine ? st_->engine->blocks() : 0; }
 int MoeBuffer::chunkTokens() const { return st_->engine ? st_->engine->chunkTokens() : 0; }
+int MoeBuffer::ringRows() const { return st_->lay.ringRows; }
+int MoeBuffer::ringRound() const { return st_->lay.ringW; }
 const std::shared_ptr<Comm>& MoeBuffer::comm() const { return st_->comm; }
 
 }  // namespace cclx

@@ -13,16 +13,23 @@
 //   peer-written (the rank-major receive side):
 //   credits   uint64 [2][N]      [0][d]: rank d's grant "my dispatch slots for you are free for
 //                                call e" (value e + 1); [1][d]: the same for the combine slots
+//   ringCredits uint64 [N][D]    [d][r % D]: owner d has consumed round r of combine call c
+//                                (value roundFlag(c + 1, r)); used when the ring has D > 1 rounds
 //   heads     [N] header records  from source s: tokens s sends here and per local expert counts
 //   metas     [N*B] slot records  [s*B + p]: the p-th token source s sends here (its top-k)
 //   xrows     [N*B] rows          its data (H values of the dtype, or H FP8 e4m3 codes)
 //   scales    f32 [N*B][nb]      FP8 only: the codec's block metas (a scale, sign bit = INF block)
-//   yflags    uint64 [N*B][P]    [d*B + p][q]: piece q of expert rank d's combine row for this
-//                                rank's token at position p of d's slots has arrived (value
-//                                c + 1); P = yParts pieces of yPartUnits 16-byte units (the last
-//                                one shorter): combine's work items, so that a small batch still
+//   yflags    uint64 [N*Rr][P]   [ySlot(d, t)][q]: piece q of expert rank d's combine row for
+//                                this rank's token t has arrived (value roundFlag(c + 1, round of
+//                                t)); P = yParts pieces of yPartUnits 16-byte units (the last one
+//                                shorter): combine's work items, so that a small batch still
 //                                spreads over many warps
-//   yrows     [N*B] rows          those rows (H values of the dtype)
+//   yrows     [N*Rr] rows         those rows (H values of the dtype): the combine ring. Rr =
+//                                ringRows rows per expert rank, token t in row t % Rr. When B <=
+//                                Rr it holds a whole batch (one round); else the combine runs in
+//                                rounds of ringW tokens, D = ringD of them in the ring at once,
+//                                and a round's rows are written only once the owner has consumed
+//                                the round D before (ringCredits)
 //   local:
 //   counters  uint64 [2][kMaxBlocks] dispatch / combine calls, one per block of the grid
 //   ctl       4 KiB              control words of a single-rank buffer (no comm peer memory)
@@ -37,6 +44,8 @@
 //                                source's token order): its row s*B + p of xrows
 //   slotEntries   int32 [N*B][kk] the entries of received slot s*B + p in top-k order (-1 pad)
 //   slotW         f32 [N*B][kk]  their weights (a repeated expert's weights summed in order)
+//   ringArrive uint64 [maxRounds] combine's blocks that have consumed round r: (c + 1) << 16
+//                 | count (the CUDA kernel's; the last of the grid grants the round's credit)
 //   tileSums      the CUDA dispatch's tiles (core/moe/tables.h, sendPlan): [0] uint64 ticket
 //                 (each block of a tiled send launch takes one: its tile), then kGridCap
 //                 records of tileBytes: [0] uint64 flag (e + 1), [16 + 4r] int32 the tile's
@@ -64,7 +73,17 @@ constexpr int kScaleBlock = 128;   // FP8 values per scale (the codec's block)
 constexpr int kMaxTopK = 16;
 constexpr int kGridCap = 128;      // blocks of a kernel at most (counters per block)
 constexpr size_t kCtlBytes = 4096;
-constexpr int kCombineItems = 1024;  // owner-side combine work items aimed at (B * yParts)
+constexpr int kCombineItems = 1024;  // owner-side combine work items aimed at (ringW * yParts)
+constexpr int kRingTokens = 1024;    // default combine ring: rows per expert rank (ringRows)
+constexpr int kRingDepth = 4;        // rounds of a ring in flight (ringD) when B > ringRows
+constexpr int kMaxRounds = 128;      // rounds of one combine at most (ringW grows beyond)
+constexpr int kRoundBits = 16;       // roundFlag: the round in the low bits (kMaxRounds < 2^16)
+
+/// The value of the flags of round r of the combine call whose call flag is `flag` (c + 1):
+/// increasing with the call, then the round.
+CCLX_HD uint64_t roundFlag(uint64_t flag, int r) {
+  return ((flag - 1) << kRoundBits) | uint64_t(r + 1);
+}
 
 CCLX_HD size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -75,12 +94,16 @@ struct Layout {
   bool fp8 = false;
   size_t xRow = 0, yRow = 0, metaBytes = 0, headBytes = 0;
   int yParts = 1;          // pieces of a combine row, each with its own flag
+  int ringW = 0, ringD = 1;  // combine ring: tokens per round, rounds in flight
+  int ringRows = 0;          // rows per expert rank: ringW * ringD
+  int maxRounds = 0;         // ceil(B / ringW)
   size_t yPartUnits = 0;   // 16-byte units of a piece: a multiple of 32 (a warp's round)
-  size_t credits = 0, heads = 0, metas = 0, xrows = 0, scales = 0, yflags = 0, yrows = 0;
+  size_t credits = 0, ringCredits = 0, heads = 0, metas = 0, xrows = 0, scales = 0;
+  size_t yflags = 0, yrows = 0;
   size_t peerEnd = 0;
   size_t counters = 0, ctl = 0, tokRows = 0, tokIds = 0, tokW = 0, recvCounts = 0;
   size_t expertCounts = 0, expertOffsets = 0, entryRows = 0, slotEntries = 0, slotW = 0;
-  size_t tileSums = 0, tileBytes = 0;
+  size_t ringArrive = 0, tileSums = 0, tileBytes = 0;
   size_t total = 0;
 
   CCLX_HD size_t entries() const { return size_t(N) * size_t(B) * size_t(kk); }
@@ -89,6 +112,14 @@ struct Layout {
   CCLX_HD size_t xrowAt(size_t slot) const { return xrows + slot * xRow; }
   CCLX_HD size_t scaleAt(size_t slot) const { return scales + slot * size_t(nb) * 4; }
   CCLX_HD size_t yrowAt(size_t slot) const { return yrows + slot * yRow; }
+  /// The combine ring slot of token t (of the owner) from expert rank d; t's round.
+  CCLX_HD size_t ySlot(int d, int t) const {
+    return size_t(d) * size_t(ringRows) + size_t(t % ringRows);
+  }
+  CCLX_HD int roundOf(int t) const { return t / ringW; }
+  CCLX_HD size_t ringCreditAt(int owner, int r) const {
+    return ringCredits + (size_t(owner) * size_t(ringD) + size_t(r % ringD)) * 8;
+  }
   CCLX_HD size_t yflagAt(size_t slot, int part) const {
     return yflags + (slot * size_t(yParts) + size_t(part)) * 8;
   }
@@ -102,10 +133,11 @@ struct Layout {
 };
 
 /// The layout of a buffer: N ranks (this one `rank`), B tokens per rank at most, hidden H, E
-/// experts, top-k, the tokens' DataType `dtype` of `esize` bytes, FP8 on the wire or not.
-/// Arguments are validated by the caller (MoeBuffer::create).
+/// experts, top-k, the tokens' DataType `dtype` of `esize` bytes, FP8 on the wire or not, a
+/// combine ring of `ring` rows per expert rank (0: kRingTokens). Arguments are validated by the
+/// caller (MoeBuffer::create).
 inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype, int esize,
-                         bool fp8) {
+                         bool fp8, int ring = 0) {
   Layout l;
   l.N = N, l.rank = rank, l.B = B, l.H = H, l.E = E, l.L = E / N, l.k = k, l.esize = esize;
   l.dtype = dtype;
@@ -117,26 +149,38 @@ inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype,
   l.metaBytes = alignUp(16 + 12 * size_t(k), 16);
   l.headBytes = alignUp(16 + 4 * size_t(l.L), 16);
   l.tileBytes = 16 + alignUp(4 * (size_t(E) + size_t(N)), 16);
-  // combine rows in pieces of whole warp rounds (32 units), as many as bring B * pieces to
-  // kCombineItems: a decode batch's rows spread over the GPU, a prefill batch's stay whole
+  // the combine ring: a whole batch when it fits, else rounds of ringW tokens, ringD at once
+  if (ring <= 0) ring = kRingTokens;
+  if (B <= ring) {
+    l.ringW = B > 0 ? B : 1, l.ringD = 1;
+  } else {
+    const int byRing = ring / kRingDepth;  // ringRows <= ring < B: more than D rounds
+    const int byRounds = (B + kMaxRounds - 1) / kMaxRounds;
+    l.ringW = byRing > byRounds ? byRing : byRounds, l.ringD = kRingDepth;
+  }
+  l.ringRows = l.ringW * l.ringD;
+  l.maxRounds = (B + l.ringW - 1) / l.ringW;
+  // combine rows in pieces of whole warp rounds (32 units), as many as bring a round's tokens *
+  // pieces to kCombineItems: a decode batch's rows spread over the GPU, a prefill's stay longer
   const size_t units = l.yRow / 16, rounds = (units + 31) / 32;
-  const size_t want = (size_t(kCombineItems) + size_t(B) - 1) / size_t(B > 0 ? B : 1);
+  const size_t want = (size_t(kCombineItems) + size_t(l.ringW) - 1) / size_t(l.ringW);
   const size_t parts = want < 1 ? 1 : want > rounds ? rounds : want;
   l.yPartUnits = alignUp((units + parts - 1) / parts, 32);
   l.yParts = int((units + l.yPartUnits - 1) / l.yPartUnits);
-  const size_t S = l.slots();
+  const size_t S = l.slots(), Y = size_t(N) * size_t(l.ringRows);
   size_t at = 0;
   auto take = [&](size_t& field, size_t bytes) {
     field = at;
     at = alignUp(at + bytes, 256);
   };
   take(l.credits, 2 * size_t(N) * 8);
+  take(l.ringCredits, size_t(N) * size_t(l.ringD) * 8);
   take(l.heads, size_t(N) * l.headBytes);
   take(l.metas, S * l.metaBytes);
   take(l.xrows, S * l.xRow);
   take(l.scales, fp8 ? S * size_t(l.nb) * 4 : 0);
-  take(l.yflags, S * size_t(l.yParts) * 8);
-  take(l.yrows, S * l.yRow);
+  take(l.yflags, Y * size_t(l.yParts) * 8);
+  take(l.yrows, Y * l.yRow);
   l.peerEnd = at;
   take(l.counters, 2 * size_t(kGridCap) * 8);
   take(l.ctl, kCtlBytes);
@@ -149,6 +193,7 @@ inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype,
   take(l.entryRows, l.entries() * 4);
   take(l.slotEntries, S * size_t(l.kk) * 4);
   take(l.slotW, S * size_t(l.kk) * 4);
+  take(l.ringArrive, l.ringD > 1 ? size_t(l.maxRounds) * 8 : 0);
   take(l.tileSums, 16 + size_t(kGridCap) * l.tileBytes);
   l.total = at;
   return l;

@@ -55,8 +55,11 @@ Layout checkedLayout(const MoeConfig& c, int size, int rank) {
                  c.maxBlocks);
   CCLX_ARG_CHECK(c.chunkTokens >= 0 && c.chunkTokens <= (1 << 20),
                  "%s: chunk_tokens must be 0 (auto) .. 2^20, not %d", op, c.chunkTokens);
+  CCLX_ARG_CHECK(c.ringTokens == 0 || (c.ringTokens >= kRingDepth && c.ringTokens <= (1 << 20)),
+                 "%s: ring_tokens must be 0 (auto) or %d .. 2^20, not %d", op, kRingDepth,
+                 c.ringTokens);
   return makeLayout(size, rank, int(c.maxTokensPerRank), int(c.hidden), c.numExperts, c.topK,
-                    int(c.dtype), int(dtypeSize(c.dtype)), c.fp8);
+                    int(c.dtype), int(dtypeSize(c.dtype)), c.fp8, c.ringTokens);
 }
 
 }  // namespace moe

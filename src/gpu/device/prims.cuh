@@ -118,6 +118,16 @@ __device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void atomOrRelaxedSys4(uint32_t* p, uint32_t v) {
   asm volatile("red.relaxed.sys.global.or.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+/// Atomic compare-and-swap at GPU scope, acquire and release (counters this GPU's blocks
+/// share): *p = v when *p == cmp; returns the value *p held.
+__device__ __forceinline__ uint64_t atomCasAcqRelGpu(uint64_t* p, uint64_t cmp, uint64_t v) {
+  uint64_t old;
+  asm volatile("atom.acq_rel.gpu.global.cas.b64 %0, [%1], %2, %3;"
+               : "=l"(old)
+               : "l"(p), "l"(cmp), "l"(v)
+               : "memory");
+  return old;
+}
 
 // ---- LL16 packets: 16 bytes = {data0, flag, data1, flag} ----
 
@@ -302,6 +312,11 @@ __device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
 }
 __device__ __forceinline__ void atomOrRelaxedSys4(uint32_t* p, uint32_t v) {
   (void)__hip_atomic_fetch_or(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ uint64_t atomCasAcqRelGpu(uint64_t* p, uint64_t cmp, uint64_t v) {
+  __hip_atomic_compare_exchange_strong(p, &cmp, v, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE,
+                                       __HIP_MEMORY_SCOPE_AGENT);
+  return cmp;  // unchanged on success (the old value), else the value seen
 }
 
 // ---- LL16 packets: 16 bytes = {data0, flag, data1, flag} ----

@@ -1,37 +1,70 @@
 // The MoE combine kernel (docs/design/moe.md, "Combine"): one launch sends, for every slot this
 // rank received in the last dispatch, the weighted f32 sum of its local experts' output rows
-// (rounded once to the dtype) straight into the token owner's combine slot, and sums, for every
+// (rounded once to the dtype) straight into the token owner's combine ring, and sums, for every
 // token of this rank, the rows its expert ranks sent back (f32, top-k order, rounded once),
 // writing [T, H] in token order. The CPU twin (host/moe.cc) does the same arithmetic in the
 // same order, so both give the same bits.
+//
+// Rounds (core/moe/layout.h): round r is the owners' tokens [r*W, (r+1)*W), W = lay.ringW; the
+// ring holds D = lay.ringD rounds (one round of the whole batch when it fits, D = 1). Token t's
+// row from expert rank d lands in the owner's ring row ySlot(d, t); its flags carry
+// roundFlag(c + 1, round of t).
 //
 // Contract of the kernel (every block, all threads; grid G fixed per buffer):
 //   0. reads its call counter c (per block); dev::peerCall: an abort word raised at entry
 //      poisons this block's share of the output [T, H] (all-ones bytes), pushes nothing and
 //      advances the counter.
-//   1. block 0 grants every rank the credit "this rank's combine slots for you are free for call
-//      c" (credits[1][rank] in that rank's memory := c + 1): its previous combine has completed.
-//   2. threads d < N wait (Waiter) for rank d's credit c + 1.
-//   3. expert side: each warp takes (received slot, piece) items (recvCounts and the entries
-//      of the last dispatch; a row in lay.yParts pieces of lay.yPartUnits 16-byte units):
-//      sum_x w_x * expert_out[entry_x] per element in f32 (products and sums rounded once,
-//      entries in top-k order; an entry at or past the rows given makes the row all-ones bytes),
-//      rounded once to the dtype, stored into the source's yrows[rank][position], then the
-//      piece's flag c + 1 (dev::warpPublish).
-//   4. owner side: each warp takes (token t < T, piece) items: waits for the piece's flag of
-//      each of the token's rows (tokRows: the first slot of each destination rank, in top-k
-//      order), adds them in f32 in that order and rounds once into out[t]; a token with an id
-//      out of range gets an all-ones row; a stopped wait fails the block.
-//   5. counters advance (c + 1) on every path; a block that stopped poisons the output whole.
+//   1. block 0 grants every rank the credit "this rank's combine ring is free for call c"
+//      (credits[1][rank] in that rank's memory := c + 1): its previous combine has completed.
+//   2. threads d < N wait (Waiter) for rank d's credit c + 1; the block finds, for every source
+//      s and round r, the first received slot of s in round r (its slots are in s's token
+//      order: a binary search over the slot records' token index).
+//   3. steps ph = 0 .. R (R rounds: this rank's tokens' and the received ones'): send round ph,
+//      consume round ph - 1, over the block's warps as one list of work items:
+//      a. send (round ph): when ph >= D, threads d < N first wait for owner d's credit of round
+//         ph - D (its ring rows are free again). Items (received slot, piece) of the round: sum_x
+//         w_x * expert_out[entry_x] per element in f32 (products and sums rounded once, entries
+//         in top-k order; an entry at or past the rows given makes the row all-ones bytes),
+//         rounded once to the dtype, stored into the owner's ring row, then the piece's flag
+//         (dev::warpPublish).
+//      b. consume (round ph - 1): items (token t, piece): wait for the piece's flag of each of
+//         the token's rows (tokRows: the first slot of each destination rank, in top-k order),
+//         add them in f32 in that order, round once into out[t]; a token with an id out of
+//         range gets an all-ones row; a stopped wait fails the block.
+//      c. with D > 1: the block arrives at round ph - 1 (ringArrive: a compare-and-swap on
+//         (c + 1, count)); the grid's last arrival grants every expert rank the round's credit
+//         (ringCredits[rank][round % D] in its memory := roundFlag(c + 1, round)).
+//      A block sends a round only after it consumed the round before, and needs only credits of
+//      rounds at least D - 1 >= 1 older, which every block consumes first: no cycle.
+//   4. counters advance (c + 1) on every path; a block that stopped poisons the output whole.
 #include "gpu/moe/common.cuh"
 
 namespace cclx {
 namespace moegpu {
 namespace {
 
-/// Step 3 for piece q of received slot `slot` of source s at position pIdx (the whole warp).
+/// The owner's token index of received slot pIdx of source s (its slot record), -1 when out of
+/// range (a record no dispatch wrote whole: nothing is sent for it).
+__device__ __forceinline__ int tokenOf(const Params& p, int s, int pIdx) {
+  const moe::Layout& l = p.lay;
+  const int t = int(dev::ldRecord4(mine(p) + l.metaAt(size_t(s) * l.B + size_t(pIdx)) + 8));
+  return t >= 0 && t < l.B ? t : -1;
+}
+
+/// Step 2: the first of source s's n received slots whose token is at or past `t0`.
+__device__ int firstSlotFrom(const Params& p, int s, int n, int t0) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (tokenOf(p, s, mid) < t0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/// Step 3a for piece q of received slot pIdx of source s, the owner's token t (the whole warp).
 template <class T>
-__device__ void sendBack(const Params& p, int s, int pIdx, int q, uint64_t flag) {
+__device__ void sendBack(const Params& p, int s, int pIdx, int t, int q, uint64_t flag) {
   const moe::Layout& l = p.lay;
   const int lane = dev::laneId(), kk = l.kk;
   const size_t slot = size_t(s) * l.B + size_t(pIdx);
@@ -43,7 +76,8 @@ __device__ void sendBack(const Params& p, int s, int pIdx, int q, uint64_t flag)
   const bool bad = dev::ballot32(lane < n && size_t(e) >= p.eoutRows) != 0;
   const size_t bytes = size_t(l.H) * sizeof(T), lo = size_t(q) * l.yPartUnits;
   const size_t units = min((bytes + 15) / 16, lo + l.yPartUnits);  // the piece: [lo, units)
-  char* dst = p.peer[s] + l.yrowAt(size_t(l.rank) * l.B + size_t(pIdx));
+  const size_t y = l.ySlot(l.rank, t);
+  char* dst = p.peer[s] + l.yrowAt(y);
   if (bad) {
     for (size_t u = lo + size_t(lane); u < units; u += 32)
       *reinterpret_cast<uint4*>(dst + 16 * u) = make_uint4(~0u, ~0u, ~0u, ~0u);
@@ -107,23 +141,25 @@ __device__ void sendBack(const Params& p, int s, int pIdx, int q, uint64_t flag)
       if (on) *reinterpret_cast<uint4*>(dst + 16 * u) = packUnit<T>(acc);
     }
   }
-  const size_t ySlot = size_t(l.rank) * l.B + size_t(pIdx);
-  dev::warpPublish(reinterpret_cast<uint64_t*>(p.peer[s] + l.yflagAt(ySlot, q)), flag, lane == 0);
+  dev::warpPublish(reinterpret_cast<uint64_t*>(p.peer[s] + l.yflagAt(y, q)),
+                   moe::roundFlag(flag, l.roundOf(t)), lane == 0);
 }
 
-/// Step 4 for piece q of token t (the whole warp); false when a wait stopped.
+/// Step 3b for piece q of token t (the whole warp); false when a wait stopped.
 template <class T>
 __device__ bool gatherToken(const Params& p, int t, int q, uint64_t flag, dev::Waiter& wait) {
   const moe::Layout& l = p.lay;
   const int lane = dev::laneId(), k = l.k;
   const int32_t r = lane < k ? localAt<int32_t>(p, l.tokRows)[size_t(t) * k + lane] : -1;
   const bool nan = dev::ballot32(r == -2) != 0;
+  const uint64_t want = moe::roundFlag(flag, l.roundOf(t));
   if (!nan)
     for (int j = 0; j < k; ++j) {
       const int32_t rj = dev::shfl32(r, j);
       if (rj < 0) continue;
-      const uint64_t* f = reinterpret_cast<const uint64_t*>(mine(p) + l.yflagAt(size_t(rj), q));
-      if (!dev::warpAwait(f, flag, wait, rj / l.B)) return false;
+      const uint64_t* f =
+          reinterpret_cast<const uint64_t*>(mine(p) + l.yflagAt(l.ySlot(rj / l.B, t), q));
+      if (!dev::warpAwait(f, want, wait, rj / l.B)) return false;
     }
   // The rows (this rank's combine rows: aligned, padded to whole units) in top-k order: kU
   // units of kX slots' rows in flight per round (a token has one row per rank it went to, from
@@ -142,8 +178,8 @@ __device__ bool gatherToken(const Params& p, int t, int q, uint64_t flag, dev::W
 #pragma unroll
       for (int j = 0; j < kX; ++j) {
         const int32_t rj = j0 + j < k ? dev::shfl32(r, (j0 + j) & 31) : -1;
-        const uint4* row =
-            reinterpret_cast<const uint4*>(mine(p) + l.yrowAt(size_t(rj < 0 ? 0 : rj)));
+        const uint4* row = reinterpret_cast<const uint4*>(
+            mine(p) + l.yrowAt(l.ySlot(rj < 0 ? 0 : rj / l.B, t)));
 #pragma unroll
         for (int i = 0; i < kU; ++i)
           if (rj >= 0 && u0 + 32 * i < units) v[j][i] = dev::ldCg(row + u0 + 32 * i);
@@ -174,53 +210,128 @@ __device__ bool gatherToken(const Params& p, int t, int q, uint64_t flag, dev::W
   return true;
 }
 
-/// Steps 1 to 4 (every thread); true in a thread that stopped waiting.
-template <class T>
-__device__ bool combineBody(const Params& p, uint64_t flag) {
-  __shared__ int cnt[kMaxRanks + 1];
+constexpr int kArriveBits = 16;  // ringArrive: the count in the low bits (G <= kGridCap)
+
+/// Step 3c (thread 0, after the block's barrier): this block has consumed round r.
+__device__ void arriveRound(const Params& p, int r, uint64_t flag) {
   const moe::Layout& l = p.lay;
-  const int N = l.N, me = l.rank, tid = int(threadIdx.x);
+  uint64_t* w = localAt<uint64_t>(p, l.ringArrive) + r;
+  __threadfence();  // the block's reads of the round's ring rows before the arrival
+  uint64_t cur = flag << kArriveBits, next;
+  for (;;) {  // (call, count): the first arrival of a call restarts the count
+    next = (cur >> kArriveBits) == flag ? cur + 1 : (flag << kArriveBits) | 1u;
+    const uint64_t seen = dev::atomCasAcqRelGpu(w, cur, next);
+    if (seen == cur) break;
+    cur = seen;
+  }
+  if ((next & ((1u << kArriveBits) - 1)) != gridDim.x) return;
+  dev::fenceSystem();
+  const uint64_t v = moe::roundFlag(flag, r);
+  for (int d = 0; d < l.N; ++d)
+    dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[d] + l.ringCreditAt(l.rank, r)), v);
+}
+
+/// Step 3a's items of round r: (received slot, piece), from first[s][r] to first[s][r + 1] of
+/// each source s, over the grid's warps.
+template <class T>
+__device__ __forceinline__ void sendRound(const Params& p, const int (*first)[moe::kMaxRounds + 1],
+                                          int r, uint64_t flag, int gw, int nw) {
+  const int N = p.lay.N, P = p.lay.yParts;
+  int sent = 0;
+  for (int s = 0; s < N; ++s) sent += first[s][r + 1] - first[s][r];
+  for (int g = gw; g < sent * P; g += nw) {
+    int x = g / P, s = 0;
+    while (x >= first[s][r + 1] - first[s][r]) x -= first[s][r + 1] - first[s][r], ++s;
+    const int pIdx = first[s][r] + x, t = tokenOf(p, s, pIdx);
+    if (t >= 0) sendBack<T>(p, s, pIdx, t, g % P, flag);
+  }
+}
+
+/// Step 3b's items of round r: (token, piece) over the grid's warps; false when a wait stopped.
+template <class T>
+__device__ __forceinline__ bool gatherRound(const Params& p, int r, uint64_t flag,
+                                            dev::Waiter& wait, int gw, int nw) {
+  const int P = p.lay.yParts, t0 = r * p.lay.ringW;
+  const int n = min(p.tokens - t0, p.lay.ringW) * P;
+  for (int g = gw; g < n; g += nw)
+    if (!gatherToken<T>(p, t0 + g / P, g % P, flag, wait)) return false;
+  return true;
+}
+
+/// Steps 1 to 3 (every thread); true in a thread that stopped waiting. Ring: the layout's ring
+/// has D > 1 rounds (else one round holds the batch: send it, then consume it).
+template <class T, bool Ring>
+__device__ bool combineBody(const Params& p, uint64_t flag) {
+  __shared__ int cnt[kMaxRanks];
+  __shared__ int first[kMaxRanks][moe::kMaxRounds + 1];  // [s][r]: s's first slot of round r
+  __shared__ int rounds;
+  const moe::Layout& l = p.lay;
+  const int N = l.N, me = l.rank, tid = int(threadIdx.x), W = l.ringW, D = l.ringD;
   dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
   if (blockIdx.x == 0 && tid < N)
     dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.creditAt(1, me)), flag);
-  if (tid < N) cnt[tid] = localAt<int32_t>(p, l.recvCounts)[tid];
+  if (tid == 0) rounds = (p.tokens + W - 1) / W;
+  __syncthreads();
   int failed = 0;
-  if (tid < N)
+  if (tid < N) {
+    const int n = min(max(localAt<int32_t>(p, l.recvCounts)[tid], 0), l.B);
+    cnt[tid] = n;
+    if (n > 0) atomicMax(&rounds, l.roundOf(max(tokenOf(p, tid, n - 1), 0)) + 1);
     failed = !dev::waitFlagGE(reinterpret_cast<const uint64_t*>(mine(p) + l.creditAt(1, tid)),
                               flag, wait, tid);
+  }
   if (dev::syncThreadsOr(failed)) return true;
   dev::fenceAfterWait();
-  const int total = blockScan(cnt, N), P = l.yParts;
-  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
-  // work items: (received slot, piece), then (token, piece); a slot's pieces on adjacent warps
-  for (int g = gw; g < total * P; g += nw) {
-    const int x = g / P;
-    int s = N - 1;
-    while (s > 0 && cnt[s] > x) --s;
-    sendBack<T>(p, s, x - cnt[s], g % P, flag);
+  const int R = min(rounds, Ring ? moe::kMaxRounds : 1);
+  for (int i = tid; i < N * (R + 1); i += kThreads) {
+    const int s = i / (R + 1), r = i % (R + 1);
+    first[s][r] = r == 0 ? 0 : r == R ? cnt[s] : firstSlotFrom(p, s, cnt[s], r * W);
   }
-  for (int g = gw; g < p.tokens * P; g += nw)
-    if (!gatherToken<T>(p, g / P, g % P, flag, wait)) {
-      failed = 1;
-      break;
+  __syncthreads();
+  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
+  if constexpr (!Ring) {
+    if (R == 0) return false;
+    sendRound<T>(p, first, 0, flag, gw, nw);
+    return !gatherRound<T>(p, 0, flag, wait, gw, nw);
+  } else {
+#pragma unroll 1
+    for (int ph = 0; ph <= R; ++ph) {  // send round ph, consume round ph - 1
+      if (ph < R && ph >= D) {  // round ph reuses round ph - D's ring rows: the owners' credits
+        int f = 0;
+        if (tid < N && first[tid][ph + 1] > first[tid][ph])
+          f = !dev::waitFlagGE(
+              reinterpret_cast<const uint64_t*>(mine(p) + l.ringCreditAt(tid, ph - D)),
+              moe::roundFlag(flag, ph - D), wait, tid);
+        if (dev::syncThreadsOr(f)) return true;
+        dev::fenceAfterWait();
+      }
+      if (ph < R) sendRound<T>(p, first, ph, flag, gw, nw);
+      if (ph == 0) continue;
+      failed = !gatherRound<T>(p, ph - 1, flag, wait, gw, nw);
+      if (dev::syncThreadsOr(failed)) return true;
+      if (tid == 0) arriveRound(p, ph - 1, flag);
     }
-  return failed != 0;
+    return false;
+  }
 }
 
 /// The combine. Contract: the file's comment (steps 0 to 5).
-template <class T>
+template <class T, bool Ring>
 __global__ void __launch_bounds__(kThreads) combineKernel(Params p) {
   const uint64_t flag = p.counters[blockIdx.x] + 1;
   const size_t outBytes = size_t(p.tokens) * size_t(p.lay.H) * sizeof(T);
   dev::peerCall(p.fail, p.counters + blockIdx.x, flag, dev::PoisonBuf{p.out, outBytes},
-                [&] { return combineBody<T>(p, flag); });
+                [&] { return combineBody<T, Ring>(p, flag); });
 }
 
 }  // namespace
 
 void launchCombine(const Params& p, int grid, void* stream) {
   dev::dispatchDtype(dev::RowTypes{}, DataType(p.lay.dtype), "moe combine", [&]<class T>() {
-    dev::launchKernel("moe combine", &combineKernel<T>, grid, kThreads, stream, p);
+    if (p.lay.ringD > 1)
+      dev::launchKernel("moe combine", &combineKernel<T, true>, grid, kThreads, stream, p);
+    else
+      dev::launchKernel("moe combine", &combineKernel<T, false>, grid, kThreads, stream, p);
     return 0;
   });
 }

@@ -137,7 +137,7 @@ TEST(MoeLayout, CombineRowsInPieces) {
   // H 7168 bf16: 896 units, 28 warp rounds
   for (const Case c : {Case{1, 1, 7168, 2, 28, 32}, Case{1, 128, 7168, 2, 7, 128},
                        Case{8, 128, 7168, 2, 7, 128}, Case{1, 1024, 7168, 2, 1, 896},
-                       Case{2, 4096, 7168, 2, 1, 896}, Case{3, 5, 33, 4, 1, 32},
+                       Case{2, 4096, 7168, 2, 4, 224}, Case{3, 5, 33, 4, 1, 32},
                        Case{1, 1, 1, 2, 1, 32}, Case{2, 300, 4096, 4, 4, 256}}) {
     const Layout l = makeLayout(c.N, 0, c.B, c.H, 8 * c.N, 2, 2, c.esize, false);
     const size_t units = l.yRow / 16;
@@ -146,8 +146,55 @@ TEST(MoeLayout, CombineRowsInPieces) {
     EXPECT_EQ(l.yPartUnits % 32, 0u);
     EXPECT_LT(size_t(l.yParts - 1) * l.yPartUnits, units);  // every piece holds units
     EXPECT_GE(size_t(l.yParts) * l.yPartUnits, units);      // and together the whole row
-    // a flag per (slot, piece), inside the region before the rows
-    EXPECT_EQ(l.yflagAt(l.slots() - 1, l.yParts - 1) + 8, l.yflags + l.slots() * l.yParts * 8);
-    EXPECT_LE(l.yflags + l.slots() * l.yParts * 8, l.yrows);
+    // a flag per (ring row, piece), inside the region before the rows
+    const size_t Y = size_t(l.N) * size_t(l.ringRows);
+    EXPECT_EQ(l.yflagAt(Y - 1, l.yParts - 1) + 8, l.yflags + Y * l.yParts * 8);
+    EXPECT_LE(l.yflags + Y * l.yParts * 8, l.yrows);
   }
+}
+
+TEST(MoeLayout, CombineRingDoesNotGrowWithTheBatch) {
+  struct Case {
+    int B, ring, W, D;
+  };
+  for (const Case c : {Case{1, 0, 1, 1}, Case{1024, 0, 1024, 1}, Case{1025, 0, 256, 4},
+                       Case{4096, 0, 256, 4}, Case{32768, 0, 256, 4}, Case{32769, 0, 257, 4},
+                       Case{1 << 20, 0, 8192, 4}, Case{600, 128, 32, 4}, Case{600, 4, 5, 4},
+                       Case{6, 4, 1, 4}, Case{6, 6, 6, 1}, Case{7, 5, 1, 4},
+                       Case{4096, 1023, 255, 4}})
+    for (int N : {1, 3, 8}) {
+      const Layout l = makeLayout(N, N - 1, c.B, 7168, 8 * N, 8, 2, 2, false, c.ring);
+      EXPECT_EQ(l.ringW, c.W) << c.B << " " << c.ring;
+      EXPECT_EQ(l.ringD, c.D) << c.B << " " << c.ring;
+      EXPECT_EQ(l.ringRows, c.W * c.D);
+      EXPECT_EQ(l.maxRounds, (c.B + c.W - 1) / c.W);
+      EXPECT_LE(l.maxRounds, kMaxRounds);
+      EXPECT_LT(kMaxRounds, 1 << kRoundBits);
+      // one round holds the whole batch, or the ring holds D rounds and B needs more of them
+      if (c.D == 1) EXPECT_EQ(l.maxRounds, 1);
+      else EXPECT_GT(l.maxRounds, l.ringD);
+      // the rows: one ring per expert rank; every token of the batch has a row of its own in
+      // its round and the D - 1 rounds after it
+      EXPECT_EQ(l.yrows - l.yflags >= size_t(N) * l.ringRows * l.yParts * 8, true);
+      EXPECT_LE(l.yrowAt(size_t(N) * l.ringRows), l.peerEnd);
+      for (int t : {0, c.B / 2, c.B - 1}) {
+        EXPECT_EQ(l.ySlot(N - 1, t), size_t(N - 1) * l.ringRows + size_t(t % l.ringRows));
+        for (int u = t + 1; u < c.B && l.roundOf(u) < l.roundOf(t) + l.ringD; ++u)
+          ASSERT_NE(l.ySlot(0, u), l.ySlot(0, t)) << c.B << " " << t << " " << u;
+      }
+      // credits: one per (owner, round in flight); arrivals: one per round (ring only)
+      EXPECT_EQ(l.ringCreditAt(N - 1, l.ringD + 1) + 8,
+                l.ringCredits + (size_t(N - 1) * l.ringD + 1 % l.ringD + 1) * 8);
+      EXPECT_LE(l.ringCredits + size_t(N) * l.ringD * 8, l.heads);
+      if (c.D > 1) EXPECT_LE(l.ringArrive + size_t(l.maxRounds) * 8, l.tileSums);
+      // flags increase with the call, then the round, and never collide across calls
+      EXPECT_LT(roundFlag(5, l.maxRounds - 1), roundFlag(6, 0));
+      EXPECT_LT(roundFlag(6, 0), roundFlag(6, 1));
+    }
+  // B 4096, H 7168, bf16, 8 ranks: the combine rows are 1024 per expert rank, not 4096
+  const Layout big = makeLayout(8, 0, 4096, 7168, 256, 8, 2, 2, false);
+  const Layout small = makeLayout(8, 0, 1024, 7168, 256, 8, 2, 2, false);
+  EXPECT_EQ(big.ringRows, 1024);
+  EXPECT_EQ(big.yrowAt(0) + 8 * 1024 * big.yRow, small.yrowAt(0) + 8 * 1024 * small.yRow +
+                                                        (big.yrows - small.yrows));
 }

@@ -116,27 +116,32 @@ void roundTrip(cclx::MoeBuffer& buf, int r, int n, int call, bool cached = false
   }
 }
 
+// ring 0: one round holds the batch; ring 4: combine in rounds of one token, four in the ring
+// (kB = 6 tokens: the ring rows are reused)
 TEST(HostMoe, RoundTripsAtEveryWorldSize) {
-  for (int n : {1, 2, 3, 4}) {
-    auto res = cclx::test::runRanks(n, [](int r, int n, std::shared_ptr<cclx::Store> store) {
-      auto comm = cclx::test::makeCpuComm(r, n, store);
-      cclx::MoeConfig cfg;
-      cfg.maxTokensPerRank = kB;
-      cfg.hidden = kH;
-      cfg.numExperts = kL * n;
-      cfg.topK = kK;
-      cfg.dtype = cclx::DataType::f32;
-      std::string why;
-      MP_CHECK(cclx::MoeBuffer::route(*comm, cfg, &why) == cclx::MoeRoute::Host, "route: %s",
-               why.c_str());
-      auto buf = cclx::MoeBuffer::create(comm, cfg);
-      MP_CHECK(buf->engineRoute() == cclx::MoeRoute::Host && buf->bytes() > 0, "engine");
-      for (int call = 0; call < 4; ++call) roundTrip(*buf, r, n, call);
-      roundTrip(*buf, r, n, 3, /*cached=*/true);  // the last routing again
-      buf->destroy();
-      comm->finalize();
-    });
-    ASSERT_TRUE(res.ok()) << "world size " << n << "\n" << res.log;
+  for (int ring : {0, 4}) {
+    for (int n : {1, 2, 3, 4}) {
+      auto res = cclx::test::runRanks(n, [ring](int r, int n, std::shared_ptr<cclx::Store> store) {
+        auto comm = cclx::test::makeCpuComm(r, n, store);
+        cclx::MoeConfig cfg;
+        cfg.ringTokens = ring;
+        cfg.maxTokensPerRank = kB;
+        cfg.hidden = kH;
+        cfg.numExperts = kL * n;
+        cfg.topK = kK;
+        cfg.dtype = cclx::DataType::f32;
+        std::string why;
+        MP_CHECK(cclx::MoeBuffer::route(*comm, cfg, &why) == cclx::MoeRoute::Host, "route: %s",
+                 why.c_str());
+        auto buf = cclx::MoeBuffer::create(comm, cfg);
+        MP_CHECK(buf->engineRoute() == cclx::MoeRoute::Host && buf->bytes() > 0, "engine");
+        for (int call = 0; call < 4; ++call) roundTrip(*buf, r, n, call);
+        roundTrip(*buf, r, n, 3, /*cached=*/true);  // the last routing again
+        buf->destroy();
+        comm->finalize();
+      });
+      ASSERT_TRUE(res.ok()) << "world size " << n << ", ring " << ring << "\n" << res.log;
+    }
   }
 }
 
@@ -164,6 +169,10 @@ TEST(HostMoe, BadConfigsAreRefused) {
     refused(bad, "dtype");
     bad = c, bad.maxTokensPerRank = 0;
     refused(bad, "max_tokens_per_rank");
+    for (int ring : {-1, 1, 3, (1 << 20) + 1}) {
+      bad = c, bad.ringTokens = ring;
+      refused(bad, "ring_tokens");
+    }
     comm->finalize();
   });
   ASSERT_TRUE(res.ok()) << res.log;

@@ -40,9 +40,10 @@ def teardown(ctx):
 
 def _pair(ctx, B, H, E, k, dtype, fp8, **shape):
     g = moe.Buffer(ctx.comm, B, H, E, k, dtype, fp8=fp8, **shape)
-    t = moe.Buffer(ctx.twin, B, H, E, k, dtype, fp8=fp8)
+    t = moe.Buffer(ctx.twin, B, H, E, k, dtype, fp8=fp8, ring_tokens=shape.get("ring_tokens"))
     assert g.route == "kernels", (g.route, g.why)
     assert t.route == "host" and g.bytes == t.bytes
+    assert (g.ring_rows, g.ring_round) == (t.ring_rows, t.ring_round)
     if shape.get("num_sms"):
         assert g.blocks == shape["num_sms"], (g.blocks, shape)
     if shape.get("chunk_tokens"):
@@ -225,6 +226,36 @@ def case_tiles_of_every_length(ctx):
         g, t = _pair(ctx, B, H, L * N, k, torch.bfloat16, fp8)
         try:
             _graph_replays(ctx, g, t, L, k, H, B, fp8, ("random", "same_rank", "dup"), 65,
+                           between)
+        finally:
+            torch.cuda.synchronize()
+            g.destroy()
+            t.destroy()
+
+
+def case_combine_in_rounds_through_the_ring(ctx):
+    """Batches longer than the combine ring, so combine runs in rounds whose ring rows are
+    reused: rounds of 2 tokens (ring_tokens=8) on the default grid and on 3 blocks, of 1 token
+    (ring_tokens=4) on 2 blocks, ranks of different lengths (one without tokens, one with a
+    single token), ids out of range, several calls on one buffer; the default ring under a
+    bound of 1500 (rounds of 256, 6 per call); then graph replays with rounds of 32 tokens,
+    whole and split. Every output bit like the twin and the references."""
+    N = ctx.size
+    Ts = [(40, 17, 0, 33, 40, 1, 29, 38)[i % 8] for i in range(N)]
+    for seed, H, k, L, dtype, kind, fp8, bad, shape in (
+            (70, 72, 4, 5, "bf16", "random", False, False, dict(ring_tokens=8)),
+            (71, 33, 8, 8, "f32", "dup", True, False, dict(ring_tokens=8, num_sms=3)),
+            (72, 130, 2, 4, "f16", "one_expert", False, True, dict(ring_tokens=4, num_sms=2)),
+            (73, 64, 8, 8, "bf16", "same_rank", True, False, dict(ring_tokens=8))):
+        _run(ctx, seed, H, k, L, dtype, kind, fp8, Ts=Ts, bad=bad, calls=2, **shape)
+    Tl = [(1500, 1100, 257, 1499)[i % 4] for i in range(N)]
+    _run(ctx, 74, 40, 8, 8, "bf16", "random", True, Ts=Tl, B=1500)
+    L, k, H, B = 4, 4, 40, 600
+    for fp8, between in ((True, None), (False, lambda: None)):
+        g, t = _pair(ctx, B, H, L * N, k, torch.bfloat16, fp8, ring_tokens=128)
+        try:
+            assert (g.ring_rows, g.ring_round) == (128, 32), (g.ring_rows, g.ring_round)
+            _graph_replays(ctx, g, t, L, k, H, B, fp8, ("random", "dup", "one_expert"), 75,
                            between)
         finally:
             torch.cuda.synchronize()

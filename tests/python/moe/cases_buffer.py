@@ -24,14 +24,15 @@ def teardown(ctx):
     ctx.comm.finalize()
 
 
-def one(ctx, seed, H, k, L, dtype, kind, fp8, Ts=None, B=None, bad_ids=False, calls=1):
+def one(ctx, seed, H, k, L, dtype, kind, fp8, Ts=None, B=None, bad_ids=False, calls=1,
+        ring_tokens=None):
     """A buffer, `calls` dispatch + combine round trips on it (new routing each), destroyed."""
     N, r = ctx.size, ctx.rank
     E = L * N
     if Ts is None:
         Ts = [5 + (3 * i) % 4 for i in range(N)]
     B = B or max(max(Ts), 1)
-    buf = moe.Buffer(ctx.comm, B, H, E, k, DT[dtype], fp8=fp8)
+    buf = moe.Buffer(ctx.comm, B, H, E, k, DT[dtype], fp8=fp8, ring_tokens=ring_tokens)
     try:
         assert buf.route == "host", buf.route
         for c in range(calls):
@@ -110,6 +111,31 @@ def case_uneven_tokens_and_empty_ranks(ctx):
     Ts = [(i * 5) % 7 if i != 1 else 0 for i in range(ctx.size)]
     one(ctx, 21, 36, 3, 3, "f32", "random", False, Ts=Ts, B=9)
     one(ctx, 22, 36, 3, 3, "bf16", "random", True, Ts=Ts, B=9)
+
+
+def case_combine_in_rounds_through_the_ring(ctx):
+    """Batches longer than the combine ring: rounds of 2 tokens, 4 in the ring (ring_tokens=8),
+    of 1 token (ring_tokens=4) and the default ring (1024 rows) under a bound of 1500 (rounds of
+    256): ring rows reused many times per call, ranks of different lengths (one with no tokens,
+    one with a single token), several calls on one buffer."""
+    N = ctx.size
+    Ts = [(40, 17, 0, 33, 40, 1, 29, 38)[i % 8] for i in range(N)]
+    one(ctx, 80, 72, 4, 5, "bf16", "random", False, Ts=Ts, calls=3, ring_tokens=8)
+    one(ctx, 81, 33, 8, 8, "f32", "dup", True, Ts=Ts, calls=2, ring_tokens=8)
+    one(ctx, 82, 20, 2, 4, "f16", "one_expert", False, Ts=Ts, bad_ids=True, ring_tokens=4)
+    one(ctx, 83, 8, 3, 4, "f32", "random", True, B=1500,
+        Ts=[(1500, 1100, 257, 1499)[i % 4] for i in range(N)])
+    for B, ring, want in ((200, 8, (8, 2)), (1500, 8, (48, 12))):  # at most 128 rounds
+        buf = moe.Buffer(ctx.comm, B, 8, 2 * N, 3, torch.float32, ring_tokens=ring)
+        try:
+            assert (buf.ring_rows, buf.ring_round) == want, (buf.ring_rows, buf.ring_round)
+        finally:
+            buf.destroy()
+    buf = moe.Buffer(ctx.comm, 1024, 8, 2 * N, 3, torch.float32)
+    try:  # the default ring holds a batch of 1024: one round
+        assert (buf.ring_rows, buf.ring_round) == (1024, 1024), (buf.ring_rows, buf.ring_round)
+    finally:
+        buf.destroy()
 
 
 def case_many_calls_changing_routing(ctx):
@@ -235,7 +261,8 @@ def case_argument_errors(ctx):
                     (dict(max_tokens_per_rank=0), "max_tokens_per_rank"),
                     (dict(num_sms=129), "num_sms"), (dict(num_sms=-1), "num_sms"),
                     (dict(chunk_tokens=-32), "chunk_tokens"),
-                    (dict(chunk_tokens=(1 << 20) + 1), "chunk_tokens")):
+                    (dict(chunk_tokens=(1 << 20) + 1), "chunk_tokens"),
+                    (dict(ring_tokens=3), "ring_tokens"), (dict(ring_tokens=-8), "ring_tokens")):
         args = dict(max_tokens_per_rank=4, hidden=8, num_experts=2 * N, top_k=2)
         args.update(kw)
         try:
@@ -277,7 +304,8 @@ def case_argument_errors(ctx):
 
 
 def case_memory_is_rank_major(ctx):
-    """bytes: the rank-major bound (N*B receive rows and N*B combine rows, plus the records)."""
+    """bytes: the rank-major bound (N*B receive rows and N*min(B, 1024) combine ring rows, plus
+    the records); at B 4096 the ring saves the combine rows of the other 3072 tokens."""
     N = ctx.size
     B, H, k, L = 128, 7168, 8, 4
     buf = moe.Buffer(ctx.comm, B, H, L * N, k, torch.bfloat16, fp8=True)
@@ -288,6 +316,16 @@ def case_memory_is_rank_major(ctx):
         assert buf.recv.scales.shape == (N * B, (H + 127) // 128)
     finally:
         buf.destroy()
+    B, H = 4096, 512
+    sizes = []
+    for ring in (None, 4096):
+        buf = moe.Buffer(ctx.comm, B, H, L * N, k, torch.bfloat16, fp8=True, ring_tokens=ring)
+        try:
+            assert buf.ring_rows == (ring or 1024), buf.ring_rows
+            sizes.append(buf.bytes)
+        finally:
+            buf.destroy()
+    assert sizes[1] - sizes[0] >= N * (B - 1024) * 2 * H, sizes
 
 
 def _late_rank(ctx, name, seed, split):
