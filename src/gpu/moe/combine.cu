@@ -20,7 +20,7 @@
 //      s and round r, the first received slot of s in round r (its slots are in s's token
 //      order: a binary search over the slot records' token index).
 //   3. steps ph = 0 .. R (R rounds: this rank's tokens' and the received ones'): send round ph,
-//      consume round ph - 1, over the block's warps as one list of work items:
+//      then consume round ph - 1, each a list of work items over the grid's warps:
 //      a. send (round ph): when ph >= D, threads d < N first wait for owner d's credit of round
 //         ph - D (its ring rows are free again). Items (received slot, piece) of the round: sum_x
 //         w_x * expert_out[entry_x] per element in f32 (products and sums rounded once, entries
@@ -34,8 +34,10 @@
 //      c. with D > 1: the block arrives at round ph - 1 (ringArrive: a compare-and-swap on
 //         (c + 1, count)); the grid's last arrival grants every expert rank the round's credit
 //         (ringCredits[rank][round % D] in its memory := roundFlag(c + 1, round)).
-//      A block sends a round only after it consumed the round before, and needs only credits of
-//      rounds at least D - 1 >= 1 older, which every block consumes first: no cycle.
+//      No cycle (every block of every rank resident): a block sends round ph once it has
+//      consumed round ph - 2 and needs the credit of round ph - D <= ph - 2; the block furthest
+//      behind is either sending (every block has consumed what its credits need) or consuming
+//      a round every block has sent, so it never waits forever.
 //   4. counters advance (c + 1) on every path; a block that stopped poisons the output whole.
 #include "gpu/moe/common.cuh"
 

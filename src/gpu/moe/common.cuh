@@ -1,6 +1,6 @@
 // Device pieces the MoE kernels share (dispatch.cu, combine.cu): 16-byte units of a row in the
-// tokens' dtype as floats, bit-mask positions, the poison of a call's outputs. Internal to the
-// including file.
+// tokens' dtype as floats, a block-wide prefix sum, bit-mask positions, the poison of a call's
+// outputs. Internal to the including file.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +82,38 @@ constexpr int kCopyBatch = 8;
 __device__ __forceinline__ int unitValid(size_t bytes, size_t u) {
   const size_t left = bytes - u * 16;
   return left < 16 ? int(left) : 16;
+}
+
+/// Block-wide exclusive prefix sum of a[0..n) in shared memory, in place (all threads call it);
+/// returns the total in every thread.
+__device__ inline int blockScan(int* a, int n) {
+  __shared__ int warpSum[kWarps];
+  const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
+  const int per = (n + kThreads - 1) / kThreads;
+  const int lo = min(n, t * per), hi = min(n, lo + per);
+  int s = 0;
+  for (int i = lo; i < hi; ++i) s += a[i];
+  int x = s;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int y = dev::shfl32(x, lane >= off ? lane - off : lane);
+    if (lane >= off) x += y;
+  }
+  if (lane == 31) warpSum[warp] = x;
+  __syncthreads();
+  int before = 0, total = 0;
+  for (int i = 0; i < kWarps; ++i) {
+    if (i < warp) before += warpSum[i];
+    total += warpSum[i];
+  }
+  int run = before + x - s;
+  for (int i = lo; i < hi; ++i) {
+    const int v = a[i];
+    a[i] = run;
+    run += v;
+  }
+  __syncthreads();
+  return total;
 }
 
 /// Column r of a word-major mask table ([W][R], core/moe/tables.h): bit t (token t chose r), and

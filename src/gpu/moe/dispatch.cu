@@ -51,38 +51,6 @@ namespace {
 
 using Smem = moe::Tables;
 
-/// Block-wide exclusive prefix sum of a[0..n) in shared memory, in place (all threads call it);
-/// returns the total in every thread.
-__device__ int blockScan(int* a, int n) {
-  __shared__ int warpSum[kWarps];
-  const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
-  const int per = (n + kThreads - 1) / kThreads;
-  const int lo = min(n, t * per), hi = min(n, lo + per);
-  int s = 0;
-  for (int i = lo; i < hi; ++i) s += a[i];
-  int x = s;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int y = dev::shfl32(x, lane >= off ? lane - off : lane);
-    if (lane >= off) x += y;
-  }
-  if (lane == 31) warpSum[warp] = x;
-  __syncthreads();
-  int before = 0, total = 0;
-  for (int i = 0; i < kWarps; ++i) {
-    if (i < warp) before += warpSum[i];
-    total += warpSum[i];
-  }
-  int run = before + x - s;
-  for (int i = lo; i < hi; ++i) {
-    const int v = a[i];
-    a[i] = run;
-    run += v;
-  }
-  __syncthreads();
-  return total;
-}
-
 /// Router entry i (token i / k, slot i % k) as given, or as kept by the last dispatch (cached).
 __device__ __forceinline__ int64_t loadId(const Params& p, size_t i) {
   if (p.cached) return localAt<int32_t>(p, p.lay.tokIds)[i];
