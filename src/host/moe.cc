@@ -412,11 +412,14 @@ void HostMoe::runCombine(const MoeCall& c, uint64_t e) {
   for (int r = 0; r <= R; ++r) {
     for (int s = 0; s < N && r < R; ++s) {
       int p = next[size_t(s)];
-      auto inRound = [&](int q) { return q < rc[s] && l.roundOf(std::max(tokenOf(s, q), 0)) <= r; };
-      if (r >= D && inRound(p))  // the ring rows of round r - D at owner s are free
-        waitFlag(s, base_ + l.ringCreditAt(s, r - D), moe::roundFlag(flag, r - D));
-      for (; inRound(p); ++p)
-        if (tokenOf(s, p) >= 0) sendBack(s, p, tokenOf(s, p));
+      for (bool waited = r < D; p < rc[s]; ++p) {
+        const int t = tokenOf(s, p);
+        if (l.roundOf(std::max(t, 0)) > r) break;
+        if (!waited)  // the ring rows of round r - D at owner s are free
+          waitFlag(s, base_ + l.ringCreditAt(s, r - D), moe::roundFlag(flag, r - D));
+        waited = true;
+        if (t >= 0) sendBack(s, p, t);
+      }
       next[size_t(s)] = p;
     }
     if (r == 0) continue;
