@@ -64,8 +64,9 @@ __device__ int firstSlotFrom(const Params& p, int s, int n, int t0) {
   return lo;
 }
 
-/// Step 3a for piece q of received slot pIdx of source s, the owner's token t (the whole warp).
-template <class T>
+/// Step 3a for piece q of received slot pIdx of source s, the owner's token t (the whole warp);
+/// kX: entries' loads in flight per lane (kSendBatch).
+template <class T, int kX>
 __device__ void sendBack(const Params& p, int s, int pIdx, int t, int q, uint64_t flag) {
   const moe::Layout& l = p.lay;
   const int lane = dev::laneId(), kk = l.kk;
@@ -86,7 +87,7 @@ __device__ void sendBack(const Params& p, int s, int pIdx, int t, int q, uint64_
   } else if (rowsAligned(p.eout, bytes)) {
     // whole aligned units: kX entries' loads of a unit in flight per round (a slot has k
     // entries or fewer, often 8)
-    constexpr int kU = 1, kX = kCopyBatch;
+    constexpr int kU = 1;
     for (size_t b = lo; b < units; b += 32 * kU) {  // warp-uniform rounds (shuffles inside)
       const size_t u0 = b + size_t(lane);
       float acc[kU][kPerUnit<T>];
@@ -233,9 +234,14 @@ __device__ void arriveRound(const Params& p, int r, uint64_t flag) {
     dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[d] + l.ringCreditAt(l.rank, r)), v);
 }
 
+/// Step 3a's loads in flight per lane: kCopyBatch in one round; half in the ring's loop, whose
+/// state across rounds left no room for kCopyBatch (ptxas spilled its sums inside the loads' loop).
+template <bool Ring>
+constexpr int kSendBatch = Ring ? kCopyBatch / 2 : kCopyBatch;
+
 /// Step 3a's items of round r: (received slot, piece), from first[s][r] to first[s][r + 1] of
 /// each source s, over the grid's warps.
-template <class T>
+template <class T, int kX>
 __device__ __forceinline__ void sendRound(const Params& p, const int (*first)[moe::kMaxRounds + 1],
                                           int r, uint64_t flag, int gw, int nw) {
   const int N = p.lay.N, P = p.lay.yParts;
@@ -245,7 +251,7 @@ __device__ __forceinline__ void sendRound(const Params& p, const int (*first)[mo
     int x = g / P, s = 0;
     while (x >= first[s][r + 1] - first[s][r]) x -= first[s][r + 1] - first[s][r], ++s;
     const int pIdx = first[s][r] + x, t = tokenOf(p, s, pIdx);
-    if (t >= 0) sendBack<T>(p, s, pIdx, t, g % P, flag);
+    if (t >= 0) sendBack<T, kX>(p, s, pIdx, t, g % P, flag);
   }
 }
 
@@ -293,7 +299,7 @@ __device__ bool combineBody(const Params& p, uint64_t flag) {
   const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
   if constexpr (!Ring) {
     if (R == 0) return false;
-    sendRound<T>(p, first, 0, flag, gw, nw);
+    sendRound<T, kSendBatch<false>>(p, first, 0, flag, gw, nw);
     return !gatherRound<T>(p, 0, flag, wait, gw, nw);
   } else {
 #pragma unroll 1
@@ -307,7 +313,7 @@ __device__ bool combineBody(const Params& p, uint64_t flag) {
         if (dev::syncThreadsOr(f)) return true;
         dev::fenceAfterWait();
       }
-      if (ph < R) sendRound<T>(p, first, ph, flag, gw, nw);
+      if (ph < R) sendRound<T, kSendBatch<true>>(p, first, ph, flag, gw, nw);
       if (ph == 0) continue;
       failed = !gatherRound<T>(p, ph - 1, flag, wait, gw, nw);
       if (dev::syncThreadsOr(failed)) return true;
