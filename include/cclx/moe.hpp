@@ -39,7 +39,7 @@ struct MoeConfig {
   int chunkTokens = 0;  // tokens per routing chunk of the dispatch kernel (its shared-memory
                         // tables), 0..2^20; 0: CCLX_MOE_CHUNK_TOKENS, whose 0 is the most that fit
   // Memory (changes no output bit either; the same on every rank, like the sizes above):
-  int ringTokens = 0;   // combine rows per expert rank at each owner, 0 or 4..2^20 (0: 1024);
+  int ringTokens = 0;   // combine rows per expert rank at each owner, 0 or 4..2^20 (0: 4096);
                         // a larger maxTokensPerRank makes combine run in rounds through them
 };
 

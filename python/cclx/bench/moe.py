@@ -52,7 +52,7 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
                    help=f"comma list of {', '.join(IMPLS)} (default all)")
     p.add_argument("--ring-tokens", type=int, default=None,
                    help="buffer-*: the combine ring's rows per expert rank (default the "
-                        "buffer's, 1024; a batch above it combines in rounds)")
+                        "buffer's, 4096; a batch above it combines in rounds)")
     p.add_argument("--iters", type=int, default=20, help="timed calls per row (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
     p.add_argument("--seed", type=int, default=0)

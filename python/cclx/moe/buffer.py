@@ -99,7 +99,7 @@ class Buffer:
     dispatch kernel (None: CCLX_MOE_CHUNK_TOKENS, whose 0 is the most whose tables fit).
     `blocks` and `chunk_tokens` report what the buffer runs (0 off the kernels).
     ring_tokens (no output bit depends on it either; the same on every rank): combine rows per
-    expert rank at each owner (None: 1024). When max_tokens_per_rank is larger, combine runs in
+    expert rank at each owner (None: 4096). When max_tokens_per_rank is larger, combine runs in
     rounds of `ring_round` tokens through a ring of `ring_rows` rows per expert rank, so its
     memory does not grow with the batch (docs/design/moe.md, "Combine")."""
 

@@ -132,14 +132,15 @@ TEST(MoeLayout, TileRecordsHoldEveryColumn) {
 
 TEST(MoeLayout, CombineRowsInPieces) {
   struct Case {
-    int N, B, H, esize, parts, partUnits;
+    int N, B, H, esize, ring, parts, partUnits;
   };
-  // H 7168 bf16: 896 units, 28 warp rounds
-  for (const Case c : {Case{1, 1, 7168, 2, 28, 32}, Case{1, 128, 7168, 2, 7, 128},
-                       Case{8, 128, 7168, 2, 7, 128}, Case{1, 1024, 7168, 2, 1, 896},
-                       Case{2, 4096, 7168, 2, 4, 224}, Case{3, 5, 33, 4, 1, 32},
-                       Case{1, 1, 1, 2, 1, 32}, Case{2, 300, 4096, 4, 4, 256}}) {
-    const Layout l = makeLayout(c.N, 0, c.B, c.H, 8 * c.N, 2, 2, c.esize, false);
+  // H 7168 bf16: 896 units, 28 warp rounds; a 1024-row ring at B 4096: rounds of 256 tokens
+  for (const Case c : {Case{1, 1, 7168, 2, 0, 28, 32}, Case{1, 128, 7168, 2, 0, 7, 128},
+                       Case{8, 128, 7168, 2, 0, 7, 128}, Case{1, 1024, 7168, 2, 0, 1, 896},
+                       Case{2, 4096, 7168, 2, 0, 1, 896}, Case{2, 4096, 7168, 2, 1024, 4, 224},
+                       Case{3, 5, 33, 4, 0, 1, 32}, Case{1, 1, 1, 2, 0, 1, 32},
+                       Case{2, 300, 4096, 4, 0, 4, 256}}) {
+    const Layout l = makeLayout(c.N, 0, c.B, c.H, 8 * c.N, 2, 2, c.esize, false, c.ring);
     const size_t units = l.yRow / 16;
     EXPECT_EQ(l.yParts, c.parts) << c.B << " " << c.H;
     EXPECT_EQ(l.yPartUnits, size_t(c.partUnits)) << c.B << " " << c.H;
@@ -157,11 +158,13 @@ TEST(MoeLayout, CombineRingDoesNotGrowWithTheBatch) {
   struct Case {
     int B, ring, W, D;
   };
-  for (const Case c : {Case{1, 0, 1, 1}, Case{1024, 0, 1024, 1}, Case{1025, 0, 256, 4},
-                       Case{4096, 0, 256, 4}, Case{32768, 0, 256, 4}, Case{32769, 0, 257, 4},
-                       Case{1 << 20, 0, 8192, 4}, Case{600, 128, 32, 4}, Case{600, 4, 5, 4},
-                       Case{6, 4, 1, 4}, Case{6, 6, 6, 1}, Case{7, 5, 1, 4},
-                       Case{4096, 1023, 255, 4}})
+  for (const Case c : {Case{1, 0, 1, 1}, Case{1024, 0, 1024, 1}, Case{4096, 0, 4096, 1},
+                       Case{4097, 0, 1024, 4}, Case{131072, 0, 1024, 4},
+                       Case{131073, 0, 1025, 4}, Case{1 << 20, 0, 8192, 4},
+                       Case{1025, 1024, 256, 4}, Case{4096, 1024, 256, 4},
+                       Case{32768, 1024, 256, 4}, Case{32769, 1024, 257, 4},
+                       Case{600, 128, 32, 4}, Case{600, 4, 5, 4}, Case{6, 4, 1, 4},
+                       Case{6, 6, 6, 1}, Case{7, 5, 1, 4}, Case{4096, 1023, 255, 4}})
     for (int N : {1, 3, 8}) {
       const Layout l = makeLayout(N, N - 1, c.B, 7168, 8 * N, 8, 2, 2, false, c.ring);
       EXPECT_EQ(l.ringW, c.W) << c.B << " " << c.ring;
@@ -191,9 +194,10 @@ TEST(MoeLayout, CombineRingDoesNotGrowWithTheBatch) {
       EXPECT_LT(roundFlag(5, l.maxRounds - 1), roundFlag(6, 0));
       EXPECT_LT(roundFlag(6, 0), roundFlag(6, 1));
     }
-  // B 4096, H 7168, bf16, 8 ranks: the combine rows are 1024 per expert rank, not 4096
-  const Layout big = makeLayout(8, 0, 4096, 7168, 256, 8, 2, 2, false);
-  const Layout small = makeLayout(8, 0, 1024, 7168, 256, 8, 2, 2, false);
+  // B 4096, H 7168, bf16, 8 ranks, a 1024-row ring: the combine rows are 1024 per expert
+  // rank, not 4096
+  const Layout big = makeLayout(8, 0, 4096, 7168, 256, 8, 2, 2, false, 1024);
+  const Layout small = makeLayout(8, 0, 1024, 7168, 256, 8, 2, 2, false, 1024);
   EXPECT_EQ(big.ringRows, 1024);
   EXPECT_EQ(big.yrowAt(0) + 8 * 1024 * big.yRow, small.yrowAt(0) + 8 * 1024 * small.yRow +
                                                         (big.yrows - small.yrows));

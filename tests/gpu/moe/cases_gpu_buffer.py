@@ -185,16 +185,18 @@ def case_chunked_routing(ctx):
 def case_prefill_batch_one_and_several_chunks(ctx):
     """Prefill-sized batches: 4096 tokens per rank (2560 at CCLX_TEST_TIME_SCALE below 1), 256
     experts (or the next multiple of N), top-8, in tiles (a tile per block): FP8 with the
-    default launch shape, each tile one chunk of the tables, and bf16 on 8 blocks in chunks of
-    64 tokens (tiles of several chunks), every output bit like the twin and the references."""
+    default launch shape, each tile one chunk of the tables, combine in one round; bf16 on 8
+    blocks in chunks of 64 tokens (tiles of several chunks), combine in rounds of 256 through
+    a 1024-row ring; every output bit like the twin and the references."""
     N = ctx.size
     L = max(256 // N, 1)
     T = 4096 if SCALE >= 1 else 2560
     for fp8 in (True, False):
         g, t = _pair(ctx, T, 64, L * N, 8, torch.bfloat16, fp8,
-                     **({} if fp8 else dict(chunk_tokens=64, num_sms=8)))
+                     **({} if fp8 else dict(chunk_tokens=64, num_sms=8, ring_tokens=1024)))
         try:
             tile = -(-T // g.blocks)
+            assert g.ring_rows == (T if fp8 else 1024), g.ring_rows
             if fp8:
                 assert g.chunk_tokens >= tile, (g.chunk_tokens, tile)
             else:
@@ -237,7 +239,7 @@ def case_combine_in_rounds_through_the_ring(ctx):
     """Batches longer than the combine ring, so combine runs in rounds whose ring rows are
     reused: rounds of 2 tokens (ring_tokens=8) on the default grid and on 3 blocks, of 1 token
     (ring_tokens=4) on 2 blocks, ranks of different lengths (one without tokens, one with a
-    single token), ids out of range, several calls on one buffer; the default ring under a
+    single token), ids out of range, several calls on one buffer; a 1024-row ring under a
     bound of 1500 (rounds of 256, 6 per call); then graph replays with rounds of 32 tokens,
     whole and split. Every output bit like the twin and the references."""
     N = ctx.size
@@ -249,7 +251,7 @@ def case_combine_in_rounds_through_the_ring(ctx):
             (73, 64, 8, 8, "bf16", "same_rank", True, False, dict(ring_tokens=8))):
         _run(ctx, seed, H, k, L, dtype, kind, fp8, Ts=Ts, bad=bad, calls=2, **shape)
     Tl = [(1500, 1100, 257, 1499)[i % 4] for i in range(N)]
-    _run(ctx, 74, 40, 8, 8, "bf16", "random", True, Ts=Tl, B=1500)
+    _run(ctx, 74, 40, 8, 8, "bf16", "random", True, Ts=Tl, B=1500, ring_tokens=1024)
     L, k, H, B = 4, 4, 40, 600
     for fp8, between in ((True, None), (False, lambda: None)):
         g, t = _pair(ctx, B, H, L * N, k, torch.bfloat16, fp8, ring_tokens=128)

@@ -115,7 +115,7 @@ def case_uneven_tokens_and_empty_ranks(ctx):
 
 def case_combine_in_rounds_through_the_ring(ctx):
     """Batches longer than the combine ring: rounds of 2 tokens, 4 in the ring (ring_tokens=8),
-    of 1 token (ring_tokens=4) and the default ring (1024 rows) under a bound of 1500 (rounds of
+    of 1 token (ring_tokens=4) and a 1024-row ring under a bound of 1500 (rounds of
     256): ring rows reused many times per call, ranks of different lengths (one with no tokens,
     one with a single token), several calls on one buffer."""
     N = ctx.size
@@ -124,18 +124,19 @@ def case_combine_in_rounds_through_the_ring(ctx):
     one(ctx, 81, 33, 8, 8, "f32", "dup", True, Ts=Ts, calls=2, ring_tokens=8)
     one(ctx, 82, 20, 2, 4, "f16", "one_expert", False, Ts=Ts, bad_ids=True, ring_tokens=4)
     one(ctx, 83, 8, 3, 4, "f32", "random", True, B=1500,
-        Ts=[(1500, 1100, 257, 1499)[i % 4] for i in range(N)])
+        Ts=[(1500, 1100, 257, 1499)[i % 4] for i in range(N)], ring_tokens=1024)
     for B, ring, want in ((200, 8, (8, 2)), (1500, 8, (48, 12))):  # at most 128 rounds
         buf = moe.Buffer(ctx.comm, B, 8, 2 * N, 3, torch.float32, ring_tokens=ring)
         try:
             assert (buf.ring_rows, buf.ring_round) == want, (buf.ring_rows, buf.ring_round)
         finally:
             buf.destroy()
-    buf = moe.Buffer(ctx.comm, 1024, 8, 2 * N, 3, torch.float32)
-    try:  # the default ring holds a batch of 1024: one round
-        assert (buf.ring_rows, buf.ring_round) == (1024, 1024), (buf.ring_rows, buf.ring_round)
-    finally:
-        buf.destroy()
+    for B, want in ((4096, (4096, 4096)), (4097, (4096, 1024))):
+        buf = moe.Buffer(ctx.comm, B, 8, 2 * N, 3, torch.float32)
+        try:  # the default ring holds a batch of 4096 (one round); a longer one runs rounds
+            assert (buf.ring_rows, buf.ring_round) == want, (buf.ring_rows, buf.ring_round)
+        finally:
+            buf.destroy()
 
 
 def case_many_calls_changing_routing(ctx):
@@ -304,8 +305,8 @@ def case_argument_errors(ctx):
 
 
 def case_memory_is_rank_major(ctx):
-    """bytes: the rank-major bound (N*B receive rows and N*min(B, 1024) combine ring rows, plus
-    the records); at B 4096 the ring saves the combine rows of the other 3072 tokens."""
+    """bytes: the rank-major bound (N*B receive rows and N*min(B, 4096) combine ring rows, plus
+    the records); at B 4096 a 1024-row ring saves the combine rows of the other 3072 tokens."""
     N = ctx.size
     B, H, k, L = 128, 7168, 8, 4
     buf = moe.Buffer(ctx.comm, B, H, L * N, k, torch.bfloat16, fp8=True)
@@ -318,10 +319,10 @@ def case_memory_is_rank_major(ctx):
         buf.destroy()
     B, H = 4096, 512
     sizes = []
-    for ring in (None, 4096):
+    for ring in (1024, None):
         buf = moe.Buffer(ctx.comm, B, H, L * N, k, torch.bfloat16, fp8=True, ring_tokens=ring)
         try:
-            assert buf.ring_rows == (ring or 1024), buf.ring_rows
+            assert buf.ring_rows == (ring or 4096), buf.ring_rows
             sizes.append(buf.bytes)
         finally:
             buf.destroy()
