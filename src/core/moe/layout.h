@@ -44,8 +44,9 @@
 //                                source's token order): its row s*B + p of xrows
 //   slotEntries   int32 [N*B][kk] the entries of received slot s*B + p in top-k order (-1 pad)
 //   slotW         f32 [N*B][kk]  their weights (a repeated expert's weights summed in order)
-//   ringArrive uint64 [maxRounds] combine's blocks that have consumed round r: (c + 1) << 16
-//                 | count (the CUDA kernel's; the last of the grid grants the round's credit)
+//   ringArrive uint64 [maxRounds] how many of combine's blocks have consumed round r (the CUDA
+//                 kernel's; 0 between calls: the last of the grid resets it and grants the
+//                 round's credit)
 //   tileSums      the CUDA dispatch's tiles (core/moe/tables.h, sendPlan): [0] uint64 ticket
 //                 (each block of a tiled send launch takes one: its tile), then kGridCap
 //                 records of tileBytes: [0] uint64 flag (e + 1), [16 + 4r] int32 the tile's

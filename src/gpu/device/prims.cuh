@@ -118,14 +118,11 @@ __device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void atomOrRelaxedSys4(uint32_t* p, uint32_t v) {
   asm volatile("red.relaxed.sys.global.or.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-/// Atomic compare-and-swap at GPU scope, acquire and release (counters this GPU's blocks
-/// share): *p = v when *p == cmp; returns the value *p held.
-__device__ __forceinline__ uint64_t atomCasAcqRelGpu(uint64_t* p, uint64_t cmp, uint64_t v) {
+/// Atomic *p += v at GPU scope, acquire and release (counters this GPU's blocks share); returns
+/// the value *p held.
+__device__ __forceinline__ uint64_t atomAddAcqRelGpu(uint64_t* p, uint64_t v) {
   uint64_t old;
-  asm volatile("atom.acq_rel.gpu.global.cas.b64 %0, [%1], %2, %3;"
-               : "=l"(old)
-               : "l"(p), "l"(cmp), "l"(v)
-               : "memory");
+  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
   return old;
 }
 
@@ -313,10 +310,8 @@ __device__ __forceinline__ void atomAddReleaseSys(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void atomOrRelaxedSys4(uint32_t* p, uint32_t v) {
   (void)__hip_atomic_fetch_or(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
 }
-__device__ __forceinline__ uint64_t atomCasAcqRelGpu(uint64_t* p, uint64_t cmp, uint64_t v) {
-  __hip_atomic_compare_exchange_strong(p, &cmp, v, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE,
-                                       __HIP_MEMORY_SCOPE_AGENT);
-  return cmp;  // unchanged on success (the old value), else the value seen
+__device__ __forceinline__ uint64_t atomAddAcqRelGpu(uint64_t* p, uint64_t v) {
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
 }
 
 // ---- LL16 packets: 16 bytes = {data0, flag, data1, flag} ----

@@ -31,9 +31,9 @@
 //         the token's rows (tokRows: the first slot of each destination rank, in top-k order),
 //         add them in f32 in that order, round once into out[t]; a token with an id out of
 //         range gets an all-ones row; a stopped wait fails the block.
-//      c. with D > 1: the block arrives at round ph - 1 (ringArrive: a compare-and-swap on
-//         (c + 1, count)); the grid's last arrival grants every expert rank the round's credit
-//         (ringCredits[rank][round % D] in its memory := roundFlag(c + 1, round)).
+//      c. with D > 1: the block arrives at round ph - 1 (ringArrive[round]: a fetch-add); the
+//         grid's last arrival resets the count to 0 and grants every expert rank the round's
+//         credit (ringCredits[rank][round % D] in its memory := roundFlag(c + 1, round)).
 //      No cycle (every block of every rank resident): a block sends round ph once it has
 //      consumed round ph - 2 and needs the credit of round ph - D <= ph - 2; the block furthest
 //      behind is either sending (every block has consumed what its credits need) or consuming
@@ -213,21 +213,15 @@ __device__ bool gatherToken(const Params& p, int t, int q, uint64_t flag, dev::W
   return true;
 }
 
-constexpr int kArriveBits = 16;  // ringArrive: the count in the low bits (G <= kGridCap)
-
-/// Step 3c (thread 0, after the block's barrier): this block has consumed round r.
+/// Step 3c (thread 0, after the block's barrier): this block has consumed round r. The count
+/// is 0 at a call's start: the last arrival resets it, and a call that stopped part way left
+/// the abort word raised, which stops every later call at entry.
 __device__ void arriveRound(const Params& p, int r, uint64_t flag) {
   const moe::Layout& l = p.lay;
   uint64_t* w = localAt<uint64_t>(p, l.ringArrive) + r;
   __threadfence();  // the block's reads of the round's ring rows before the arrival
-  uint64_t cur = flag << kArriveBits, next;
-  for (;;) {  // (call, count): the first arrival of a call restarts the count
-    next = (cur >> kArriveBits) == flag ? cur + 1 : (flag << kArriveBits) | 1u;
-    const uint64_t seen = dev::atomCasAcqRelGpu(w, cur, next);
-    if (seen == cur) break;
-    cur = seen;
-  }
-  if ((next & ((1u << kArriveBits) - 1)) != gridDim.x) return;
+  if (dev::atomAddAcqRelGpu(w, 1) + 1 != gridDim.x) return;
+  *w = 0;  // every block has arrived: nothing else touches the word in this call
   dev::fenceSystem();
   const uint64_t v = moe::roundFlag(flag, r);
   for (int d = 0; d < l.N; ++d)
