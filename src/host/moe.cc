@@ -245,7 +245,8 @@ void HostMoe::runSend(const MoeCall& c, uint64_t flag) {
     for (int x = 0; x < L; ++x) wr<int32_t>(h + 16 + 4 * size_t(x), nExp[size_t(d * L + x)]);
     storeRel(h, flag);
   }
-  // 4. Every (token, destination) pair once: the row, then the slot record, its flag last.
+  // 4. Every (token, destination) pair once: the row, then the flags of its later pieces (the
+  // kernel writes the pieces apart), then the slot record, its flag last.
   const size_t rowBytes = size_t(l.H) * size_t(l.esize);
   for (int t = 0; t < T; ++t) {
     const int32_t* ti = ids + size_t(t) * k;
@@ -255,6 +256,7 @@ void HostMoe::runSend(const MoeCall& c, uint64_t flag) {
       char* pb = peers_[size_t(d)];
       const size_t slot = size_t(me) * l.B + size_t(p);
       writeRow(static_cast<const char*>(c.x) + size_t(t) * rowBytes, pb, slot);
+      for (int q = 1; q < l.xParts; ++q) storeRel(pb + l.xflagAt(slot, q), flag);
       char* rec = pb + l.metaAt(slot);
       wr<int32_t>(rec + 8, t);
       wr<int32_t>(rec + 12, 0);
@@ -303,6 +305,7 @@ void HostMoe::runRecv(uint64_t flag) {
       const size_t slot = size_t(s) * l.B + size_t(p);
       const char* rec = base_ + l.metaAt(slot);
       waitFlag(s, rec, flag);
+      for (int q = 1; q < l.xParts; ++q) waitFlag(s, base_ + l.xflagAt(slot, q), flag);
       int32_t ri[moe::kMaxTopK];
       float rw[moe::kMaxTopK];
       for (int j = 0; j < k; ++j) {

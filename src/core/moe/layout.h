@@ -19,6 +19,11 @@
 //   metas     [N*B] slot records  [s*B + p]: the p-th token source s sends here (its top-k)
 //   xrows     [N*B] rows          its data (H values of the dtype, or H FP8 e4m3 codes)
 //   scales    f32 [N*B][nb]      FP8 only: the codec's block metas (a scale, sign bit = INF block)
+//   xflags    uint64 [N*B][Px]   [slot][q], q >= 1: piece q of the slot's row has arrived (e + 1);
+//                                Px = xParts pieces of xPartVals values (a multiple of 512; the
+//                                last one shorter), each sent by a warp of its own so that a
+//                                decode batch's rows spread over many warps; piece 0 travels with
+//                                the slot record, under its flag (no region when Px = 1)
 //   yflags    uint64 [N*Rr][P]   [ySlot(d, t)][q]: piece q of expert rank d's combine row for
 //                                this rank's token t has arrived (value roundFlag(c + 1, round of
 //                                t)); P = yParts pieces of yPartUnits 16-byte units (the last one
@@ -74,7 +79,11 @@ constexpr int kScaleBlock = 128;   // FP8 values per scale (the codec's block)
 constexpr int kMaxTopK = 16;
 constexpr int kGridCap = 128;      // blocks of a kernel at most (counters per block)
 constexpr size_t kCtlBytes = 4096;
-constexpr int kCombineItems = 1024;  // owner-side combine work items aimed at (ringW * yParts)
+constexpr int kCombineItems = 2048;  // owner-side combine work items aimed at (ringW * yParts):
+                                     // a warp each on a grid of kGridCap blocks of 16 warps
+constexpr int kDispatchItems = 1024;  // dispatch send items aimed at (B * xParts)
+constexpr int kXPieceQuantum = 512;   // values: a dispatch piece holds whole multiples (FP8: a
+                                      // warp's round of quantization, 16 values a lane)
 constexpr int kRingTokens = 4096;    // default combine ring: rows per expert rank (ringRows)
 constexpr int kRingDepth = 4;        // rounds of a ring in flight (ringD) when B > ringRows
 constexpr int kMaxRounds = 128;      // rounds of one combine at most (ringW grows beyond)
@@ -95,11 +104,13 @@ struct Layout {
   bool fp8 = false;
   size_t xRow = 0, yRow = 0, metaBytes = 0, headBytes = 0;
   int yParts = 1;          // pieces of a combine row, each with its own flag
+  int xParts = 1;          // pieces of a dispatch row: piece 0 under the record's flag
+  int xPartVals = 0;       // values of a dispatch piece: a multiple of kXPieceQuantum
   int ringW = 0, ringD = 1;  // combine ring: tokens per round, rounds in flight
   int ringRows = 0;          // rows per expert rank: ringW * ringD
   int maxRounds = 0;         // ceil(B / ringW)
   size_t yPartUnits = 0;   // 16-byte units of a piece: a multiple of 32 (a warp's round)
-  size_t credits = 0, ringCredits = 0, heads = 0, metas = 0, xrows = 0, scales = 0;
+  size_t credits = 0, ringCredits = 0, heads = 0, metas = 0, xrows = 0, scales = 0, xflags = 0;
   size_t yflags = 0, yrows = 0;
   size_t peerEnd = 0;
   size_t counters = 0, ctl = 0, tokRows = 0, tokIds = 0, tokW = 0, recvCounts = 0;
@@ -112,6 +123,10 @@ struct Layout {
   CCLX_HD size_t metaAt(size_t slot) const { return metas + slot * metaBytes; }
   CCLX_HD size_t xrowAt(size_t slot) const { return xrows + slot * xRow; }
   CCLX_HD size_t scaleAt(size_t slot) const { return scales + slot * size_t(nb) * 4; }
+  /// Piece q >= 1 of the row of `slot`: its flag.
+  CCLX_HD size_t xflagAt(size_t slot, int q) const {
+    return xflags + (slot * size_t(xParts) + size_t(q)) * 8;
+  }
   CCLX_HD size_t yrowAt(size_t slot) const { return yrows + slot * yRow; }
   /// The combine ring slot of token t (of the owner) from expert rank d; t's round.
   CCLX_HD size_t ySlot(int d, int t) const {
@@ -168,6 +183,13 @@ inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype,
   const size_t parts = want < 1 ? 1 : want > rounds ? rounds : want;
   l.yPartUnits = alignUp((units + parts - 1) / parts, 32);
   l.yParts = int((units + l.yPartUnits - 1) / l.yPartUnits);
+  // dispatch rows in pieces of whole 512-value quanta, as many as bring B * pieces to
+  // kDispatchItems (a decode batch's tokens on several warps each; a prefill's on one)
+  const size_t quanta = (size_t(H) + kXPieceQuantum - 1) / kXPieceQuantum;
+  const size_t xwant = (size_t(kDispatchItems) + size_t(B > 0 ? B : 1) - 1) / size_t(B > 0 ? B : 1);
+  const size_t xp = xwant < 1 ? 1 : xwant > quanta ? quanta : xwant;
+  l.xPartVals = int((quanta + xp - 1) / xp) * kXPieceQuantum;
+  l.xParts = (H + l.xPartVals - 1) / l.xPartVals;
   const size_t S = l.slots(), Y = size_t(N) * size_t(l.ringRows);
   size_t at = 0;
   auto take = [&](size_t& field, size_t bytes) {
@@ -180,6 +202,7 @@ inline Layout makeLayout(int N, int rank, int B, int H, int E, int k, int dtype,
   take(l.metas, S * l.metaBytes);
   take(l.xrows, S * l.xRow);
   take(l.scales, fp8 ? S * size_t(l.nb) * 4 : 0);
+  take(l.xflags, l.xParts > 1 ? S * size_t(l.xParts) * 8 : 0);
   take(l.yflags, Y * size_t(l.yParts) * 8);
   take(l.yrows, Y * l.yRow);
   l.peerEnd = at;

@@ -290,7 +290,9 @@ __device__ bool combineBody(const Params& p, uint64_t flag) {
     first[s][r] = r == 0 ? 0 : r == R ? cnt[s] : firstSlotFrom(p, s, cnt[s], r * W);
   }
   __syncthreads();
-  const int gw = int(blockIdx.x) * kWarps + (tid >> 5), nw = int(gridDim.x) * kWarps;
+  // Items are dealt warp-major (warp w of block b is gw = w * G + b), so that a round with fewer
+  // items than warps still has every block, and so every SM's memory pipe, at work.
+  const int gw = (tid >> 5) * int(gridDim.x) + int(blockIdx.x), nw = int(gridDim.x) * kWarps;
   if constexpr (!Ring) {
     if (R == 0) return false;
     sendRound<T, kSendBatch<false>>(p, first, 0, flag, gw, nw);

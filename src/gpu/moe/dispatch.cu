@@ -26,16 +26,19 @@
 //   3. threads d < N wait (Waiter) for rank d's credit e + 1; a stopped wait fails the block.
 //   4. the header block (block 0 of a whole batch, the last tile's block) writes its header
 //      (token count, per-expert counts: the totals) into every rank, flag last.
-//   5. warps take tokens (a whole batch: token t to warp t mod all warps of the grid; tiles:
-//      the tile's tokens round its block's warps, chunk by chunk): keeps the token's routing
-//      (tokRows for combine, the ids and weights for cached mode), loads the row once,
-//      quantizes it (FP8) and stores it into every destination rank's slot [rank][position],
-//      then the slot record (token index, the k ids, weights, per-expert positions) and, after
-//      __syncwarp, the slot flag e + 1 (release, system scope; dev::warpPublish).
+//   5. warps take (token, piece) items, Px = lay.xParts pieces a token (a whole batch: item i
+//      to warp i mod all warps of the grid; tiles: the tile's items round its block's warps,
+//      chunk by chunk). A piece loads its values of the row once, quantizes them (FP8) and
+//      stores them into every destination rank's slot [rank][position]. Piece 0 also keeps the
+//      token's routing (tokRows for combine, the ids and weights for cached mode), then writes
+//      the slot record (token index, the k ids, weights, per-expert positions) and, after
+//      __syncwarp, the slot flag e + 1 (release, system scope; dev::warpPublish); piece q >= 1
+//      publishes its own flag xflags[slot][q] := e + 1 the same way.
 //   6. threads s < N wait for every source's header; every block computes the expert offsets
 //      (expert-major, then source rank: the same order as the twin); block 0 writes recvCounts,
 //      expertCounts, expertOffsets. Each warp takes received slots, waits for each flag
-//      (dev::warpAwait) and writes the slot's entries (entryRows, slotEntries, slotW).
+//      (dev::warpAwait) and its row's later pieces' flags (a lane each) and writes the slot's
+//      entries (entryRows, slotEntries, slotW).
 //   7. counters advance (e + 1) on every path. A stopped wait poisons the block's outputs whole.
 // Split dispatch (p.phase, MoePhase): a send kernel runs steps 0 to 5 and advances the counters
 // (e + 1); the receive kernel, launched later on every rank, runs step 6 of the same call (its
@@ -74,50 +77,13 @@ __device__ __forceinline__ void tokenIds(const Params& p, int t, int32_t (&ti)[m
   for (int j = 0; j < moe::kMaxTopK; ++j) ti[j] = j < k ? moe::normId(raw[j], p.lay.E) : -1;
 }
 
-/// Step 5 for token t (the whole warp): tl = t - the chunk's first token, mask the chunk's
-/// tables, eb / db the counts of the chunks before (per expert, per destination rank).
+/// Step 5's row copy (the whole warp): values [v0, v1) of token t's row (v0 a multiple of 512),
+/// FP8-quantized in registers when kFp8, into the slot at pos[d] of every destination rank d
+/// with pos[d] >= 0.
 template <class T, bool kFp8>
-__device__ void sendToken(const Params& p, const Smem& S, const uint32_t* mask, const int* eb,
-                          const int* db, int t, int tl, uint64_t flag) {
+__device__ void sendPiece(const Params& p, const int (&pos)[kMaxRanks], int t, int v0, int v1) {
   const moe::Layout& l = p.lay;
-  const int N = l.N, R = S.R, me = l.rank, k = l.k, lane = dev::laneId();
-  int pd = -1;  // lane d < N: this token's position at rank d (-1: not sent there)
-  if (lane < N && colBit(mask, R, l.E + lane, tl))
-    pd = db[lane] + colBitsBelow(mask, R, l.E + lane, tl);
-  int pos[kMaxRanks];
-#pragma unroll
-  for (int d = 0; d < kMaxRanks; ++d) pos[d] = d < N ? dev::shfl32(pd, d) : -1;
-  // Slot j of the token in lane j: its id, whether it is the first slot of its expert and of
-  // its destination rank (moe::firstOfExpert / firstOfRank, across lanes).
-  const int32_t id = lane < k ? moe::normId(loadId(p, size_t(t) * k + size_t(lane)), l.E) : -1;
-  bool firstExp = id >= 0, firstRank = id >= 0;
-  for (int i = 0; i < k; ++i) {
-    const int32_t o = dev::shfl32(id, i);
-    if (i < lane && o >= 0 && o == id) firstExp = false;
-    if (i < lane && o >= 0 && o / l.L == id / l.L) firstRank = false;
-  }
-  // The routing this rank keeps (combine's tokRows; cached mode's ids and weights): every
-  // token, sent anywhere or not.
-  float wt = 0.f;
-  if (lane < k) {
-    const size_t g = size_t(t) * k + size_t(lane);
-    wt = p.cached ? localAt<float>(p, l.tokW)[g] : p.w[g];
-    int32_t row = -2;
-    if (id >= 0) {
-      const int d = id / l.L;
-      int pdd = -1;
-#pragma unroll
-      for (int x = 0; x < kMaxRanks; ++x)
-        if (x == d) pdd = pos[x];
-      row = firstRank ? d * l.B + pdd : -1;
-    }
-    localAt<int32_t>(p, l.tokRows)[g] = row;
-    if (!p.cached) {
-      localAt<int32_t>(p, l.tokIds)[g] = id;
-      localAt<float>(p, l.tokW)[g] = wt;
-    }
-  }
-  if (dev::ballot32(pd >= 0) == 0) return;
+  const int me = l.rank, lane = dev::laneId();
   const char* xrow = p.x + size_t(t) * size_t(l.H) * sizeof(T);
   if constexpr (kFp8) {
     // 512 values per round: 16 a lane, a 128-value block per 8 lanes (the round count is
@@ -125,24 +91,24 @@ __device__ void sendToken(const Params& p, const Smem& S, const uint32_t* mask, 
     // pieces load the next round's raw bytes before this round's quantization (two rounds in
     // flight; the same values as load16, zeros past the row).
     using V = fp8dev::Vec<T>;
-    const int chunks = (l.H + 511) / 512;
+    const int c0 = v0 / 512, c1 = (v1 + 511) / 512;
     const bool fast = l.H % 16 == 0 && rowsAligned(p.x, size_t(l.H) * sizeof(T));
     uint4 next[V::kLoads];
     auto fetch = [&](int c) {
       const int i0 = c * 512 + lane * 16;
       const uint4* src = reinterpret_cast<const uint4*>(xrow + size_t(i0) * sizeof(T));
 #pragma unroll
-      for (int q = 0; q < V::kLoads; ++q) next[q] = i0 < l.H ? src[q] : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < V::kLoads; ++i) next[i] = i0 < l.H ? src[i] : make_uint4(0, 0, 0, 0);
     };
-    if (fast) fetch(0);
-    for (int c = 0; c < chunks; ++c) {
+    if (fast) fetch(c0);
+    for (int c = c0; c < c1; ++c) {
       const int i0 = c * 512 + lane * 16;
       float v[fp8dev::kEPT];
       if (fast) {
         uint4 cur[V::kLoads];
 #pragma unroll
-        for (int q = 0; q < V::kLoads; ++q) cur[q] = next[q];
-        if (c + 1 < chunks) fetch(c + 1);
+        for (int i = 0; i < V::kLoads; ++i) cur[i] = next[i];
+        if (c + 1 < c1) fetch(c + 1);
         fp8dev::unpack16<T>(cur, v);
       } else {
         const int avail = l.H - i0;  // unclamped: fp8dev::load16 says why
@@ -163,6 +129,8 @@ __device__ void sendToken(const Params& p, const Smem& S, const uint32_t* mask, 
     }
   } else {
     const size_t bytes = size_t(l.H) * sizeof(T), units = (bytes + 15) / 16;
+    const size_t lo = size_t(v0) * sizeof(T) / 16;
+    const size_t hi = min(units, (size_t(v1) * sizeof(T) + 15) / 16);  // the piece: [lo, hi)
     auto put = [&](size_t u, uint4 x) {
 #pragma unroll
       for (int d = 0; d < kMaxRanks; ++d) {
@@ -173,19 +141,81 @@ __device__ void sendToken(const Params& p, const Smem& S, const uint32_t* mask, 
     };
     if (rowsAligned(p.x, bytes)) {  // whole aligned units: kCopyBatch loads in flight a lane
       const uint4* src = reinterpret_cast<const uint4*>(xrow);
-      for (size_t u0 = size_t(lane); u0 < units; u0 += 32 * kCopyBatch) {
+      for (size_t u0 = lo + size_t(lane); u0 < hi; u0 += 32 * kCopyBatch) {
         uint4 x[kCopyBatch];
 #pragma unroll
         for (int i = 0; i < kCopyBatch; ++i)
-          if (u0 + 32 * i < units) x[i] = src[u0 + 32 * i];
+          if (u0 + 32 * i < hi) x[i] = src[u0 + 32 * i];
 #pragma unroll
         for (int i = 0; i < kCopyBatch; ++i)
-          if (u0 + 32 * i < units) put(u0 + 32 * i, x[i]);
+          if (u0 + 32 * i < hi) put(u0 + 32 * i, x[i]);
       }
     } else {
-      for (size_t u = size_t(lane); u < units; u += 32)
+      for (size_t u = lo + size_t(lane); u < hi; u += 32)
         put(u, loadUserUnit(xrow, u, unitValid(bytes, u)));
     }
+  }
+}
+
+/// Step 5 for piece q of token t (the whole warp): tl = t - the chunk's first token, mask the
+/// chunk's tables, eb / db the counts of the chunks before (per expert, per destination rank).
+/// Piece q holds the row's values [q * xPartVals, (q + 1) * xPartVals); piece 0 also keeps the
+/// token's routing and writes the slot record under the record's flag, a later piece publishes
+/// its own flag (xflags).
+template <class T, bool kFp8>
+__device__ void sendToken(const Params& p, const Smem& S, const uint32_t* mask, const int* eb,
+                          const int* db, int t, int tl, int q, uint64_t flag) {
+  const moe::Layout& l = p.lay;
+  const int N = l.N, R = S.R, me = l.rank, k = l.k, lane = dev::laneId();
+  int pd = -1;  // lane d < N: this token's position at rank d (-1: not sent there)
+  if (lane < N && colBit(mask, R, l.E + lane, tl))
+    pd = db[lane] + colBitsBelow(mask, R, l.E + lane, tl);
+  int pos[kMaxRanks];
+#pragma unroll
+  for (int d = 0; d < kMaxRanks; ++d) pos[d] = d < N ? dev::shfl32(pd, d) : -1;
+  // Piece 0: slot j of the token in lane j: its id, whether it is the first slot of its expert
+  // and of its destination rank (moe::firstOfExpert / firstOfRank, across lanes), and the
+  // routing this rank keeps (combine's tokRows; cached mode's ids and weights): every token,
+  // sent anywhere or not.
+  int32_t id = -1;
+  bool firstExp = false;
+  float wt = 0.f;
+  if (q == 0) {
+    id = lane < k ? moe::normId(loadId(p, size_t(t) * k + size_t(lane)), l.E) : -1;
+    firstExp = id >= 0;
+    bool firstRank = id >= 0;
+    for (int i = 0; i < k; ++i) {
+      const int32_t o = dev::shfl32(id, i);
+      if (i < lane && o >= 0 && o == id) firstExp = false;
+      if (i < lane && o >= 0 && o / l.L == id / l.L) firstRank = false;
+    }
+    if (lane < k) {
+      const size_t g = size_t(t) * k + size_t(lane);
+      wt = p.cached ? localAt<float>(p, l.tokW)[g] : p.w[g];
+      int32_t row = -2;
+      if (id >= 0) {
+        const int d = id / l.L;
+        int pdd = -1;
+#pragma unroll
+        for (int x = 0; x < kMaxRanks; ++x)
+          if (x == d) pdd = pos[x];
+        row = firstRank ? d * l.B + pdd : -1;
+      }
+      localAt<int32_t>(p, l.tokRows)[g] = row;
+      if (!p.cached) {
+        localAt<int32_t>(p, l.tokIds)[g] = id;
+        localAt<float>(p, l.tokW)[g] = wt;
+      }
+    }
+  }
+  if (dev::ballot32(pd >= 0) == 0) return;
+  sendPiece<T, kFp8>(p, pos, t, q * l.xPartVals, min(l.H, (q + 1) * l.xPartVals));
+  if (q > 0) {  // a later piece: its own flag
+    dev::warpPublish(pd >= 0 ? reinterpret_cast<uint64_t*>(
+                                   p.peer[lane] + l.xflagAt(size_t(me) * l.B + size_t(pd), q))
+                             : nullptr,
+                     flag, pd >= 0);
+    return;
   }
   // The slot record: token index, ids, weights, per-expert positions; the flag last.
   int32_t ep = -1;
@@ -215,6 +245,11 @@ __device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint
   const size_t slot = size_t(s) * l.B + size_t(pIdx);
   const char* rec = mine(p) + l.metaAt(slot);
   if (!dev::warpAwait(reinterpret_cast<const uint64_t*>(rec), flag, wait, s)) return false;
+  // the row's later pieces (xflags): lane q waits for piece q, all at once
+  if (l.xParts > 1 &&
+      !dev::warpAwaitLanes(reinterpret_cast<const uint64_t*>(mine(p) + l.xflagAt(slot, 0)),
+                           l.xParts, flag, wait, s, 1))
+    return false;
   int32_t id = -1, ep = -1;
   float w = 0.f;
   if (lane < k) {
@@ -363,7 +398,7 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, int tile, uint64_t flag,
   const moe::Layout& l = p.lay;
   const Smem S = moe::tablesOf(l, p.chunk);
   const moe::SendPlan plan = moe::sendPlan(p.tokens, S.chunk, int(gridDim.x));
-  const int N = l.N, me = l.rank, L = l.L, R = S.R;
+  const int N = l.N, me = l.rank, L = l.L, R = S.R, P = l.xParts;
   const int tid = int(threadIdx.x), warp = tid >> 5;
   const uint32_t* mask = sm + S.mask;
   int* eb = reinterpret_cast<int*>(sm + S.expBase);  // [E + N]: eb, then db
@@ -424,15 +459,15 @@ __device__ bool sendBody(const Params& p, uint32_t* sm, int tile, uint64_t flag,
   // 5. tokens
   if (plan.whole) {  // token t: warp t % (all warps of the grid)
     const int nw = int(gridDim.x) * kWarps;
-    for (int t = int(blockIdx.x) * kWarps + warp; t < p.tokens; t += nw)
-      sendToken<T, kFp8>(p, S, mask, eb, db, t, t, flag);
+    for (int i = int(blockIdx.x) * kWarps + warp; i < p.tokens * P; i += nw)
+      sendToken<T, kFp8>(p, S, mask, eb, db, i / P, i / P, i % P, flag);
     return false;
   }
   for (int c = 0; c < chunks; ++c) {  // the tile's token t: warp (t - t0) % kWarps
     const int c0 = t0 + c * S.chunk, nc = chunkLen(c);
     if (chunks > 1) buildChunk(p, S, sm, c0, nc);
-    for (int t = c0 + warp; t < c0 + nc; t += kWarps)
-      sendToken<T, kFp8>(p, S, mask, eb, db, t, t - c0, flag);
+    for (int i = warp; i < nc * P; i += kWarps)
+      sendToken<T, kFp8>(p, S, mask, eb, db, c0 + i / P, i / P, i % P, flag);
     if (c + 1 < chunks) countChunk(S, sm, nc);
   }
   return false;

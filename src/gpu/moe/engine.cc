@@ -19,12 +19,12 @@ namespace cclx {
 namespace {
 
 /// Blocks of a launch: `want` when set (MoeConfig::maxBlocks, else CCLX_MOE_MAX_BLOCKS), else
-/// enough warps for one token each, a few received slots each and one combine piece each (B *
-/// yParts: a decode batch's rows in pieces); at most one block per SM (co-resident on a GPU of
-/// its own) and kGridCap.
+/// enough warps for one dispatch piece each (B * xParts), a few received slots each and one
+/// combine piece each (B * yParts: a decode batch's rows in pieces); at most one block per SM
+/// (co-resident on a GPU of its own) and kGridCap.
 int gridFor(const moe::Layout& l, int want, int smCount) {
   if (want <= 0)
-    want = std::max({(l.B + moegpu::kWarps - 1) / moegpu::kWarps,
+    want = std::max({(l.B * l.xParts + moegpu::kWarps - 1) / moegpu::kWarps,
                      int((l.slots() + 2 * moegpu::kWarps - 1) / (2 * moegpu::kWarps)),
                      (l.B * l.yParts + moegpu::kWarps - 1) / moegpu::kWarps});
   int g = std::min(want, moe::kGridCap);

@@ -134,12 +134,13 @@ TEST(MoeLayout, CombineRowsInPieces) {
   struct Case {
     int N, B, H, esize, ring, parts, partUnits;
   };
-  // H 7168 bf16: 896 units, 28 warp rounds; a 1024-row ring at B 4096: rounds of 256 tokens
-  for (const Case c : {Case{1, 1, 7168, 2, 0, 28, 32}, Case{1, 128, 7168, 2, 0, 7, 128},
-                       Case{8, 128, 7168, 2, 0, 7, 128}, Case{1, 1024, 7168, 2, 0, 1, 896},
-                       Case{2, 4096, 7168, 2, 0, 1, 896}, Case{2, 4096, 7168, 2, 1024, 4, 224},
+  // H 7168 bf16: 896 units, 28 warp rounds; a 1024-row ring at B 4096: rounds of 256 tokens;
+  // W * P aimed at 2048 items
+  for (const Case c : {Case{1, 1, 7168, 2, 0, 28, 32}, Case{1, 128, 7168, 2, 0, 14, 64},
+                       Case{8, 128, 7168, 2, 0, 14, 64}, Case{1, 1024, 7168, 2, 0, 2, 448},
+                       Case{2, 4096, 7168, 2, 0, 1, 896}, Case{2, 4096, 7168, 2, 1024, 7, 128},
                        Case{3, 5, 33, 4, 0, 1, 32}, Case{1, 1, 1, 2, 0, 1, 32},
-                       Case{2, 300, 4096, 4, 0, 4, 256}}) {
+                       Case{2, 300, 4096, 4, 0, 7, 160}}) {
     const Layout l = makeLayout(c.N, 0, c.B, c.H, 8 * c.N, 2, 2, c.esize, false, c.ring);
     const size_t units = l.yRow / 16;
     EXPECT_EQ(l.yParts, c.parts) << c.B << " " << c.H;
@@ -151,6 +152,38 @@ TEST(MoeLayout, CombineRowsInPieces) {
     const size_t Y = size_t(l.N) * size_t(l.ringRows);
     EXPECT_EQ(l.yflagAt(Y - 1, l.yParts - 1) + 8, l.yflags + Y * l.yParts * 8);
     EXPECT_LE(l.yflags + Y * l.yParts * 8, l.yrows);
+  }
+}
+
+TEST(MoeLayout, DispatchRowsInPieces) {
+  struct Case {
+    int N, B, H, esize, parts, partVals;
+  };
+  // H 7168: 14 quanta of 512 values; B * pieces aimed at 1024
+  for (const Case c : {Case{1, 1, 7168, 2, 14, 512}, Case{8, 128, 7168, 2, 7, 1024},
+                       Case{1, 1024, 7168, 2, 1, 7168}, Case{2, 4096, 7168, 2, 1, 7168},
+                       Case{2, 300, 4096, 4, 4, 1024}, Case{3, 5, 33, 4, 1, 512},
+                       Case{1, 1, 1, 2, 1, 512}, Case{2, 1, 513, 2, 2, 512},
+                       Case{2, 8, 1000, 4, 2, 512}, Case{4, 8, 1537, 2, 4, 512},
+                       Case{3, 600, 1000, 2, 2, 512}, Case{1, 513, 7168, 2, 2, 3584}}) {
+    for (bool fp8 : {false, true}) {
+      const Layout l = makeLayout(c.N, 0, c.B, c.H, 8 * c.N, 2, 2, c.esize, fp8);
+      EXPECT_EQ(l.xParts, c.parts) << c.B << " " << c.H;
+      EXPECT_EQ(l.xPartVals, c.partVals) << c.B << " " << c.H;
+      EXPECT_EQ(l.xPartVals % kXPieceQuantum, 0);
+      EXPECT_LT((l.xParts - 1) * l.xPartVals, c.H);  // every piece holds values
+      EXPECT_GE(l.xParts * l.xPartVals, c.H);        // and together the whole row
+      EXPECT_LE(l.xParts, (kDispatchItems + c.B - 1) / c.B);  // B * pieces near 1024, not past
+      // a piece starts at a whole 16-byte unit of the row, in every dtype and FP8
+      EXPECT_EQ(size_t(l.xPartVals) * size_t(c.esize) % 16, 0u);
+      // a flag per (slot, piece), between the scales and the combine flags; none for 1 piece
+      const size_t S = l.slots();
+      EXPECT_GE(l.xflags, l.scales + (fp8 ? S * size_t(l.nb) * 4 : 0));
+      if (l.xParts > 1) {
+        EXPECT_EQ(l.xflagAt(S - 1, l.xParts - 1) + 8, l.xflags + S * size_t(l.xParts) * 8);
+        EXPECT_LE(l.xflags + S * size_t(l.xParts) * 8, l.yflags);
+      }
+    }
   }
 }
 

@@ -124,6 +124,26 @@ def case_fp8_partial_vectors(ctx):
             _run(ctx, 60 + H, H, 1, 2, dtype, "random", True, Ts=[6] * ctx.size)
 
 
+def case_dispatch_rows_in_pieces(ctx):
+    """Rows that dispatch sends in pieces, a warp and a flag each (core/moe/layout.h, xParts: a
+    batch of B tokens gets up to 1024 / B pieces of whole 512-value quanta): decode batches at
+    H = 1000 (2 pieces, the last 488 values), 1537 (4, the last 1 value) and 2048 (4 whole),
+    f32 / bf16 / f16, FP8 on and off, repeated ids and ids out of range; a tiled batch of 600
+    tokens at H = 1000 (2 pieces; 3 blocks, chunks of 32). Every output bit like the twin and
+    the references, over two calls."""
+    N = ctx.size
+    for seed, H, dtype, kind, fp8, bad in ((40, 1000, "bf16", "random", True, False),
+                                           (41, 1000, "f32", "dup", False, True),
+                                           (42, 1537, "f16", "random", True, True),
+                                           (43, 1537, "bf16", "same_rank", False, False),
+                                           (44, 2048, "bf16", "one_expert", True, False),
+                                           (45, 2048, "f32", "random", False, False)):
+        _run(ctx, seed, H, 4, 4, dtype, kind, fp8, bad=bad, calls=2)
+    Ts = [(600, 513, 577)[i % 3] for i in range(N)]
+    _run(ctx, 46, 1000, 4, 4, "bf16", "random", True, Ts=Ts, calls=2, num_sms=3,
+         chunk_tokens=32)
+
+
 def case_every_k(ctx):
     for k in range(1, 9):
         _run(ctx, 10 + k, 65, k, 3, "bf16", "random" if k <= 3 * ctx.size else "dup", k % 2 == 0)
