@@ -3,8 +3,9 @@
 // does, a chunk asked for is rounded and bounded, the regions the kernel addresses in one sweep
 // are adjacent, a layout whose smallest tables do not fit gets no kernel, and how a launch's
 // blocks share a batch (whole or in tiles, a tile per block). Also, in core/moe/layout.h, the
-// tile records (a sum per mask column, one record per block) and the combine pieces: whole warp
-// rounds that cover the row, as many as bring a batch to kCombineItems work items, a flag each.
+// tile records (a sum per mask column, one record per block), the combine pieces (whole warp
+// rounds that cover the row, as many as bring a round to kCombineItems work items, a flag each)
+// and the dispatch pieces (whole 512-value quanta, as many as bring a batch to kDispatchItems).
 #include <gtest/gtest.h>
 
 #include <cstddef>
