@@ -122,7 +122,10 @@ __device__ __forceinline__ void atomOrRelaxedSys4(uint32_t* p, uint32_t v) {
 /// the value *p held.
 __device__ __forceinline__ uint64_t atomAddAcqRelGpu(uint64_t* p, uint64_t v) {
   uint64_t old;
-  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;"
+               : "=l"(old)
+               : "l"(p), "l"(v)
+               : "memory");
   return old;
 }
 
