@@ -9,6 +9,7 @@
 # Any report ends the process with an error, so the test fails and this script exits non-zero.
 #   SANITIZE_STAGES="tsan" bash scripts/sanitize.sh     # one stage only (default: asan tsan)
 #   SANITIZE_PYTEST_ARGS="-k window" ...                 # narrows the Python tests
+#   SANITIZE_PYTEST_TOOLS=1 ...                          # the benchmark tools' tests too (below)
 # Suppressions (tests/sanitizers/*.supp) cover third-party code only. Sanitized code runs several
 # times slower: CCLX_TEST_TIME_SCALE (read by the test harnesses) stretches their deadlines.
 # Docs: docs/SANITIZERS.md. The GPU suites under compute-sanitizer: scripts/gpu_sanitize.sh.
@@ -119,13 +120,24 @@ stage_asan() {
     # checked by the C++ tests above. Stack-use-after-return stays off: CPython switches stacks
     # in its generators' frames, which that check misreads. --capture=sys: a report is written
     # to file descriptor 2 by the runtime, and stays visible when it ends the process.
+    # The benchmark tools' tests (tests/python/perf/test_bench_*.py, test_perf_*.py) run the
+    # library calls of the suites above again through the tools' command lines, over many runs
+    # and sizes: about 6 minutes of the plain run's 11 on two cores, more under ASan.
+    # SANITIZE_PYTEST_TOOLS=1 runs them here as well.
+    local skip=()
+    if [ "${SANITIZE_PYTEST_TOOLS:-0}" != 1 ]; then
+      local f
+      for f in tests/python/perf/test_bench_*.py tests/python/perf/test_perf_*.py; do
+        skip+=(--ignore="$f")
+      done
+    fi
     # shellcheck disable=SC2086
     LD_PRELOAD="$preload" \
     ASAN_OPTIONS="detect_leaks=0:suppressions=$SUPP/asan.supp" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$SUPP/ubsan.supp" \
     CCLX_EXT_DIR="$PWD/$dir/python/cclx" PYTHONPATH="$PWD/python" PYTHONMALLOC=malloc \
     CCLX_ABORT_ON_ERROR=0 \
-      "$PYTHON" -m pytest -q -rs --capture=sys -p no:cacheprovider tests/python ${SANITIZE_PYTEST_ARGS:-} ||
+      "$PYTHON" -m pytest -q -rs --capture=sys -p no:cacheprovider tests/python "${skip[@]}" ${SANITIZE_PYTEST_ARGS:-} ||
       prc=$?
     [ "$prc" -eq 0 ] || { log "asan: pytest failed"; exit 1; }
   fi
