@@ -56,8 +56,7 @@ __device__ bool flatBody(const FlatParams& p, uint64_t epoch) {
   const size_t u0 = blockIdx.x * p.per;
   const size_t u1 = min(u0 + p.per, units);
   dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
-  using A = typename math::AccOf<T>::type;
-  const A factor = Op == RedOpKind::PREMUL_SUM ? A(p.factor) : A(1);
+  const dev::RedRt<T, Op> rt(p.op, p.factor);
 
   for (size_t u = u0 + threadIdx.x; u < u1; u += blockDim.x) {
     int valid = dev::validBytes<8>(p.bytes, u);
@@ -87,11 +86,11 @@ __device__ bool flatBody(const FlatParams& p, uint64_t epoch) {
         if (failed) break;
         w[0] = v.x, w[1] = v.z;
       }
-      acc.add(w, r == 0, factor);
+      acc.add(w, r == 0, rt);
     }
     if (failed) break;
     uint32_t out[2];
-    acc.result(p.size, out);
+    acc.result(p.size, rt, out);
     dev::storeUnit<8>(p.recv + u * 8, valid, out);
   }
   return failed;
@@ -133,7 +132,8 @@ class DdaFlat final : public DeviceAlgo {
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     constexpr const char* kWhat = "DDA flat allreduce";
-    const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+    const DataType kt = dev::ddaKernelDtype(a.dtype, a.op.kind);
+    const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, kt, kWhat,
                                            [&]<class T>() { return &ddaFlatAllReduceKernel<T>; });
     const size_t bytes = a.bytes();
     FlatParams p{};

@@ -80,9 +80,8 @@ __device__ __forceinline__ void stUser(char* base, size_t v, size_t fullV, int t
 template <class T, RedOpKind Op, bool Al>
 struct Lamport {
   static constexpr int S = int(sizeof(T));
-  using A = typename math::AccOf<T>::type;
   const LamportParams& p;
-  A factor;
+  dev::RedRt<T, Op> rt;
   int N, me, par;
   size_t totalV, fullV;
   int tail;
@@ -91,7 +90,7 @@ struct Lamport {
 
   __device__ Lamport(const LamportParams& q, uint64_t epoch, bool& f)
       : p(q),
-        factor(Op == RedOpKind::PREMUL_SUM ? A(q.factor) : A(1)),
+        rt(q.op, q.factor),
         N(q.size),
         me(q.rank),
         par(int(epoch & 1)),
@@ -156,7 +155,7 @@ struct Lamport {
         if (v0 + k * stride >= hi) continue;
         const uint32_t w[4] = {uint32_t(x[k].lo), uint32_t(x[k].lo >> 32), uint32_t(x[k].hi),
                                uint32_t(x[k].hi >> 32)};
-        acc[k].add(w, r == 0, factor);
+        acc[k].add(w, r == 0, rt);
       }
     }
 #pragma unroll
@@ -164,7 +163,7 @@ struct Lamport {
       const size_t v = v0 + k * stride;
       if (v >= hi) continue;
       uint32_t o[4];
-      acc[k].result(N, o);
+      acc[k].result(N, rt, o);
       stUser<Al>(p.recv, v, fullV, tail, o);
       for (int r = 0; r < N; ++r)
         if (r != me) dev::stFill16(box(me, r) + v * 16, lamport::kEmpty);
@@ -246,7 +245,8 @@ class DdaLamport final : public DeviceAlgo {
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     constexpr const char* kWhat = "DDA Lamport allreduce";
-    const auto kernel = dev::dispatchDtype(dev::LamportTypes{}, a.dtype, kWhat,
+    const DataType kt = dev::ddaKernelDtype(a.dtype, a.op.kind);
+    const auto kernel = dev::dispatchDtype(dev::LamportTypes{}, kt, kWhat,
                                            [&]<class T>() { return &ddaLamportAllReduceKernel<T>; });
     const size_t bytes = a.bytes();
     const int G = ddaTreeBlocks(ctx);

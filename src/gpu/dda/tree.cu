@@ -101,9 +101,8 @@ __device__ __forceinline__ void forGroups(size_t lo, size_t hi, F&& f) {
 
 template <class T, RedOpKind Op, bool Al>
 __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut, bool* failed) {
-  using A = typename math::AccOf<T>::type;
   using Acc = dev::UnitAcc<T, Op, 16>;
-  const A factor = Op == RedOpKind::PREMUL_SUM ? A(p.factor) : A(1);
+  const dev::RedRt<T, Op> rt(p.op, p.factor);
   const int b = blockIdx.x, G = gridDim.x, N = p.size, me = p.rank;
   dev::Waiter wait(p.fail, dev::deadlineAfter(p.fail.timeoutNs));
   const size_t totalV = (p.bytes + 15) / 16;
@@ -179,7 +178,7 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut, b
           for (int k = 0; k < kUnroll; ++k)
             if (v0 + k * st < hi) {
               uint32_t w[4] = {x[k].x, x[k].y, x[k].z, x[k].w};
-              acc[k].add(w, r == 0, factor);
+              acc[k].add(w, r == 0, rt);
             }
         }
         uint4 out[kUnroll];
@@ -187,7 +186,7 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut, b
         for (int k = 0; k < kUnroll; ++k)
           if (v0 + k * st < hi) {
             uint32_t o[4];
-            acc[k].result(N, o);
+            acc[k].result(N, rt, o);
             out[k] = make_uint4(o[0], o[1], o[2], o[3]);
           }
         for (int r = 0; r < N; ++r) {
@@ -209,10 +208,10 @@ __device__ void treeBody(const TreeParams& p, uint64_t seq0, uint64_t* seqOut, b
           uint4 x = r == me ? ldTail(p.send, fullV, tailBytes)
                             : dev::ldCg(box(me, 0, r) + (fullV - part.lo));
           uint32_t w[4] = {x.x, x.y, x.z, x.w};
-          acc.add(w, r == 0, factor);
+          acc.add(w, r == 0, rt);
         }
         uint32_t o[4];
-        acc.result(N, o);
+        acc.result(N, rt, o);
         uint4 out = make_uint4(o[0], o[1], o[2], o[3]);
         for (int r = 0; r < N; ++r) {
           if (r == me) stTail(p.recv, fullV, tailBytes, out);
@@ -301,7 +300,8 @@ class DdaTree final : public DeviceAlgo {
   }
   void launch(const CollArgs& a, DeviceCtx& ctx, void* stream) override {
     constexpr const char* kWhat = "DDA tree allreduce";
-    const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+    const DataType kt = dev::ddaKernelDtype(a.dtype, a.op.kind);
+    const auto kernel = dev::dispatchDtype(dev::DdaTypes{}, kt, kWhat,
                                            [&]<class T>() { return &ddaTreeAllReduceKernel<T>; });
     const int G = ddaTreeBlocks(ctx);
     TreeParams p{};

@@ -106,8 +106,7 @@ __device__ bool copyBody(const LLXParams& p, uint64_t epoch) {
 /// Reduce-scatter: ranks 0..N-1 in order. Returns true when this thread stopped waiting.
 template <class T, RedOpKind Op>
 __device__ bool reduceBody(const LLXParams& p, uint64_t epoch) {
-  using A = typename math::AccOf<T>::type;
-  const A factor = Op == RedOpKind::PREMUL_SUM ? A(p.factor) : A(1);
+  const dev::RedRt<T, Op> rt(p.op, p.factor);
   const uint32_t flag = lamport::llFlag(epoch);
   const int set = int(epoch & 1);
   const size_t units = (p.bytes + 7) / 8;
@@ -121,10 +120,10 @@ __device__ bool reduceBody(const LLXParams& p, uint64_t epoch) {
       uint32_t w[2];
       if (r == p.rank) dev::loadUnit<8>(p.src[r] + u * 8, valid, w);
       else if (!pollUnit(p, set, r, u - u0, flag, wait, w)) return true;
-      acc.add(w, r == 0, factor);
+      acc.add(w, r == 0, rt);
     }
     uint32_t out[2];
-    acc.result(p.size, out);
+    acc.result(p.size, rt, out);
     dev::storeUnit<8>(p.dst[0] + u * 8, valid, out);
   }
   return false;
@@ -171,7 +170,8 @@ class DdaLL final : public DeviceAlgo {
     XchgPlan plan;
     CCLX_REQUIRE(xchgPlan(a, ctx.rank, ctx.size, plan), cclxInternalError, "LL exchange: no plan");
     constexpr const char* kWhat = "LL exchange";
-    const auto kernel = plan.reduce ? dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+    const DataType kt = dev::ddaKernelDtype(a.dtype, a.op.kind);
+    const auto kernel = plan.reduce ? dev::dispatchDtype(dev::DdaTypes{}, kt, kWhat,
                                                          [&]<class T>() { return &ddaXchgLLKernel<T>; })
                                     : &ddaXchgLLKernel<void>;
     LLXParams p{};

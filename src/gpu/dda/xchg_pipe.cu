@@ -97,7 +97,8 @@ class DdaPipelined final : public DeviceAlgo {
     XchgPlan plan;
     CCLX_REQUIRE(xchgPlan(a, ctx.rank, ctx.size, plan), cclxInternalError, "pipelined exchange: no plan");
     constexpr const char* kWhat = "pipelined exchange";
-    const auto kernel = plan.reduce ? dev::dispatchDtype(dev::DdaTypes{}, a.dtype, kWhat,
+    const DataType kt = dev::ddaKernelDtype(a.dtype, a.op.kind);
+    const auto kernel = plan.reduce ? dev::dispatchDtype(dev::DdaTypes{}, kt, kWhat,
                                                          [&]<class T>() { return &ddaXchgPipeKernel<T>; })
                                     : &ddaXchgPipeKernel<void>;
     const int G = ddaTreeBlocks(ctx);

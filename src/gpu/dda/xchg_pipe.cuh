@@ -147,8 +147,7 @@ __device__ __forceinline__ void moveChunk(const char* from, bool fromBox, char* 
 /// Reduce-scatter chunk: output vectors r of the own message, ranks 0..N-1 in order.
 template <class T, RedOpKind Op, bool Al>
 __device__ __forceinline__ void reduceChunk(const PipeParams& p, Range r, const uint64_t* q0) {
-  using A = typename math::AccOf<T>::type;
-  const A factor = Op == RedOpKind::PREMUL_SUM ? A(p.factor) : A(1);
+  const dev::RedRt<T, Op> rt(p.op, p.factor);
   const size_t bytes = p.dstBytes[0], bd = blockDim.x;
   const uint4* box[kMaxRanks];
   for (int s = 0; s < p.size; ++s)
@@ -163,7 +162,7 @@ __device__ __forceinline__ void reduceChunk(const PipeParams& p, Range r, const 
         if (v >= r.hi) break;
         const uint4 x = s == p.rank ? ldUser<Al>(p.src[s], v, validOf(bytes, v)) : dev::ldCg(box[s] + (v - r.lo));
         const uint32_t w[4] = {x.x, x.y, x.z, x.w};
-        acc[k].add(w, s == 0, factor);
+        acc[k].add(w, s == 0, rt);
       }
     }
 #pragma unroll
@@ -171,7 +170,7 @@ __device__ __forceinline__ void reduceChunk(const PipeParams& p, Range r, const 
       const size_t v = v0 + k * bd;
       if (v >= r.hi) break;
       uint32_t o[4];
-      acc[k].result(p.size, o);
+      acc[k].result(p.size, rt, o);
       stUser<Al>(p.dst[0], v, validOf(bytes, v), make_uint4(o[0], o[1], o[2], o[3]));
     }
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "base/error.h"
 #include "core/elements/dtype_math.h"  // f16_t, bf16_t
@@ -37,6 +38,34 @@ using DdaTypes = Types<float, double, f16_t, bf16_t, int32_t, int64_t, uint32_t,
 using LamportTypes = Types<float, double, f16_t, bf16_t>;
 /// The FP8-coded kernels and the fused allreduce + RMSNorm kernels.
 using RowTypes = Types<float, bf16_t, f16_t>;
+
+/// The reduction ops a DDA reduce kernel instance for T has a body for (bit RedOpKind), written once:
+/// the device's dispatchOp (units.cuh) instantiates exactly these, and ddaKernelDtype picks the
+/// instance on the host. SUM's body also computes AVG (one division of the reduced value) and
+/// PREMUL_SUM (each value scaled as loaded), so neither has a body of its own. A signed integer
+/// type has no PRODUCT or bitwise body: those give the same bits on the unsigned type of its width
+/// (math::mul wraps through it), and ddaKernelDtype launches that type's instance.
+constexpr uint32_t opBit(RedOpKind op) { return 1u << unsigned(op); }
+template <class T>
+inline constexpr uint32_t kDdaInstanceOps =
+    opBit(RedOpKind::SUM) | opBit(RedOpKind::AVG) | opBit(RedOpKind::PREMUL_SUM) |
+    opBit(RedOpKind::MIN) | opBit(RedOpKind::MAX) |
+    (std::is_integral_v<T> && std::is_signed_v<T> ? 0u : opBit(RedOpKind::PRODUCT)) |
+    (std::is_integral_v<T> && std::is_unsigned_v<T>
+         ? opBit(RedOpKind::BAND) | opBit(RedOpKind::BOR) | opBit(RedOpKind::BXOR)
+         : 0u);
+
+/// The element type whose DDA reduce instance runs (t, op): t itself, or for a signed integer
+/// type with an op its instance has no body for, the unsigned type of the same width (same
+/// element size, so the same layout and counts).
+inline DataType ddaKernelDtype(DataType t, RedOpKind op) {
+  switch (t) {
+    case DataType::i8: return opBit(op) & kDdaInstanceOps<int8_t> ? t : DataType::u8;
+    case DataType::i32: return opBit(op) & kDdaInstanceOps<int32_t> ? t : DataType::u32;
+    case DataType::i64: return opBit(op) & kDdaInstanceOps<int64_t> ? t : DataType::u64;
+    default: return t;
+  }
+}
 
 namespace detail {
 template <class T, class... Rest, class F>

@@ -55,6 +55,16 @@ __device__ __forceinline__ float f16BitsToF32(uint16_t bits) {
 /// GPUs, the host).
 __device__ __forceinline__ void fenceSystem() { __threadfence_system(); }
 
+/// Stops the kernel with an error the launch's stream reports (a state the host never asks for:
+/// a bug, never a result).
+__device__ __forceinline__ void trap() {
+#if defined(CCLX_HAVE_HIP)
+  __builtin_trap();
+#else
+  __trap();
+#endif
+}
+
 /// __syncthreads() that also returns whether `p` is non-zero in any thread of the block.
 __device__ __forceinline__ int syncThreadsOr(int p) { return __syncthreads_or(p); }
 

@@ -11,6 +11,7 @@
 #include "gpu/device/dtype_dispatch.h"
 #include "gpu/device/launch.cuh"
 #include "gpu/device/peer_kernel.cuh"
+#include "gpu/device/prims.cuh"
 #include "gpu/device/sync.cuh"
 #include "core/elements/dtype_math.h"
 #include "base/error.h"
@@ -96,8 +97,22 @@ template <class A>
 __device__ __forceinline__ A mulRn(A a, A b) {
   if constexpr (std::is_same_v<A, float>) return __fmul_rn(a, b);
   else if constexpr (std::is_same_v<A, double>) return __dmul_rn(a, b);
-  else return a * b;
+  else return math::mul(a, b);
 }
+
+/// The runtime part of a call's reduction for the instance of Op (dispatchOp): the SUM instance
+/// also runs AVG (the reduced value divided by the rank count once) and PREMUL_SUM (each rank's
+/// value times the factor as it is loaded), so those two have no instance of their own.
+template <class T, RedOpKind Op>
+struct RedRt {
+  using A = typename math::AccOf<T>::type;
+  A factor;
+  bool scale, average;
+  __device__ __forceinline__ RedRt(RedOpKind op, double f)
+      : factor(op == RedOpKind::PREMUL_SUM ? A(f) : A(1)),
+        scale(Op == RedOpKind::SUM && op == RedOpKind::PREMUL_SUM),
+        average(Op == RedOpKind::SUM && op == RedOpKind::AVG) {}
+};
 
 /// Per-unit accumulator of W bytes of T elements.
 template <class T, RedOpKind Op, int W>
@@ -111,50 +126,57 @@ struct UnitAcc {
     return t;
   }
   /// Rank order: call with rank 0's unit first (first = true), then ranks 1..N-1.
-  __device__ __forceinline__ void add(const uint32_t (&w)[W / 4], bool first, A factor) {
+  __device__ __forceinline__ void add(const uint32_t (&w)[W / 4], bool first, const RedRt<T, Op>& rt) {
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
       A v = math::load<T>(elem(w, i));
       // prepare(): PREMUL_SUM's product rounded on its own (never fused into the following add),
       // as on the host.
-      if constexpr (Op == RedOpKind::PREMUL_SUM) v = mulRn(v, factor);
+      if (rt.scale) v = mulRn(v, rt.factor);
       acc[i] = first ? v : math::combine<Op, A>(acc[i], v);
     }
   }
-  __device__ __forceinline__ void result(int nranks, uint32_t (&w)[W / 4]) const {
+  __device__ __forceinline__ void result(int nranks, const RedRt<T, Op>& rt, uint32_t (&w)[W / 4]) const {
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
-      T t = math::store<T>(math::finish<Op, A>(acc[i], nranks));
+      const A a = rt.average ? math::finish<RedOpKind::AVG, A>(acc[i], nranks) : acc[i];
+      T t = math::store<T>(a);
       memcpy(reinterpret_cast<char*>(w) + i * sizeof(T), &t, sizeof(T));
     }
   }
 };
 
-/// Calls f.template operator()<Op>() with Op = the runtime op (bitwise ops only for integers).
+/// Calls f.template operator()<Op>() with the instance that runs the runtime op (kDdaInstanceOps,
+/// device/dtype_dispatch.h): SUM for SUM, AVG and PREMUL_SUM. An op T's instance has no body for
+/// (PRODUCT or a bitwise op of a signed integer type, which the host launches on the unsigned
+/// type's instance: ddaKernelDtype) traps: a bug of the launch, never a silent result.
 template <class T, class F>
 __device__ __forceinline__ void dispatchOp(RedOpKind op, F&& f) {
+  constexpr uint32_t kOps = kDdaInstanceOps<T>;
   switch (op) {
-    case RedOpKind::SUM: f.template operator()<RedOpKind::SUM>(); break;
-    case RedOpKind::AVG: f.template operator()<RedOpKind::AVG>(); break;
-    case RedOpKind::PREMUL_SUM: f.template operator()<RedOpKind::PREMUL_SUM>(); break;
-    case RedOpKind::PRODUCT: f.template operator()<RedOpKind::PRODUCT>(); break;
-    case RedOpKind::MIN: f.template operator()<RedOpKind::MIN>(); break;
-    case RedOpKind::MAX: f.template operator()<RedOpKind::MAX>(); break;
-    default:
-      if constexpr (std::is_integral_v<T>) {
+    case RedOpKind::SUM:
+    case RedOpKind::AVG:
+    case RedOpKind::PREMUL_SUM: f.template operator()<RedOpKind::SUM>(); return;
+    case RedOpKind::MIN: f.template operator()<RedOpKind::MIN>(); return;
+    case RedOpKind::MAX: f.template operator()<RedOpKind::MAX>(); return;
+    case RedOpKind::PRODUCT:
+      if constexpr ((kOps & opBit(RedOpKind::PRODUCT)) != 0) {
+        f.template operator()<RedOpKind::PRODUCT>();
+        return;
+      }
+      break;
+    case RedOpKind::BAND:
+    case RedOpKind::BOR:
+    case RedOpKind::BXOR:
+      if constexpr ((kOps & opBit(RedOpKind::BAND)) != 0) {
         if (op == RedOpKind::BAND) f.template operator()<RedOpKind::BAND>();
         else if (op == RedOpKind::BOR) f.template operator()<RedOpKind::BOR>();
         else f.template operator()<RedOpKind::BXOR>();
+        return;
       }
       break;
   }
-}
-
-/// PREMUL_SUM factor in the accumulator type.
-template <class T>
-inline typename math::AccOf<T>::type accFactor(const ReduceOp& op) {
-  using A = typename math::AccOf<T>::type;
-  return op.kind == RedOpKind::PREMUL_SUM ? A(op.factor) : A(1);
+  trap();
 }
 
 /// Host: fills the fields that every DDA kernel's parameter struct has under the same names (the

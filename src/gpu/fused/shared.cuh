@@ -59,16 +59,17 @@ __device__ __forceinline__ bool reduceUnit(const RowOps<T>& ops, size_t row, siz
                                            Words& ar) {
   constexpr int S = RowOps<T>::S;
   dev::UnitAcc<T, RedOpKind::SUM, 16> sum;
+  const dev::RedRt<T, RedOpKind::SUM> plain(RedOpKind::SUM, 1.0);
   for (int r = 0; r < N; ++r) {
     dev::V16 x;
     if (r == me) x = ops.own(row, v);
     else if (!dev::takeUnit16<S>(inbox(r) + off, wait, r, x)) return false;
     const Words w = {uint32_t(x.lo), uint32_t(x.lo >> 32), uint32_t(x.hi), uint32_t(x.hi >> 32)};
-    sum.add(w, r == 0, 1.f);
+    sum.add(w, r == 0, plain);
   }
   for (int r = 0; r < N; ++r)
     if (r != me) dev::stFill16(inbox(r) + off, lamport::kEmpty);
-  sum.result(N, ar);
+  sum.result(N, plain, ar);
   return true;
 }
 

@@ -69,8 +69,14 @@ void runCase(Comm& c, int rank, int n, const Case& k, DevBuf& a, DevBuf& b, cuda
 std::vector<ReduceOp> opsFor(DataType t) {
   std::vector<ReduceOp> ops = {RedOpKind::SUM, RedOpKind::AVG, RedOpKind::PRODUCT, RedOpKind::MIN,
                                RedOpKind::MAX};
-  if (isFloat(t)) ops.push_back(ReduceOp::premulSum(0.5));
-  else ops.insert(ops.end(), {RedOpKind::BAND, RedOpKind::BOR, RedOpKind::BXOR});
+  if (isFloat(t)) {
+    ops.push_back(ReduceOp::premulSum(0.5));
+  } else {
+    // Integer PREMUL_SUM scales by the truncated factor; a signed type's negative one wraps.
+    const bool isSigned = t == DataType::i8 || t == DataType::i32 || t == DataType::i64;
+    ops.push_back(ReduceOp::premulSum(isSigned ? -3.0 : 3.0));
+    ops.insert(ops.end(), {RedOpKind::BAND, RedOpKind::BOR, RedOpKind::BXOR});
+  }
   return ops;
 }
 

@@ -148,7 +148,8 @@ const DataType kAllTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataT
                               DataType::i8,  DataType::u8};
 
 // The allreduce cases of one forced DDA algorithm: every dtype with SUM, every op on f32, bf16
-// and i32, unaligned pointers and in-place calls.
+// and i32, the signed types' ops that run on another instance, unaligned pointers and in-place
+// calls.
 std::vector<Case> ddaCases(const char* algo) {
   const bool lamport = std::string(algo) == "lamport";
   std::vector<Case> v;
@@ -173,6 +174,14 @@ std::vector<Case> ddaCases(const char* algo) {
     else
       for (RedOpKind k : {RedOpKind::BAND, RedOpKind::BOR, RedOpKind::BXOR}) add(t, k, 333, false, 0);
   }
+  // A signed type's PRODUCT and bitwise ops run on its unsigned twin's kernel; its PREMUL_SUM (a
+  // negative factor) and AVG (signed division) on its own.
+  for (DataType t : {DataType::i8, DataType::i64}) {
+    add(t, RedOpKind::PRODUCT, 259, false, 0);
+    add(t, RedOpKind::BXOR, 259, true, 0);
+  }
+  add(DataType::i32, ReduceOp::premulSum(-3.0), 259, false, 0);
+  add(DataType::i64, RedOpKind::AVG, 259, false, 0);
   add(DataType::f16, RedOpKind::SUM, 4099, false, 2);   // 2-byte aligned only
   add(DataType::f32, RedOpKind::MAX, 8193, true, 4);    // 4-byte aligned, in place
   add(DataType::bf16, RedOpKind::SUM, 65537, false, 6);  // several rounds per block

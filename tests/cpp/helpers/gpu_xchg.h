@@ -316,6 +316,14 @@ inline std::vector<XCase> exchangeCases(const char* algo, const char* expect) {
           for (RedOpKind k : {RedOpKind::BAND, RedOpKind::BOR, RedOpKind::BXOR}) add(ty, t, k, 333, kOut, 0);
       }
       add(ty, DataType::u64, RedOpKind::BXOR, 129, kList, 8);
+      // A signed type's PRODUCT and bitwise ops run on its unsigned twin's kernel; its
+      // PREMUL_SUM (a negative factor) and AVG (signed division) on its own.
+      for (DataType t : {DataType::i8, DataType::i64}) {
+        add(ty, t, RedOpKind::PRODUCT, 259, kOut, 0);
+        add(ty, t, RedOpKind::BOR, 259, kOut, 0);
+      }
+      add(ty, DataType::i32, ReduceOp::premulSum(-3.0), 259, kOut, 0);
+      add(ty, DataType::i64, RedOpKind::AVG, 259, kOut, 0);
     }
   }
   return v;
