@@ -125,21 +125,35 @@ struct UnitAcc {
     memcpy(&t, reinterpret_cast<const char*>(w) + i * sizeof(T), sizeof(T));
     return t;
   }
-  /// Rank order: call with rank 0's unit first (first = true), then ranks 1..N-1.
+  /// Rank order: call with rank 0's unit first (first = true), then ranks 1..N-1. The runtime
+  /// choices are made once per unit (a branch every thread of the call takes the same way), never
+  /// per element.
   __device__ __forceinline__ void add(const uint32_t (&w)[W / 4], bool first, const RedRt<T, Op>& rt) {
+    if (rt.scale) addAs<true>(w, first, rt.factor);
+    else addAs<false>(w, first, rt.factor);
+  }
+  __device__ __forceinline__ void result(int nranks, const RedRt<T, Op>& rt, uint32_t (&w)[W / 4]) const {
+    if (rt.average) resultAs<true>(nranks, w);
+    else resultAs<false>(nranks, w);
+  }
+
+ private:
+  template <bool Scale>
+  __device__ __forceinline__ void addAs(const uint32_t (&w)[W / 4], bool first, A factor) {
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
       A v = math::load<T>(elem(w, i));
       // prepare(): PREMUL_SUM's product rounded on its own (never fused into the following add),
       // as on the host.
-      if (rt.scale) v = mulRn(v, rt.factor);
+      if constexpr (Scale) v = mulRn(v, factor);
       acc[i] = first ? v : math::combine<Op, A>(acc[i], v);
     }
   }
-  __device__ __forceinline__ void result(int nranks, const RedRt<T, Op>& rt, uint32_t (&w)[W / 4]) const {
+  template <bool Average>
+  __device__ __forceinline__ void resultAs(int nranks, uint32_t (&w)[W / 4]) const {
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
-      const A a = rt.average ? math::finish<RedOpKind::AVG, A>(acc[i], nranks) : acc[i];
+      const A a = Average ? math::finish<RedOpKind::AVG, A>(acc[i], nranks) : acc[i];
       T t = math::store<T>(a);
       memcpy(reinterpret_cast<char*>(w) + i * sizeof(T), &t, sizeof(T));
     }
