@@ -6,8 +6,8 @@ float64 reference, then times back-to-back calls with CUDA events; the row is th
 mean per call. Ranks time-share the SMs (each its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), so a row is
 a relative number, never a speed of the kernels on GPUs of their own.
 
-    python3 bench/dda_shared.py --ranks 2 --json a.json            # needs an MPS daemon
-    python3 bench/dda_shared.py --ranks 2 --start-mps --json a.json # starts and stops its own
+    python3 bench/shared_gpu/dda_timing.py --ranks 2 --json a.json  # an MPS daemon runs
+    python3 bench/shared_gpu/dda_timing.py --ranks 2 --start-mps --json a.json  # its own daemon
 
 The build is whichever `cclx` Python imports (CCLX_EXT_DIR picks the extension's folder).
 """
@@ -67,8 +67,8 @@ def rank_main(a) -> int:
     import torch
     import cclx
     rank, size = a.rank, a.ranks
-    store = cclx.TcpStore("127.0.0.1", int(os.environ["MASTER_PORT"]), rank == 0, "dda_shared", 120.0)
-    comm = cclx.new_comm("cclx", "cuda", name="dda_shared", store=store)
+    store = cclx.TcpStore("127.0.0.1", int(os.environ["MASTER_PORT"]), rank == 0, "dda_timing", 120.0)
+    comm = cclx.new_comm("cclx", "cuda", name="dda_timing", store=store)
     rows = []
     for algo, dt, op in GRID:
         dtype = getattr(torch, dt)
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
         env = dict(os.environ, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // a.ranks))
         if a.start_mps:
             if not shutil.which("nvidia-cuda-mps-control"):
-                raise SystemExit("dda_shared: nvidia-cuda-mps-control is not installed")
+                raise SystemExit("dda_timing: nvidia-cuda-mps-control is not installed")
             env = start_mps(env, d)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
