@@ -67,7 +67,8 @@ def rank_main(a) -> int:
     import torch
     import cclx
     rank, size = a.rank, a.ranks
-    store = cclx.TcpStore("127.0.0.1", int(os.environ["MASTER_PORT"]), rank == 0, "dda_timing", 120.0)
+    store = cclx.TcpStore("127.0.0.1", int(os.environ["MASTER_PORT"]), rank == 0, "dda_timing",
+                          120.0)
     comm = cclx.new_comm("cclx", "cuda", name="dda_timing", store=store)
     rows = []
     for algo, dt, op in GRID:
