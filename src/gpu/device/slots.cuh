@@ -65,13 +65,12 @@ __device__ __forceinline__ bool warpAwait(const uint64_t* flag, uint64_t value, 
   return ok != 0;
 }
 
-/// Lanes first .. n - 1 of the warp each wait (acquire) until flags[lane] >= value, all at once,
-/// polling through `w` on behalf of rank `peer` (n <= 32); then the warp synchronizes. Returns
-/// false in every lane when a wait stopped (recorded by the Waiter).
-__device__ __forceinline__ bool warpAwaitLanes(const uint64_t* flags, int n, uint64_t value,
-                                               Waiter& w, int peer, int first = 0) {
-  const int lane = laneId();
-  const bool ok = lane < first || lane >= n || waitFlagGE(flags + lane, value, w, peer);
+/// Every lane with a flag (`flag` non-null: each lane its own) waits (acquire) until *flag >=
+/// value, all at once, polling through `w` on behalf of rank `peer`; then the warp
+/// synchronizes. Returns false in every lane when a wait stopped (recorded by the Waiter).
+__device__ __forceinline__ bool warpAwaitEach(const uint64_t* flag, uint64_t value, Waiter& w,
+                                              int peer) {
+  const bool ok = flag == nullptr || waitFlagGE(flag, value, w, peer);
   const bool all = ballot32(!ok) == 0;
   warpSync();
   fenceAfterWait();

@@ -16,9 +16,9 @@
 //      advances the counter.
 //   1. block 0 grants every rank the credit "this rank's combine ring is free for call c"
 //      (credits[1][rank] in that rank's memory := c + 1): its previous combine has completed.
-//   2. threads d < N wait (Waiter) for rank d's credit c + 1; the block finds, for every source
-//      s and round r, the first received slot of s in round r (its slots are in s's token
-//      order: a binary search over the slot records' token index).
+//   2. the block finds, for every source s and round r, the first received slot of s in round
+//      r (its slots are in s's token order: a binary search over the slot records' token index;
+//      one round: 0 and the count).
 //   3. steps ph = 0 .. R (R rounds: this rank's tokens' and the received ones'): send round ph,
 //      then consume round ph - 1, each a list of work items over the grid's warps:
 //      a. send (round ph): when ph >= D, threads d < N first wait for owner d's credit of round
@@ -26,8 +26,10 @@
 //         w_x * expert_out[entry_x] per element in f32 (products and sums rounded once, entries
 //         in top-k order; an entry at or past the rows given makes the row all-ones bytes),
 //         rounded once to the dtype, stored into the owner's ring row, then the piece's flag
-//         (dev::warpPublish).
-//      b. consume (round ph - 1): items (token t, piece): wait for the piece's flag of each of
+//         (dev::warpPublish). Before its first store into owner s's ring a warp waits (once per
+//         owner) for s's call credit c + 1, with the item's first loads already in flight.
+//      b. consume (round ph - 1; the warp's first item's tokRows loaded before the round's
+//         sends): items (token t, piece): wait for the piece's flag of each of
 //         the token's rows (tokRows: the first slot of each destination rank, in top-k order),
 //         add them in f32 in that order, round once into out[t]; a token with an id out of
 //         range gets an all-ones row; a stopped wait fails the block.
@@ -64,16 +66,32 @@ __device__ int firstSlotFrom(const Params& p, int s, int n, int t0) {
   return lo;
 }
 
-/// Step 3a for piece q of received slot pIdx of source s, the owner's token t (the whole warp);
-/// kX: entries' loads in flight per lane (kSendBatch).
+/// The owner's call credit (step 3a) for a send item of source s (the whole warp): awaited once
+/// per warp and source (`seen`, bit s), while the item's first loads are in flight, before any
+/// store into s's ring; false when the wait stopped.
+__device__ __forceinline__ bool ownerCredit(const Params& p, int s, uint64_t flag,
+                                            dev::Waiter& wait, uint32_t& seen) {
+  if ((seen >> s) & 1u) return true;
+  seen |= 1u << s;
+  return dev::warpAwait(reinterpret_cast<const uint64_t*>(mine(p) + p.lay.creditAt(1, s)), flag,
+                        wait, s);
+}
+
+/// Step 3a for piece q of received slot pIdx of source s (the whole warp); kX: entries' loads
+/// in flight per lane (kSendBatch). The slot's token index (nothing is sent for a record out of
+/// range), entries and weights are loaded together; false when the owner's credit wait stopped.
 template <class T, int kX>
-__device__ void sendBack(const Params& p, int s, int pIdx, int t, int q, uint64_t flag) {
+__device__ bool sendBack(const Params& p, int s, int pIdx, int q, uint64_t flag, dev::Waiter& wait,
+                         uint32_t& seen) {
   const moe::Layout& l = p.lay;
   const int lane = dev::laneId(), kk = l.kk;
   const size_t slot = size_t(s) * l.B + size_t(pIdx);
   // The slot's entries and weights, entry x in lane x: the leading entries >= 0.
   const int32_t e = lane < kk ? localAt<int32_t>(p, l.slotEntries)[slot * size_t(kk) + lane] : -1;
   const float ew = lane < kk ? localAt<float>(p, l.slotW)[slot * size_t(kk) + lane] : 0.f;
+  const int t = tokenOf(p, s, pIdx);
+  if (!ownerCredit(p, s, flag, wait, seen)) return false;  // polled with those loads in flight
+  if (t < 0) return true;
   const uint32_t stop = dev::ballot32(lane < kk && e < 0);
   const int n = stop ? __ffs(int(stop)) - 1 : kk;
   const bool bad = dev::ballot32(lane < n && size_t(e) >= p.eoutRows) != 0;
@@ -146,14 +164,22 @@ __device__ void sendBack(const Params& p, int s, int pIdx, int t, int q, uint64_
   }
   dev::warpPublish(reinterpret_cast<uint64_t*>(p.peer[s] + l.yflagAt(y, q)),
                    moe::roundFlag(flag, l.roundOf(t)), lane == 0);
+  return true;
 }
 
-/// Step 3b for piece q of token t (the whole warp); false when a wait stopped.
+/// Token t's row of tokRows, slot j in lane j (-1 past k).
+__device__ __forceinline__ int32_t tokRowOf(const Params& p, int t) {
+  const int lane = dev::laneId(), k = p.lay.k;
+  return lane < k ? localAt<int32_t>(p, p.lay.tokRows)[size_t(t) * k + lane] : -1;
+}
+
+/// Step 3b for piece q of token t (the whole warp), r = tokRowOf(p, t); false when a wait
+/// stopped.
 template <class T>
-__device__ bool gatherToken(const Params& p, int t, int q, uint64_t flag, dev::Waiter& wait) {
+__device__ bool gatherToken(const Params& p, int t, int q, int32_t r, uint64_t flag,
+                            dev::Waiter& wait) {
   const moe::Layout& l = p.lay;
   const int lane = dev::laneId(), k = l.k;
-  const int32_t r = lane < k ? localAt<int32_t>(p, l.tokRows)[size_t(t) * k + lane] : -1;
   const bool nan = dev::ballot32(r == -2) != 0;
   const uint64_t want = moe::roundFlag(flag, l.roundOf(t));
   if (!nan)
@@ -234,30 +260,41 @@ template <bool Ring>
 constexpr int kSendBatch = Ring ? kCopyBatch / 2 : kCopyBatch;
 
 /// Step 3a's items of round r: (received slot, piece), from first[s][r] to first[s][r + 1] of
-/// each source s, over the grid's warps.
+/// each source s, over the grid's warps; false when a wait stopped.
 template <class T, int kX>
-__device__ __forceinline__ void sendRound(const Params& p, const int (*first)[moe::kMaxRounds + 1],
-                                          int r, uint64_t flag, int gw, int nw) {
+__device__ __forceinline__ bool sendRound(const Params& p, const int (*first)[moe::kMaxRounds + 1],
+                                          int r, uint64_t flag, dev::Waiter& wait, uint32_t& seen,
+                                          int gw, int nw) {
   const int N = p.lay.N, P = p.lay.yParts;
   int sent = 0;
   for (int s = 0; s < N; ++s) sent += first[s][r + 1] - first[s][r];
   for (int g = gw; g < sent * P; g += nw) {
     int x = g / P, s = 0;
     while (x >= first[s][r + 1] - first[s][r]) x -= first[s][r + 1] - first[s][r], ++s;
-    const int pIdx = first[s][r] + x, t = tokenOf(p, s, pIdx);
-    if (t >= 0) sendBack<T, kX>(p, s, pIdx, t, g % P, flag);
+    if (!sendBack<T, kX>(p, s, first[s][r] + x, g % P, flag, wait, seen)) return false;
   }
+  return true;
 }
 
 /// Step 3b's items of round r: (token, piece) over the grid's warps; false when a wait stopped.
+/// `r0`: tokRowOf the warp's first item, loaded before the round's sends.
 template <class T>
 __device__ __forceinline__ bool gatherRound(const Params& p, int r, uint64_t flag,
-                                            dev::Waiter& wait, int gw, int nw) {
+                                            dev::Waiter& wait, int gw, int nw, int32_t r0) {
   const int P = p.lay.yParts, t0 = r * p.lay.ringW;
   const int n = min(p.tokens - t0, p.lay.ringW) * P;
-  for (int g = gw; g < n; g += nw)
-    if (!gatherToken<T>(p, t0 + g / P, g % P, flag, wait)) return false;
+  for (int g = gw; g < n; g += nw) {
+    const int t = t0 + g / P;
+    if (!gatherToken<T>(p, t, g % P, g == gw ? r0 : tokRowOf(p, t), flag, wait)) return false;
+  }
   return true;
+}
+
+/// tokRowOf the warp's first item of round r (-1 lanes when it has none).
+__device__ __forceinline__ int32_t firstTokRow(const Params& p, int r, int gw) {
+  const int P = p.lay.yParts, t0 = r * p.lay.ringW;
+  const int n = min(p.tokens - t0, p.lay.ringW) * P;
+  return gw < n ? tokRowOf(p, t0 + gw / P) : -1;
 }
 
 /// Steps 1 to 3 (every thread); true in a thread that stopped waiting. Ring: the layout's ring
@@ -274,16 +311,13 @@ __device__ bool combineBody(const Params& p, uint64_t flag) {
     dev::stReleaseSys(reinterpret_cast<uint64_t*>(p.peer[tid] + l.creditAt(1, me)), flag);
   if (tid == 0) rounds = (p.tokens + W - 1) / W;
   __syncthreads();
-  int failed = 0;
   if (tid < N) {
     const int n = min(max(localAt<int32_t>(p, l.recvCounts)[tid], 0), l.B);
     cnt[tid] = n;
-    if (n > 0) atomicMax(&rounds, l.roundOf(max(tokenOf(p, tid, n - 1), 0)) + 1);
-    failed = !dev::waitFlagGE(reinterpret_cast<const uint64_t*>(mine(p) + l.creditAt(1, tid)),
-                              flag, wait, tid);
+    // one round: any token or received slot makes it; a ring: the last received token's round
+    if (n > 0) atomicMax(&rounds, Ring ? l.roundOf(max(tokenOf(p, tid, n - 1), 0)) + 1 : 1);
   }
-  if (dev::syncThreadsOr(failed)) return true;
-  dev::fenceAfterWait();
+  __syncthreads();
   const int R = min(rounds, Ring ? moe::kMaxRounds : 1);
   for (int i = tid; i < N * (R + 1); i += kThreads) {
     const int s = i / (R + 1), r = i % (R + 1);
@@ -293,10 +327,13 @@ __device__ bool combineBody(const Params& p, uint64_t flag) {
   // Items are dealt warp-major (warp w of block b is gw = w * G + b), so that a round with fewer
   // items than warps still has every block, and so every SM's memory pipe, at work.
   const int gw = (tid >> 5) * int(gridDim.x) + int(blockIdx.x), nw = int(gridDim.x) * kWarps;
+  uint32_t seen = 0;  // the owners whose call credit this warp has seen (ownerCredit)
+  int failed = 0;
   if constexpr (!Ring) {
     if (R == 0) return false;
-    sendRound<T, kSendBatch<false>>(p, first, 0, flag, gw, nw);
-    return !gatherRound<T>(p, 0, flag, wait, gw, nw);
+    const int32_t r0 = firstTokRow(p, 0, gw);  // in flight during the sends
+    return !sendRound<T, kSendBatch<false>>(p, first, 0, flag, wait, seen, gw, nw) ||
+           !gatherRound<T>(p, 0, flag, wait, gw, nw, r0);
   } else {
 #pragma unroll 1
     for (int ph = 0; ph <= R; ++ph) {  // send round ph, consume round ph - 1
@@ -309,11 +346,11 @@ __device__ bool combineBody(const Params& p, uint64_t flag) {
         if (dev::syncThreadsOr(f)) return true;
         dev::fenceAfterWait();
       }
-      if (ph < R) sendRound<T, kSendBatch<true>>(p, first, ph, flag, gw, nw);
-      if (ph == 0) continue;
-      failed = !gatherRound<T>(p, ph - 1, flag, wait, gw, nw);
+      const int32_t r0 = ph > 0 ? firstTokRow(p, ph - 1, gw) : -1;
+      failed = ph < R && !sendRound<T, kSendBatch<true>>(p, first, ph, flag, wait, seen, gw, nw);
+      if (ph > 0 && !failed) failed = !gatherRound<T>(p, ph - 1, flag, wait, gw, nw, r0);
       if (dev::syncThreadsOr(failed)) return true;
-      if (tid == 0) arriveRound(p, ph - 1, flag);
+      if (ph > 0 && tid == 0) arriveRound(p, ph - 1, flag);
     }
     return false;
   }

@@ -94,15 +94,24 @@ __device__ void sendToken(const Params& p, const Smem& S, const uint32_t* mask, 
   int pos[kMaxRanks];
 #pragma unroll
   for (int d = 0; d < kMaxRanks; ++d) pos[d] = d < N ? dev::shfl32(pd, d) : -1;
-  // Piece 0: slot j of the token in lane j: its id, whether it is the first slot of its expert
-  // and of its destination rank (moe::firstOfExpert / firstOfRank, across lanes), and the
-  // routing this rank keeps (combine's tokRows; cached mode's ids and weights): every token,
-  // sent anywhere or not.
+  // Piece 0: slot j of the token in lane j: its id and weight, loaded before the row's copy (in
+  // flight during it); after the copy, whether it is the first slot of its expert and of its
+  // destination rank (moe::firstOfExpert / firstOfRank, across lanes), and the routing this
+  // rank keeps (combine's tokRows; cached mode's ids and weights): every token, sent anywhere
+  // or not.
+  int64_t raw = -1;
+  float wt = 0.f;
+  if (q == 0 && lane < k) {
+    const size_t g = size_t(t) * k + size_t(lane);
+    raw = loadId(p, g);
+    wt = p.cached ? localAt<float>(p, l.tokW)[g] : p.w[g];
+  }
+  const bool sends = dev::ballot32(pd >= 0) != 0;
+  if (sends) sendPiece<T, kFp8>(p, pos, t, q * l.xPartVals, min(l.H, (q + 1) * l.xPartVals));
   int32_t id = -1;
   bool firstExp = false;
-  float wt = 0.f;
   if (q == 0) {
-    id = lane < k ? moe::normId(loadId(p, size_t(t) * k + size_t(lane)), l.E) : -1;
+    id = lane < k ? moe::normId(raw, l.E) : -1;
     firstExp = id >= 0;
     bool firstRank = id >= 0;
     for (int i = 0; i < k; ++i) {
@@ -112,7 +121,6 @@ __device__ void sendToken(const Params& p, const Smem& S, const uint32_t* mask, 
     }
     if (lane < k) {
       const size_t g = size_t(t) * k + size_t(lane);
-      wt = p.cached ? localAt<float>(p, l.tokW)[g] : p.w[g];
       int32_t row = -2;
       if (id >= 0) {
         const int d = id / l.L;
@@ -129,8 +137,7 @@ __device__ void sendToken(const Params& p, const Smem& S, const uint32_t* mask, 
       }
     }
   }
-  if (dev::ballot32(pd >= 0) == 0) return;
-  sendPiece<T, kFp8>(p, pos, t, q * l.xPartVals, min(l.H, (q + 1) * l.xPartVals));
+  if (!sends) return;
   if (q > 0) {  // a later piece: its own flag
     dev::warpPublish(pd >= 0 ? reinterpret_cast<uint64_t*>(
                                    p.peer[lane] + l.xflagAt(size_t(me) * l.B + size_t(pd), q))
@@ -165,12 +172,12 @@ __device__ bool takeSlot(const Params& p, const int* base, int s, int pIdx, uint
   const int k = l.k, L = l.L, me = l.rank, N = l.N, lane = dev::laneId();
   const size_t slot = size_t(s) * l.B + size_t(pIdx);
   const char* rec = mine(p) + l.metaAt(slot);
-  if (!dev::warpAwait(reinterpret_cast<const uint64_t*>(rec), flag, wait, s)) return false;
-  // the row's later pieces (xflags): lane q waits for piece q, all at once
-  if (l.xParts > 1 &&
-      !dev::warpAwaitLanes(reinterpret_cast<const uint64_t*>(mine(p) + l.xflagAt(slot, 0)),
-                           l.xParts, flag, wait, s, 1))
-    return false;
+  // the record's flag (piece 0) and the row's later pieces' (xflags), 32 at once (lane q % 32)
+  for (int q0 = 0; q0 < l.xParts; q0 += 32) {
+    const int q = q0 + lane;
+    const char* f = q == 0 ? rec : q < l.xParts ? mine(p) + l.xflagAt(slot, q) : nullptr;
+    if (!dev::warpAwaitEach(reinterpret_cast<const uint64_t*>(f), flag, wait, s)) return false;
+  }
   int32_t id = -1, ep = -1;
   float w = 0.f;
   if (lane < k) {

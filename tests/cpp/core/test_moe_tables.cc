@@ -166,7 +166,10 @@ TEST(MoeLayout, DispatchRowsInPieces) {
                        Case{2, 300, 4096, 4, 4, 1024}, Case{3, 5, 33, 4, 1, 512},
                        Case{1, 1, 1, 2, 1, 512}, Case{2, 1, 513, 2, 2, 512},
                        Case{2, 8, 1000, 4, 2, 512}, Case{4, 8, 1537, 2, 4, 512},
-                       Case{3, 600, 1000, 2, 2, 512}, Case{1, 513, 7168, 2, 2, 3584}}) {
+                       Case{3, 600, 1000, 2, 2, 512}, Case{1, 513, 7168, 2, 2, 3584},
+                       // more pieces than a warp has lanes: the receive waits for them in
+                       // groups of 32 (dispatch.cu, takeSlot)
+                       Case{2, 8, 17000, 2, 34, 512}, Case{1, 1, 1 << 20, 2, 1024, 1024}}) {
     for (bool fp8 : {false, true}) {
       const Layout l = makeLayout(c.N, 0, c.B, c.H, 8 * c.N, 2, 2, c.esize, fp8);
       EXPECT_EQ(l.xParts, c.parts) << c.B << " " << c.H;

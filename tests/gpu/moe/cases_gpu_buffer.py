@@ -127,7 +127,8 @@ def case_fp8_partial_vectors(ctx):
 def case_dispatch_rows_in_pieces(ctx):
     """Rows that dispatch sends in pieces, a warp and a flag each (core/moe/layout.h, xParts: a
     batch of B tokens gets up to 1024 / B pieces of whole 512-value quanta): decode batches at
-    H = 1000 (2 pieces, the last 488 values), 1537 (4, the last 1 value) and 2048 (4 whole),
+    H = 1000 (2 pieces, the last 488 values), 1537 (4, the last 1 value), 2048 (4 whole) and
+    17000 (34 pieces: more than a warp's lanes, whose flags the receive awaits 32 at a time),
     f32 / bf16 / f16, FP8 on and off, repeated ids and ids out of range; a tiled batch of 600
     tokens at H = 1000 (2 pieces; 3 blocks, chunks of 32). Every output bit like the twin and
     the references, over two calls."""
@@ -137,7 +138,9 @@ def case_dispatch_rows_in_pieces(ctx):
                                            (42, 1537, "f16", "random", True, True),
                                            (43, 1537, "bf16", "same_rank", False, False),
                                            (44, 2048, "bf16", "one_expert", True, False),
-                                           (45, 2048, "f32", "random", False, False)):
+                                           (45, 2048, "f32", "random", False, False),
+                                           (47, 17000, "bf16", "random", True, False),
+                                           (48, 17000, "f16", "dup", False, True)):
         _run(ctx, seed, H, 4, 4, dtype, kind, fp8, bad=bad, calls=2)
     Ts = [(600, 513, 577)[i % 3] for i in range(N)]
     _run(ctx, 46, 1000, 4, 4, "bf16", "random", True, Ts=Ts, calls=2, num_sms=3,
