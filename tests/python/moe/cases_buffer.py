@@ -106,6 +106,13 @@ def case_hidden_7168(ctx):
         one(ctx, 20, 7168, 8, 8, "bf16", "random", fp8, Ts=[3] * ctx.size)
 
 
+def case_row_of_more_pieces_than_lanes(ctx):
+    """H 17000 with a few tokens: 34 dispatch pieces a row (core/moe/layout.h), more than a
+    warp's 32 lanes, each under its own flag; the twin waits for every one."""
+    for fp8 in (False, True):
+        one(ctx, 26, 17000, 4, 4, "bf16", "dup", fp8, Ts=[(2, 1, 3)[i % 3] for i in range(ctx.size)])
+
+
 def case_uneven_tokens_and_empty_ranks(ctx):
     """Different T per rank under one bound (rank 1 none at all), B above every T."""
     Ts = [(i * 5) % 7 if i != 1 else 0 for i in range(ctx.size)]
