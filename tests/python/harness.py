@@ -4,12 +4,18 @@ A case module defines setup(ctx) (optional) and functions case_<name>(ctx), call
 definition order on every rank. Each worker writes its results after every case to
 <out>/rank<r>.json, so a hang or crash still leaves the earlier results. The pytest side calls
 run() once per module (a module fixture) and check() once per case.
+
+CCLX_TEST_RANK_WRAPPER (a command line, shell words) is put before every rank process, e.g.
+"compute-sanitizer --tool racecheck --error-exitcode 99 --log-file /tmp/rc_%p.log": a tool
+around pytest does not reach the ranks, which run as processes of their own. With a wrapper, a
+rank that exits non-zero fails every case of the module (the tool's verdict), naming the exit.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -84,13 +90,14 @@ def run(path: str, nranks: int, timeout: float = 240.0,
     out = tempfile.mkdtemp(prefix="cclx-test-")
     port = free_port()
     procs = []
+    wrap = shlex.split(os.environ.get("CCLX_TEST_RANK_WRAPPER", ""))
     for r in range(nranks):
         e = child_env(env)
         e.update(RANK=str(r), WORLD_SIZE=str(nranks), LOCAL_RANK=str(r),
                  LOCAL_WORLD_SIZE=str(nranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         log = open(os.path.join(out, f"rank{r}.log"), "w")
-        procs.append((subprocess.Popen([sys.executable, os.path.abspath(__file__), path, out],
-                                       env=e, stdout=log, stderr=subprocess.STDOUT), log))
+        cmd = wrap + [sys.executable, os.path.abspath(__file__), path, out]
+        procs.append((subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT), log))
     # Sanitized builds run several times slower (scripts/sanitize.sh sets the factor).
     deadline = time.time() + timeout * max(1.0, float(os.environ.get("CCLX_TEST_TIME_SCALE", "1")))
     for p, log in procs:
@@ -112,6 +119,8 @@ def run(path: str, nranks: int, timeout: float = 240.0,
         with open(os.path.join(out, f"rank{r}.log")) as lf:
             logs.append(f"--- rank {r} (exit {p.returncode}) ---\n" + lf.read()[-4000:])
     results["__logs__"] = logs  # type: ignore[assignment]
+    if wrap:  # the wrapper's verdict: a rank's exit code (check() fails every case on non-zero)
+        results["__wrapped_exit__"] = [p.returncode for p, _ in procs]  # type: ignore[assignment]
     return results
 
 
@@ -125,11 +134,14 @@ def check(results: Dict[str, list], case: str) -> None:
             bad.append(f"rank {r}: no result (worker hung or crashed)")
         elif not res["ok"]:
             bad.append(f"rank {r}: {res['error']}")
+    for r, rc in enumerate(results.get("__wrapped_exit__", [])):  # type: ignore[arg-type]
+        if rc != 0:
+            bad.append(f"rank {r}: exited {rc} under CCLX_TEST_RANK_WRAPPER")
     if bad:
         logs = "\n".join(results.get("__logs__", []))  # type: ignore[arg-type]
         raise AssertionError(f"case {case} failed:\n" + "\n".join(bad) +
-                             ("\nworker logs:\n" + logs if any("no result" in b for b in bad)
-                              else ""))
+                             ("\nworker logs:\n" + logs
+                              if any("no result" in b or "exited" in b for b in bad) else ""))
     skips = sorted({res.get("skip", "") for res in per_rank} - {""})
     if skips:  # a case returns "skipped: <why>" where it cannot run here
         import pytest

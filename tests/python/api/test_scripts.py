@@ -1,9 +1,12 @@
 """The set-up behind scripts/run.sh and scripts/test.sh (scripts/setup_env.sh): the package list
 comes from pyproject.toml alone, a stamped environment installs nothing again, only what is missing
-gets installed, and a missing system package without root is one line naming the command."""
+gets installed, and a missing system package without root is one line naming the command; the
+test harness's rank wrapper (CCLX_TEST_RANK_WRAPPER) starts every rank and its exit code counts."""
 import os
 import subprocess
 import sys
+
+import pytest
 
 import harness
 
@@ -124,3 +127,34 @@ def test_root_installs_with_apt_get_and_old_cmake_comes_from_pypi(tmp_path):
     r = _source_setup(tmp_path, venv, path=f"{fake}:{os.environ['PATH']}")
     assert r.returncode == 0 and "installing" not in r.stderr, r.stdout + r.stderr
     assert len(log.read_text().splitlines()) == 2, log.read_text()
+
+
+def _wrapped_run(tmp_path, monkeypatch, script: str):
+    """harness.run of a two-rank case module with CCLX_TEST_RANK_WRAPPER = a shell script."""
+    cases = tmp_path / "cases_tiny.py"
+    cases.write_text("def case_ranks(ctx):\n    assert ctx.size == 2\n")
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text("#!/bin/sh\n" + script)
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CCLX_TEST_RANK_WRAPPER", f"{wrapper} --flag")
+    return harness.run(str(cases), 2, timeout=60)
+
+
+def test_rank_wrapper_runs_before_every_rank(tmp_path, monkeypatch):
+    """The wrapper (with its arguments) starts each rank process, which still runs its cases."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    res = _wrapped_run(tmp_path, monkeypatch,
+                       f'[ "$1" = --flag ] || exit 9\nshift\ntouch {seen}/$RANK\nexec "$@"\n')
+    harness.check(res, "ranks")
+    assert sorted(os.listdir(seen)) == ["0", "1"]
+
+
+def test_rank_wrapper_exit_code_fails_every_case(tmp_path, monkeypatch):
+    """A tool's verdict is its exit code (compute-sanitizer --error-exitcode): a rank whose
+    wrapper exits non-zero fails the case although the case itself passed, naming the exit."""
+    res = _wrapped_run(tmp_path, monkeypatch,
+                       'shift\n"$@"\n[ "$RANK" = 1 ] && exit 7\nexit 0\n')
+    assert all(r["ok"] for r in res["ranks"])
+    with pytest.raises(AssertionError, match="rank 1: exited 7 under CCLX_TEST_RANK_WRAPPER"):
+        harness.check(res, "ranks")
