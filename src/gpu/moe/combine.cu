@@ -328,7 +328,6 @@ __device__ bool combineBody(const Params& p, uint64_t flag) {
   // items than warps still has every block, and so every SM's memory pipe, at work.
   const int gw = (tid >> 5) * int(gridDim.x) + int(blockIdx.x), nw = int(gridDim.x) * kWarps;
   uint32_t seen = 0;  // the owners whose call credit this warp has seen (ownerCredit)
-  int failed = 0;
   if constexpr (!Ring) {
     if (R == 0) return false;
     const int32_t r0 = firstTokRow(p, 0, gw);  // in flight during the sends
@@ -347,7 +346,8 @@ __device__ bool combineBody(const Params& p, uint64_t flag) {
         dev::fenceAfterWait();
       }
       const int32_t r0 = ph > 0 ? firstTokRow(p, ph - 1, gw) : -1;
-      failed = ph < R && !sendRound<T, kSendBatch<true>>(p, first, ph, flag, wait, seen, gw, nw);
+      int failed =
+          ph < R && !sendRound<T, kSendBatch<true>>(p, first, ph, flag, wait, seen, gw, nw);
       if (ph > 0 && !failed) failed = !gatherRound<T>(p, ph - 1, flag, wait, gw, nw, r0);
       if (dev::syncThreadsOr(failed)) return true;
       if (ph > 0 && tid == 0) arriveRound(p, ph - 1, flag);
