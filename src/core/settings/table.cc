@@ -281,6 +281,10 @@ const Entry kOutside[] = {
     CCLX_OUTSIDE("CCLX_CUDA_ARCH", "90", "GPU test scripts: the CUDA architecture built for"),
     CCLX_OUTSIDE("CCLX_TEST_ONLY", "unset",
                  "Python tests: a comma list of the cases a multi-rank run executes"),
+    CCLX_OUTSIDE("CCLX_TEST_RANK_WRAPPER", "unset",
+                 "Python tests: a command (shell words) put before every rank process, e.g. "
+                 "compute-sanitizer; a rank exiting non-zero fails the module's cases "
+                 "(tests/python/harness.py)"),
     CCLX_OUTSIDE("CCLX_TEST_RANKS", "unset",
                  "GPU tests: the world size of the C++ GPU suites (ranks sharing the GPUs); a "
                  "list (\"2 3 4 8\") gives the GPU Python tests their world sizes"),
